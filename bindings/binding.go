@@ -1,0 +1,182 @@
+// Package bindings defines the contract between Loom's Lua runtime and the
+// Go modules that plugins reach through require("loom.<module>").
+//
+// A Binding is a value built once per runtime. It holds process-wide state
+// (an SSH connection pool, an HTTP transport) and opens its Lua module table
+// once per VM. Bindings never import the runtime: everything they need about
+// the hook that is running (its context, logger, work dir, permissions) comes
+// through the Host interface, which the runtime's VM implements. Imports flow
+// one way: runtime -> bindings -> bindings/<module>.
+package bindings
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+
+	lua "github.com/yuin/gopher-lua"
+)
+
+// Host is what a binding may know about the VM and the hook it serves.
+//
+// A VM serves many tasks over its life, so bindings must call these methods
+// at call time, never cache their results when the module is opened.
+type Host interface {
+	// Context is the running hook's context: its deadline and cancellation.
+	// Every blocking call a binding makes must honour it.
+	Context() context.Context
+	// Logger logs with the task id, plugin type and hook already attached.
+	// Values registered with AddSecret are redacted from its output.
+	Logger() *slog.Logger
+	// PluginDir is the plugin's folder (its JSON definition and Lua files).
+	PluginDir() string
+	// WorkDir is the hook's working directory,
+	// <work-root>/<tenant>/<providertypes|automatortypes>/<type>.
+	WorkDir() string
+	// WorkRoot is the --work-dir root. Local paths a plugin hands to a
+	// binding must resolve inside WorkRoot or PluginDir.
+	WorkRoot() string
+	// Permissions is what the plugin definition allows beyond the default.
+	Permissions() Permissions
+	// AddSecret registers a value that must never appear in logs, results
+	// or error messages for the rest of the task.
+	AddSecret(secret string)
+	// TaskID is the id of the task being run, for error messages. It is
+	// empty outside a task (in the REPL before :task, at load time).
+	TaskID() string
+}
+
+// Permissions lists what a plugin definition grants. The zero value grants
+// the defaults.
+type Permissions struct {
+	// HTTP is the allow-list of hosts ("api.example.com", "*.example.net")
+	// a plugin may reach. Empty means no restriction.
+	HTTP []string
+}
+
+// Binding is one Lua module, required as "loom.<Name()>".
+type Binding interface {
+	// Spec describes the module: its name and its functions, as data. It
+	// feeds the binding reference, the LuaLS stubs and the REPL completer.
+	Spec() ModuleSpec
+	// Open builds the module's table for one VM. It runs once per VM, when
+	// the plugin first requires the module. h stays valid for the VM's life.
+	Open(L *lua.LState, h Host) lua.LValue
+}
+
+// Closer is implemented by bindings that hold resources (pools, clients)
+// to release when the runtime closes.
+type Closer interface {
+	Close() error
+}
+
+// StatsReporter is implemented by bindings that expose gauges and counters,
+// for example an SSH pool's open and reused connections. Keys are stable
+// metric-friendly names.
+type StatsReporter interface {
+	Stats() map[string]float64
+}
+
+// ModuleSpec documents a module as data.
+type ModuleSpec struct {
+	// Name is the module name without the "loom." prefix, e.g. "ssh".
+	Name string
+	// Doc is a one-paragraph description.
+	Doc string
+	// Funcs lists the module's functions and methods in table order.
+	Funcs []FuncSpec
+}
+
+// FuncSpec documents one function or method.
+type FuncSpec struct {
+	// Name as called from Lua: "connect", or "conn:exec" for a method.
+	Name string
+	// Params in LuaLS notation, e.g. {"cmd string", "opts? table"}.
+	Params []string
+	// Returns in LuaLS notation, e.g. {"table"}.
+	Returns []string
+	// Doc is what the function does, its options and its errors.
+	Doc string
+}
+
+// Registry is the set of bindings a runtime offers its plugins. It is a
+// value, not a global: tests and embedders build the registry they want.
+type Registry struct {
+	mu       sync.RWMutex
+	bindings map[string]Binding
+}
+
+// NewRegistry returns a registry holding the given bindings.
+// It panics on a duplicate name, which is a programming error.
+func NewRegistry(bs ...Binding) *Registry {
+	r := &Registry{bindings: make(map[string]Binding)}
+	for _, b := range bs {
+		r.Register(b)
+	}
+	return r
+}
+
+// Register adds a binding. It panics on a duplicate or empty name.
+func (r *Registry) Register(b Binding) {
+	name := b.Spec().Name
+	if name == "" {
+		panic("bindings: binding with an empty name")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.bindings[name]; dup {
+		panic(fmt.Sprintf("bindings: duplicate binding %q", name))
+	}
+	r.bindings[name] = b
+}
+
+// Lookup returns the binding for a module name ("ssh", not "loom.ssh").
+func (r *Registry) Lookup(name string) (Binding, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	b, ok := r.bindings[name]
+	return b, ok
+}
+
+// Names lists the registered module names, sorted.
+func (r *Registry) Names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	names := make([]string, 0, len(r.bindings))
+	for n := range r.bindings {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Stats merges the stats of every binding that reports some, prefixing
+// each key with the module name ("ssh_connections_open").
+func (r *Registry) Stats() map[string]float64 {
+	out := make(map[string]float64)
+	for _, n := range r.Names() {
+		b, _ := r.Lookup(n)
+		if s, ok := b.(StatsReporter); ok {
+			for k, v := range s.Stats() {
+				out[n+"_"+k] = v
+			}
+		}
+	}
+	return out
+}
+
+// Close closes every binding that holds resources and joins their errors.
+func (r *Registry) Close() error {
+	var errs []error
+	for _, n := range r.Names() {
+		b, _ := r.Lookup(n)
+		if c, ok := b.(Closer); ok {
+			if err := c.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("closing binding %q: %w", n, err))
+			}
+		}
+	}
+	return joinErrors(errs)
+}

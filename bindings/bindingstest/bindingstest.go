@@ -1,0 +1,132 @@
+// Package bindingstest is a small harness for testing a binding without
+// the runtime: a Host backed by temp dirs and a log buffer, and a Lua state
+// whose require() reaches only the bindings under test.
+//
+// Plugins and the runtime's own tests use runtime/luatest instead, which
+// runs the real sandbox.
+package bindingstest
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	lua "github.com/yuin/gopher-lua"
+
+	"github.com/loomrt/loom/bindings"
+)
+
+// Host is a bindings.Host for tests. Its fields may be set before use.
+type Host struct {
+	Ctx     context.Context
+	Dir     string // plugin dir
+	Work    string // hook work dir
+	Root    string // work root
+	Perms   bindings.Permissions
+	Task    string
+	mu      sync.Mutex
+	secrets []string
+	logBuf  bytes.Buffer
+	logger  *slog.Logger
+}
+
+// NewHost returns a Host whose dirs are fresh temp dirs and whose logger
+// writes JSON lines to an in-memory buffer (see Logs).
+func NewHost(t testing.TB) *Host {
+	t.Helper()
+	root := t.TempDir()
+	h := &Host{Ctx: context.Background(), Dir: t.TempDir(), Root: root, Work: root, Task: "test-task"}
+	h.logger = slog.New(slog.NewJSONHandler(&lockedWriter{h: h}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return h
+}
+
+type lockedWriter struct{ h *Host }
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	return w.h.logBuf.Write(p)
+}
+
+// Context implements bindings.Host.
+func (h *Host) Context() context.Context { return h.Ctx }
+
+// Logger implements bindings.Host.
+func (h *Host) Logger() *slog.Logger { return h.logger }
+
+// PluginDir implements bindings.Host.
+func (h *Host) PluginDir() string { return h.Dir }
+
+// WorkDir implements bindings.Host.
+func (h *Host) WorkDir() string { return h.Work }
+
+// WorkRoot implements bindings.Host.
+func (h *Host) WorkRoot() string { return h.Root }
+
+// Permissions implements bindings.Host.
+func (h *Host) Permissions() bindings.Permissions { return h.Perms }
+
+// TaskID implements bindings.Host.
+func (h *Host) TaskID() string { return h.Task }
+
+// AddSecret implements bindings.Host. Secrets are recorded so tests can
+// check that a binding registered them (see Secrets).
+func (h *Host) AddSecret(s string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.secrets = append(h.secrets, s)
+}
+
+// Secrets returns the values registered with AddSecret.
+func (h *Host) Secrets() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.secrets...)
+}
+
+// Logs returns everything logged so far (JSON lines). Unlike the runtime's
+// logger, this one does not redact: tests check that bindings never pass
+// secrets to the logger in the first place.
+func (h *Host) Logs() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.logBuf.String()
+}
+
+// NewState returns a Lua state with the base libraries and a require()
+// that resolves "loom.<name>" to the given bindings, opened against h.
+func NewState(t testing.TB, h bindings.Host, bs ...bindings.Binding) *lua.LState {
+	t.Helper()
+	L := lua.NewState()
+	t.Cleanup(L.Close)
+	reg := bindings.NewRegistry(bs...)
+	loaded := L.NewTable()
+	L.SetGlobal("require", L.NewFunction(func(L *lua.LState) int {
+		name := L.CheckString(1)
+		if v := loaded.RawGetString(name); v != lua.LNil {
+			L.Push(v)
+			return 1
+		}
+		mod, ok := strings.CutPrefix(name, "loom.")
+		b, found := reg.Lookup(mod)
+		if !ok || !found {
+			L.RaiseError("module %q not found", name)
+		}
+		v := b.Open(L, h)
+		loaded.RawSetString(name, v)
+		L.Push(v)
+		return 1
+	}))
+	return L
+}
+
+// Run executes a Lua chunk in L and fails the test on error.
+func Run(t testing.TB, L *lua.LState, code string) {
+	t.Helper()
+	if err := L.DoString(code); err != nil {
+		t.Fatalf("lua: %v", err)
+	}
+}
