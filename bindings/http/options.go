@@ -115,6 +115,8 @@ func (b *Binding) parseCall(L *lua.LState, fn, method, rawURL string, opts *lua.
 		if p, ok := u.User.Password(); ok {
 			r.addSecret(p)
 			r.addSecret(url.PathEscape(p))
+			// net/http sends URL user info as basic auth.
+			r.addSecret(base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + p)))
 		}
 	}
 	r.url = u
