@@ -1,0 +1,8 @@
+package cli
+
+import "github.com/spf13/cobra"
+
+// addMoreCommands registers the commands beyond run, plugins and version.
+// Each lives in its own file.
+func (a *App) addMoreCommands(root *cobra.Command, g *globalOptions) {
+}

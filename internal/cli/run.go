@@ -1,0 +1,94 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/loomrt/loom/runtime"
+)
+
+type runOptions struct {
+	g       *globalOptions
+	file    string
+	timeout time.Duration
+}
+
+func (a *App) newRunCmd(g *globalOptions) *cobra.Command {
+	o := &runOptions{g: g}
+	cmd := &cobra.Command{
+		Use:   "run TASK.json",
+		Short: "Run one Coopr task from a file (or - for stdin) and print its result JSON",
+		Long: `Run one Coopr task through the plugins and print Coopr's result JSON on stdout.
+Logs go to stderr.
+
+Exit status: 0 when the result's status is 0, 1 when the task failed, and 2 for
+usage errors, a malformed task, or a plugin that is missing or failed to load.`,
+		Example: `  loomd run examples/tasks/create.json --plugins examples/plugins
+  cat task.json | loomd run - --timeout 2m`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.file = args[0]
+			return a.runRun(cmd.Context(), o)
+		},
+	}
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "deadline for each hook, overriding the plugin definitions' timeouts (default: theirs, or 10m)")
+	return cmd
+}
+
+func (a *App) runRun(ctx context.Context, o *runOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	logger, err := a.newLogger(o.g.log)
+	if err != nil {
+		return err
+	}
+	var data []byte
+	if o.file == "-" {
+		data, err = io.ReadAll(a.In)
+	} else {
+		data, err = os.ReadFile(o.file)
+	}
+	if err != nil {
+		return usageErr(fmt.Errorf("reading the task: %w", err))
+	}
+	task, err := runtime.ParseTask(data)
+	if err != nil {
+		return usageErr(fmt.Errorf("%s: %w", o.file, err))
+	}
+	rt, err := a.newRuntime(ctx, o.g, runtimeConfig{timeout: o.timeout, logger: logger})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+
+	// Ctrl-C cancels the hook; the result says so.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := rt.RunTask(ctx, task)
+	if err != nil {
+		if errors.Is(err, runtime.ErrCancelled) {
+			return &exitError{code: 130, err: err}
+		}
+		return usageErr(err)
+	}
+	out, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the result: %w", err)
+	}
+	fmt.Fprintf(a.Out, "%s\n", out)
+	if res.Status != 0 {
+		logger.Error("task failed", "task", task.TaskID, "status", res.Status, "message", res.Message)
+		return silentExit(ExitFailure)
+	}
+	return nil
+}

@@ -1,0 +1,228 @@
+package runtime
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Definition is a plugin's JSON definition, in Coopr's format plus Loom's
+// optional additions (main, timeouts, permissions).
+//
+//	{"name": "mycloud", "description": "...",
+//	 "providertypes": ["mycloud"],
+//	 "mycloud": {"name": "mycloud", "classname": "MyCloud",
+//	             "parameters": {"admin": {"fields": {...}, "required": [[...]]}},
+//	             "resourceTypes": {"ssh_keys": {"format": "file", "permissions": "0400"}}},
+//	 "main": "mycloud.lua", "timeouts": {"default": "10m", "confirm": "30m"},
+//	 "permissions": {"http": ["api.mycloud.example"]}}
+type Definition struct {
+	Name           string   `json:"name"`
+	Description    string   `json:"description,omitempty"`
+	ProviderTypes  []string `json:"providertypes,omitempty"`
+	AutomatorTypes []string `json:"automatortypes,omitempty"`
+	// Types holds the per-type objects, keyed by type name.
+	Types map[string]*TypeDef `json:"-"`
+	// Main, Timeouts and Permissions apply to every type unless the type's
+	// own object overrides them.
+	Main        string            `json:"main,omitempty"`
+	Timeouts    map[string]string `json:"timeouts,omitempty"`
+	Permissions *PermissionsDef   `json:"permissions,omitempty"`
+}
+
+// TypeDef is one declared provider or automator type.
+type TypeDef struct {
+	Name          string                     `json:"name,omitempty"`
+	Classname     string                     `json:"classname"`
+	Description   string                     `json:"description,omitempty"`
+	Parameters    map[string]*ParameterGroup `json:"parameters,omitempty"`
+	ResourceTypes map[string]json.RawMessage `json:"resourceTypes,omitempty"`
+	Main          string                     `json:"main,omitempty"`
+	Timeouts      map[string]string          `json:"timeouts,omitempty"`
+	Permissions   *PermissionsDef            `json:"permissions,omitempty"`
+	// Raw is the type's object as written, which is what a Coopr server
+	// receives when the plugin type is registered.
+	Raw json.RawMessage `json:"-"`
+}
+
+// ParameterGroup is parameters.admin or parameters.user.
+type ParameterGroup struct {
+	Fields map[string]*Field `json:"fields,omitempty"`
+	// Required lists alternative sets of field names: the task must fill
+	// every field of at least one set.
+	Required [][]string `json:"required,omitempty"`
+}
+
+// Field is one declared parameter field.
+type Field struct {
+	Label     string `json:"label,omitempty"`
+	Type      string `json:"type,omitempty"`
+	Tip       string `json:"tip,omitempty"`
+	Default   any    `json:"default,omitempty"`
+	Override  bool   `json:"override,omitempty"`
+	Sensitive bool   `json:"sensitive,omitempty"`
+	Options   []any  `json:"options,omitempty"`
+}
+
+// PermissionsDef grants a plugin access beyond the defaults.
+type PermissionsDef struct {
+	// HTTP is the allow-list of hosts for loom.http ("*.example.com").
+	HTTP []string `json:"http,omitempty"`
+}
+
+// parseDefinition decodes a definition file. It returns (nil, nil) for a
+// valid JSON file that declares no plugin types, so plugin folders may hold
+// other JSON files (an example inventory, say).
+func parseDefinition(data []byte) (*Definition, error) {
+	var top map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&top); err != nil {
+		return nil, fmt.Errorf("invalid JSON: %s", describeJSONError(data, err))
+	}
+	_, hasP := top["providertypes"]
+	_, hasA := top["automatortypes"]
+	if !hasP && !hasA {
+		return nil, nil
+	}
+	var d Definition
+	if err := json.Unmarshal(data, &d); err != nil {
+		return nil, fmt.Errorf("invalid definition: %s", describeJSONError(data, err))
+	}
+	if d.Name == "" {
+		return nil, fmt.Errorf("missing \"name\"")
+	}
+	d.Types = make(map[string]*TypeDef)
+	seen := make(map[string]string)
+	declare := func(list []string, fam string) error {
+		for _, name := range list {
+			if name == "" {
+				return fmt.Errorf("%s lists an empty type name", fam)
+			}
+			if prev, dup := seen[name]; dup {
+				return fmt.Errorf("type %q is declared twice (in %s and %s)", name, prev, fam)
+			}
+			seen[name] = fam
+			raw, ok := top[name]
+			if !ok {
+				return fmt.Errorf("%s declares %q but there is no %q object holding its classname", fam, name, name)
+			}
+			td := &TypeDef{Raw: raw}
+			if err := json.Unmarshal(raw, td); err != nil {
+				return fmt.Errorf("type %q: %s", name, describeJSONError(raw, err))
+			}
+			if td.Name != "" && td.Name != name {
+				return fmt.Errorf("type %q: its object's \"name\" is %q; they must match", name, td.Name)
+			}
+			if td.Classname == "" && td.Main == "" && d.Main == "" {
+				return fmt.Errorf("type %q: missing \"classname\" (the Lua table holding its hooks) or \"main\"", name)
+			}
+			if err := validateTimeouts(td.Timeouts); err != nil {
+				return fmt.Errorf("type %q: %w", name, err)
+			}
+			d.Types[name] = td
+		}
+		return nil
+	}
+	if err := declare(d.ProviderTypes, "providertypes"); err != nil {
+		return nil, err
+	}
+	if err := declare(d.AutomatorTypes, "automatortypes"); err != nil {
+		return nil, err
+	}
+	if len(d.Types) == 0 {
+		return nil, fmt.Errorf("declares no types: providertypes and automatortypes are both empty")
+	}
+	if err := validateTimeouts(d.Timeouts); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+func validateTimeouts(m map[string]string) error {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if k != "default" && !isHook(k) {
+			return fmt.Errorf("timeouts: unknown hook %q (want default or one of %s, %s)", k,
+				strings.Join(ProviderHooks, ", "), strings.Join(AutomatorHooks, ", "))
+		}
+		d, err := time.ParseDuration(m[k])
+		if err != nil || d <= 0 {
+			return fmt.Errorf("timeouts.%s: %q is not a positive Go duration such as \"10m\" or \"90s\"", k, m[k])
+		}
+	}
+	return nil
+}
+
+func isHook(name string) bool {
+	for _, h := range ProviderHooks {
+		if h == name {
+			return true
+		}
+	}
+	for _, h := range AutomatorHooks {
+		if h == name {
+			return true
+		}
+	}
+	return false
+}
+
+// timeout returns the hook's deadline from the type's and the plugin's
+// timeouts, falling back to def.
+func (t *TypeDef) timeout(d *Definition, hook string, def time.Duration) time.Duration {
+	for _, m := range []map[string]string{t.Timeouts, d.Timeouts} {
+		if v, ok := m[hook]; ok {
+			dur, _ := time.ParseDuration(v)
+			return dur
+		}
+	}
+	for _, m := range []map[string]string{t.Timeouts, d.Timeouts} {
+		if v, ok := m["default"]; ok {
+			dur, _ := time.ParseDuration(v)
+			return dur
+		}
+	}
+	return def
+}
+
+func (t *TypeDef) permissions(d *Definition) PermissionsDef {
+	if t.Permissions != nil {
+		return *t.Permissions
+	}
+	if d.Permissions != nil {
+		return *d.Permissions
+	}
+	return PermissionsDef{}
+}
+
+func (t *TypeDef) main(d *Definition) string {
+	if t.Main != "" {
+		return t.Main
+	}
+	return d.Main
+}
+
+// sensitiveFields lists the names of fields flagged sensitive, whose
+// values the runtime redacts from logs and error messages.
+func (t *TypeDef) sensitiveFields() []string {
+	var out []string
+	for _, g := range t.Parameters {
+		if g == nil {
+			continue
+		}
+		for name, f := range g.Fields {
+			if f != nil && (f.Sensitive || f.Type == "password") {
+				out = append(out, name)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}

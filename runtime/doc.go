@@ -1,0 +1,27 @@
+// Package runtime is Loom's embeddable plugin runtime: it loads folders of
+// Lua provider and automator plugins, written in the Coopr plugin format,
+// and runs Coopr tasks through their hooks in sandboxed, pooled VMs.
+//
+// A Go program embeds it in four calls:
+//
+//	rt, err := runtime.New(runtime.Options{PluginsDir: "plugins"})
+//	err = rt.Load(ctx)
+//	res, err := rt.Run(ctx, taskJSON)
+//	rt.Close()
+//
+// # Plugin lifecycle
+//
+// Each plugin goes through these steps, written down once here:
+//
+//  1. Load: read the JSON definition and compile every Lua file once into
+//     shared function prototypes. No plugin code runs, no side effects.
+//  2. Provision: a VM runs the compiled chunks in the plugin's environment
+//     and captures the entry table named by classname (or returned by main).
+//  3. Validate: the entry table must exist; missing hooks are warnings.
+//  4. Use: each task gets a fresh instance {task, result, env} whose
+//     metatable is the entry table, and the hook runs as hook(self, input)
+//     under the task's deadline.
+//  5. Cleanup: a VM that timed out, hit a limit or panicked is closed and
+//     never reused; pools drain when a new version replaces the old one and
+//     on Close.
+package runtime

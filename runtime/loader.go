@@ -1,0 +1,268 @@
+package runtime
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	lua "github.com/yuin/gopher-lua"
+	"github.com/yuin/gopher-lua/parse"
+)
+
+// maxSourceSize caps a Lua file: parsing pathological sources (1e5 nested
+// parentheses) is slow, and no plugin needs a megabyte of code in one file.
+const maxSourceSize = 1 << 20
+
+// LoadError is a problem found while loading a plugin: invalid JSON, a
+// missing classname, a Lua syntax error, a duplicate type. It names the
+// file (and line when known) so an author can go straight to it.
+type LoadError struct {
+	// Plugin is the plugin's name, or its folder when the name is unknown.
+	Plugin string `json:"plugin"`
+	// Type is the plugin type concerned, when the problem is specific to one.
+	Type string `json:"type,omitempty"`
+	// File is the file at fault, as a path under the plugins directory.
+	File string `json:"file"`
+	// Line is the 1-based line, or 0 when unknown.
+	Line int `json:"line,omitempty"`
+	// Message says what is wrong and what to do.
+	Message string `json:"message"`
+	// Warning marks problems that do not stop the plugin from serving,
+	// such as a hook the entry table does not define.
+	Warning bool `json:"warning,omitempty"`
+}
+
+func (e *LoadError) Error() string {
+	loc := e.File
+	if e.Line > 0 {
+		loc = fmt.Sprintf("%s:%d", e.File, e.Line)
+	}
+	who := e.Plugin
+	if e.Type != "" && e.Type != e.Plugin {
+		who = fmt.Sprintf("%s (type %s)", e.Plugin, e.Type)
+	}
+	return fmt.Sprintf("%s: plugin %s: %s", loc, who, e.Message)
+}
+
+// plugin is one plugin folder and definition, compiled.
+type plugin struct {
+	dir     string // absolute folder
+	display string // folder as shown to users (under the plugins dir as given)
+	defFile string // definition file, as shown to users
+	def     *Definition
+	version string
+	// protos maps a slash-separated path inside the folder ("lib/x.lua")
+	// to its compiled chunk. Compiled once, shared by every VM.
+	protos map[string]*lua.FunctionProto
+	// top lists the top-level .lua files in name order: what runs at
+	// provision time when the definition names no main file.
+	top []string
+}
+
+// scanPlugins finds plugin definitions under dir, in both layouts Coopr
+// scanned: <dir>/<plugin>/<x>.json and <dir>/<group>/<plugin>/<x>.json.
+// A folder is a plugin folder when it holds a JSON file declaring types.
+func scanPlugins(dir string) ([]*plugin, []*LoadError) {
+	var plugins []*plugin
+	var errs []*LoadError
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, []*LoadError{{Plugin: "-", File: dir, Message: fmt.Sprintf("reading the plugins directory: %v (set --plugins or LOOM_PLUGINS)", err)}}
+	}
+	for _, e := range entries {
+		if !isDir(dir, e) || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		sub := filepath.Join(dir, e.Name())
+		ps, es, found := loadFolder(dir, sub)
+		plugins, errs = append(plugins, ps...), append(errs, es...)
+		if found {
+			continue
+		}
+		// A group folder: look one level deeper.
+		inner, err := os.ReadDir(sub)
+		if err != nil {
+			errs = append(errs, &LoadError{Plugin: e.Name(), File: sub, Message: err.Error()})
+			continue
+		}
+		for _, ie := range inner {
+			if !isDir(sub, ie) || strings.HasPrefix(ie.Name(), ".") {
+				continue
+			}
+			ps, es, _ := loadFolder(dir, filepath.Join(sub, ie.Name()))
+			plugins, errs = append(plugins, ps...), append(errs, es...)
+		}
+	}
+	return plugins, errs
+}
+
+func isDir(parent string, e fs.DirEntry) bool {
+	if e.IsDir() {
+		return true
+	}
+	if e.Type()&fs.ModeSymlink != 0 {
+		st, err := os.Stat(filepath.Join(parent, e.Name()))
+		return err == nil && st.IsDir()
+	}
+	return false
+}
+
+// loadFolder loads every definition in one folder. found reports whether
+// the folder held a definition (or a broken JSON file that may be one).
+func loadFolder(root, dir string) (plugins []*plugin, errs []*LoadError, found bool) {
+	jsons, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	sort.Strings(jsons)
+	for _, jf := range jsons {
+		data, err := os.ReadFile(jf)
+		if err != nil {
+			errs = append(errs, &LoadError{Plugin: filepath.Base(dir), File: jf, Message: err.Error()})
+			found = true
+			continue
+		}
+		def, err := parseDefinition(data)
+		if err != nil {
+			errs = append(errs, &LoadError{Plugin: filepath.Base(dir), File: jf, Line: lineOf(err.Error()), Message: err.Error()})
+			found = true
+			continue
+		}
+		if def == nil {
+			continue // some other JSON file
+		}
+		found = true
+		p, perrs := compilePlugin(dir, jf, data, def)
+		errs = append(errs, perrs...)
+		if p != nil {
+			plugins = append(plugins, p)
+		}
+	}
+	return plugins, errs, found
+}
+
+// lineOf extracts "line N" from a describeJSONError message.
+func lineOf(msg string) int {
+	var n int
+	if i := strings.Index(msg, "line "); i >= 0 {
+		fmt.Sscanf(msg[i:], "line %d", &n)
+	}
+	return n
+}
+
+// compilePlugin hashes and compiles every .lua file of the folder,
+// recursively, so syntax errors in required modules surface at load time.
+func compilePlugin(dir, defFile string, defData []byte, def *Definition) (*plugin, []*LoadError) {
+	p := &plugin{dir: dir, display: dir, defFile: defFile, def: def, protos: make(map[string]*lua.FunctionProto)}
+	if abs, err := filepath.Abs(dir); err == nil {
+		p.dir = abs
+	}
+	h := sha256.New()
+	h.Write(defData)
+	var errs []*LoadError
+	var files []string
+	walkErr := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != dir && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(d.Name(), ".lua") {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if walkErr != nil {
+		errs = append(errs, &LoadError{Plugin: def.Name, File: dir, Message: fmt.Sprintf("reading the plugin folder: %v", walkErr)})
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		rel, _ := filepath.Rel(dir, f)
+		rel = filepath.ToSlash(rel)
+		src, err := readSource(f)
+		if err != nil {
+			errs = append(errs, &LoadError{Plugin: def.Name, File: f, Message: err.Error()})
+			continue
+		}
+		h.Write([]byte(rel))
+		h.Write(src)
+		proto, lerr := compileChunk(src, f)
+		if lerr != nil {
+			lerr.Plugin = def.Name
+			errs = append(errs, lerr)
+			continue
+		}
+		p.protos[rel] = proto
+		if !strings.Contains(rel, "/") {
+			p.top = append(p.top, rel)
+		}
+	}
+	p.version = hex.EncodeToString(h.Sum(nil))[:12]
+	for name, td := range def.Types {
+		if m := td.main(def); m != "" {
+			if _, ok := p.protos[filepath.ToSlash(filepath.Clean(m))]; !ok {
+				errs = append(errs, &LoadError{Plugin: def.Name, Type: name, File: defFile,
+					Message: fmt.Sprintf("main file %q not found (or not compiled) in %s", m, dir)})
+			}
+		}
+	}
+	if len(p.top) == 0 && def.Main == "" {
+		errs = append(errs, &LoadError{Plugin: def.Name, File: defFile, Warning: true,
+			Message: fmt.Sprintf("no .lua file next to the definition in %s", dir)})
+	}
+	// Any compile error makes the version unusable: serving half a
+	// plugin would fail in confusing ways at run time.
+	for _, e := range errs {
+		if !e.Warning {
+			return nil, errs
+		}
+	}
+	return p, errs
+}
+
+func readSource(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > maxSourceSize {
+		return nil, fmt.Errorf("source is %d bytes; the limit is %d: split it into modules", st.Size(), maxSourceSize)
+	}
+	return os.ReadFile(path)
+}
+
+// compileChunk parses and compiles Lua source. name is the chunk name Lua
+// shows in errors and tracebacks (the file's path as the user gave it).
+func compileChunk(src []byte, name string) (*lua.FunctionProto, *LoadError) {
+	chunk, err := parse.Parse(bytes.NewReader(src), name)
+	if err != nil {
+		le := &LoadError{File: name, Message: "syntax error: " + strings.TrimSpace(err.Error())}
+		var pe *parse.Error
+		if errors.As(err, &pe) {
+			le.Line = pe.Pos.Line
+			if pe.Pos.Line == parse.EOF {
+				le.Line = bytes.Count(src, []byte("\n")) + 1
+				le.Message = fmt.Sprintf("syntax error at end of file: %s (an unclosed function, if, do or table?)", strings.TrimSpace(pe.Message))
+			} else {
+				le.Message = fmt.Sprintf("syntax error near '%s': %s", pe.Token, strings.TrimSpace(pe.Message))
+			}
+		}
+		return nil, le
+	}
+	proto, err := lua.Compile(chunk, name)
+	if err != nil {
+		le := &LoadError{File: name, Message: "compile error: " + err.Error()}
+		var ce *lua.CompileError
+		if errors.As(err, &ce) {
+			le.Line = ce.Line
+			le.Message = "compile error: " + ce.Message
+		}
+		return nil, le
+	}
+	return proto, nil
+}

@@ -1,0 +1,441 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	lua "github.com/yuin/gopher-lua"
+
+	"github.com/loomrt/loom/bindings/luaval"
+)
+
+// Run parses a Coopr task and runs it. See RunTask.
+func (rt *Runtime) Run(ctx context.Context, data []byte) (*Result, error) {
+	task, err := ParseTask(data)
+	if err != nil {
+		return nil, err
+	}
+	return rt.RunTask(ctx, task)
+}
+
+// RunTask runs a task through its plugin's hook and returns Coopr's
+// result. A plugin failure (an error raised, a non-zero status, a timeout)
+// is a Result with a non-zero Status and a nil error. The error is non-nil
+// only when the task could not be run at all: ErrPluginNotFound when no
+// plugin serves its type, ErrCancelled when ctx was cancelled (the task
+// may be run again), ErrClosed after Close.
+//
+// BOOTSTRAP runs every automator in config.automators in order, merging
+// their results; it stops at the first that fails.
+func (rt *Runtime) RunTask(ctx context.Context, task *Task) (*Result, error) {
+	if rt.closed.Load() {
+		return nil, ErrClosed
+	}
+	start := time.Now()
+	snap := rt.snap.Load()
+	names := task.Types()
+	pts := make([]*pluginType, len(names))
+	for i, name := range names {
+		pt, ok := snap.types[name]
+		if !ok {
+			return nil, rt.notFound(snap, task, name)
+		}
+		if pt.family != task.Family() {
+			return nil, fmt.Errorf("%w: task %s (%s) needs a %s type, but %q is a %s type (%s)",
+				ErrPluginNotFound, task.label(), task.TaskName, task.Family(), name, pt.family, pt.plugin.defFile)
+		}
+		pts[i] = pt
+	}
+	res := &Result{TaskID: task.TaskID}
+	var plugins []string
+	for _, pt := range pts {
+		r, err := rt.runHook(ctx, pt, task, task.Hook())
+		if err != nil {
+			return nil, err
+		}
+		plugins = append(plugins, pt.name+"@"+pt.plugin.version)
+		mergeResult(res, r)
+		if r.Status != 0 {
+			break
+		}
+	}
+	res.Plugin = strings.Join(plugins, ",")
+	res.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+	return res, nil
+}
+
+func (rt *Runtime) notFound(snap *snapshot, task *Task, name string) error {
+	for _, e := range snap.errors {
+		if e.Type == name && !e.Warning {
+			return fmt.Errorf("%w: task %s needs %s type %q, which failed to load: %v", ErrPluginNotFound, task.label(), task.Family(), name, e)
+		}
+	}
+	var have []string
+	for n, pt := range snap.types {
+		if pt.family == task.Family() {
+			have = append(have, n)
+		}
+	}
+	sort.Strings(have)
+	return fmt.Errorf("%w: task %s (%s) needs %s type %q, but no plugin in %s declares it (loaded %s types: %s)",
+		ErrPluginNotFound, task.label(), task.TaskName, task.Family(), name, rt.opts.PluginsDir, task.Family(), orNone(have))
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+// mergeResult folds one automator's result into a BOOTSTRAP's.
+func mergeResult(dst, src *Result) {
+	if dst.Status == 0 {
+		dst.Status = src.Status
+	}
+	join := func(a, b string) string {
+		switch {
+		case a == "":
+			return b
+		case b == "":
+			return a
+		}
+		return a + "\n" + b
+	}
+	dst.Message = join(dst.Message, src.Message)
+	dst.Stdout = join(dst.Stdout, src.Stdout)
+	dst.Stderr = join(dst.Stderr, src.Stderr)
+	if src.Hostname != "" {
+		dst.Hostname = src.Hostname
+	}
+	dst.Result = deepMerge(dst.Result, src.Result)
+	dst.IPAddresses = deepMerge(dst.IPAddresses, src.IPAddresses)
+	dst.Extra = deepMerge(dst.Extra, src.Extra)
+	if src.Error != nil {
+		dst.Error = src.Error
+	}
+}
+
+func deepMerge(dst, src map[string]any) map[string]any {
+	if dst == nil {
+		return src
+	}
+	for k, v := range src {
+		if sm, ok := v.(map[string]any); ok {
+			if dm, ok := dst[k].(map[string]any); ok {
+				dst[k] = deepMerge(dm, sm)
+				continue
+			}
+		}
+		dst[k] = v
+	}
+	return dst
+}
+
+// hookTimeout is the hook's deadline: --timeout, else the definition's
+// timeouts, else the default.
+func (rt *Runtime) hookTimeout(pt *pluginType, hook string) time.Duration {
+	if rt.opts.Timeout > 0 {
+		return rt.opts.Timeout
+	}
+	return pt.def.timeout(pt.plugin.def, hook, rt.opts.DefaultTimeout)
+}
+
+// runHook runs one hook of one plugin type on a pooled VM.
+func (rt *Runtime) runHook(ctx context.Context, pt *pluginType, task *Task, hook string) (*Result, error) {
+	return rt.runHookWith(ctx, pt, task, hook, rt.logger, nil)
+}
+
+// runHookWith is runHook with a caller's logger and, for the REPL, a VM
+// the caller holds (nil means check one out of the pool).
+func (rt *Runtime) runHookWith(ctx context.Context, pt *pluginType, task *Task, hook string, logger *slog.Logger, held *vm) (*Result, error) {
+	start := time.Now()
+	timeout := rt.hookTimeout(pt, hook)
+	hctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res := &Result{TaskID: task.TaskID}
+	fail := func(status int, format string, args ...any) (*Result, error) {
+		res.Status = status
+		res.Message = fmt.Sprintf(format, args...)
+		return res, nil
+	}
+	workDir := rt.workDirFor(pt)
+	if err := os.MkdirAll(workDir, 0o750); err != nil {
+		return fail(1, "creating the work dir for %s: %v (check --work-dir)", pt.name, err)
+	}
+	v := held
+	if v == nil {
+		var err error
+		if v, err = pt.pool.get(); err != nil {
+			return fail(1, "starting a VM for %s: %v", pt.name, err)
+		}
+		defer pt.pool.put(v)
+	}
+	v.begin(hctx, task.TaskID, hook, logger)
+	defer v.end()
+	L := v.L
+
+	taskT, err := luaval.Decode(L, task.raw, luaval.Limits{})
+	if err != nil {
+		return fail(1, "converting task %s to Lua: %v", task.label(), err)
+	}
+	tt, _ := taskT.(*lua.LTable)
+	input, missing := v.buildInput(task, tt)
+	if missing != "" {
+		return fail(1, "%s", missing)
+	}
+	inst := v.newInstance(tt, task, hook)
+	fn := L.GetField(inst, hook)
+	if _, ok := fn.(*lua.LFunction); !ok {
+		return fail(1, "unimplemented %s in %s", hook, pt.def.Classname)
+	}
+	L.Push(fn)
+	L.Push(inst)
+	L.Push(input)
+	callErr := L.PCall(2, 0, nil)
+
+	collectErr := v.collectResult(inst.RawGetString("result"), res)
+	switch {
+	case callErr != nil && hctx.Err() != nil && ctx.Err() != nil:
+		v.broken = true
+		return nil, fmt.Errorf("%w: task %s, %s %s: %v", ErrCancelled, task.label(), pt.name, hook, context.Cause(ctx))
+	case callErr != nil && hctx.Err() != nil:
+		v.broken = true
+		res.Status = 1
+		res.Message = fmt.Sprintf("hook %s of %s timed out after %s (raise timeouts.%s in %s, or loomd run --timeout)",
+			hook, pt.name, timeout, hook, pt.plugin.defFile)
+		_, trace, _ := describeLuaError(callErr)
+		res.Stderr = appendLine(res.Stderr, trace)
+	case callErr != nil:
+		v.broken = true
+		msg, trace, obj := describeLuaError(callErr)
+		if res.Status == 0 {
+			res.Status = 1
+		}
+		res.Message = msg
+		if obj != nil {
+			if ev, err := luaval.ToGo(L, obj, luaval.Limits{MaxDepth: 16, MaxNodes: 10000}); err == nil {
+				res.Error, _ = ev.(map[string]any)
+			} else {
+				res.Error = map[string]any{"message": msg, "unconvertible": err.Error()}
+			}
+			// A command error carries the remote output: the thing a
+			// failed task most needs to show (Coopr meant to, and never did).
+			if kind, _ := obj.RawGetString("kind").(lua.LString); kind == "command" {
+				if s, ok := obj.RawGetString("stdout").(lua.LString); ok && res.Stdout == "" {
+					res.Stdout = string(s)
+				}
+				if s, ok := obj.RawGetString("stderr").(lua.LString); ok && res.Stderr == "" {
+					res.Stderr = string(s)
+				}
+			}
+		}
+		res.Stderr = appendLine(res.Stderr, msg+"\n"+trace)
+	case collectErr != nil:
+		res.Status = 1
+		res.Message = fmt.Sprintf("%s %s returned an invalid result: %v", pt.name, hook, collectErr)
+	}
+	v.redactResult(res)
+	v.logger.Debug("hook finished", "status", res.Status, "duration_ms", time.Since(start).Milliseconds())
+	return res, nil
+}
+
+func appendLine(a, b string) string {
+	if a == "" {
+		return b
+	}
+	if b == "" {
+		return a
+	}
+	return a + "\n" + b
+}
+
+// redactResult removes the task's secrets from the human-readable parts
+// of a result. result and ipaddresses are data the next tasks need (a
+// provider legitimately returns ssh-auth), so they are left as they are.
+func (v *vm) redactResult(r *Result) {
+	r.Message = v.secrets.redact(r.Message)
+	r.Stdout = v.secrets.redact(r.Stdout)
+	r.Stderr = v.secrets.redact(r.Stderr)
+	if r.Error != nil {
+		redactMap(r.Error, v.secrets)
+	}
+}
+
+func redactMap(m map[string]any, s *secretSet) {
+	for k, val := range m {
+		switch x := val.(type) {
+		case string:
+			m[k] = s.redact(x)
+		case map[string]any:
+			redactMap(x, s)
+		}
+	}
+}
+
+// newInstance builds self: {task, result, env, classname} whose metatable
+// is {__index = entry}, the Lua twin of Ruby's new(env, task).
+func (v *vm) newInstance(taskT *lua.LTable, task *Task, hook string) *lua.LTable {
+	L := v.L
+	inst := L.CreateTable(0, 4)
+	inst.RawSetString("task", taskT)
+	inst.RawSetString("result", v.newAutoviv())
+	env := L.CreateTable(0, 8)
+	env.RawSetString("work_dir", lua.LString(v.workDir))
+	env.RawSetString("work_root", lua.LString(v.rt.workRoot))
+	env.RawSetString("tenant", lua.LString(v.rt.opts.Tenant))
+	env.RawSetString("type", lua.LString(v.pt.name))
+	env.RawSetString("family", lua.LString(string(v.pt.family)))
+	env.RawSetString("plugin_dir", lua.LString(v.pt.plugin.dir))
+	env.RawSetString("hook", lua.LString(hook))
+	env.RawSetString("task_id", lua.LString(task.TaskID))
+	inst.RawSetString("env", env)
+	if v.pt.def.Classname != "" {
+		inst.RawSetString("classname", lua.LString(v.pt.def.Classname))
+	}
+	inst.Metatable = v.instMeta
+	return inst
+}
+
+// buildInput builds the hook's input map (Coopr §3.3), applies parameter
+// defaults to fields and checks required sets. missing is a user-facing
+// message when required fields are absent.
+func (v *vm) buildInput(task *Task, taskT *lua.LTable) (input *lua.LTable, missing string) {
+	L := v.L
+	config, _ := taskT.RawGetString("config").(*lua.LTable)
+	if config == nil {
+		config = L.CreateTable(0, 0)
+	}
+	get := func(t *lua.LTable, keys ...string) lua.LValue {
+		var cur lua.LValue = t
+		for _, k := range keys {
+			ct, ok := cur.(*lua.LTable)
+			if !ok {
+				return lua.LNil
+			}
+			cur = ct.RawGetString(k)
+		}
+		return cur
+	}
+	input = L.CreateTable(0, 4)
+	var fieldsSrc lua.LValue = lua.LNil
+	withFields := true
+	switch hook := task.Hook(); {
+	case hook == "create":
+		input.RawSetString("flavor", config.RawGetString("flavor"))
+		input.RawSetString("image", config.RawGetString("image"))
+		input.RawSetString("hostname", config.RawGetString("hostname"))
+		fieldsSrc = get(config, "provider", "provisioner")
+	case task.Family() == Provider:
+		input.RawSetString("providerid", config.RawGetString("providerid"))
+		fieldsSrc = get(config, "provider", "provisioner")
+	default:
+		input.RawSetString("hostname", config.RawGetString("hostname"))
+		ip := get(config, "ipaddresses", "access_v4")
+		if ip == lua.LNil {
+			ip = config.RawGetString("ipaddress")
+		}
+		input.RawSetString("ipaddress", ip)
+		input.RawSetString("sshauth", config.RawGetString("ssh-auth"))
+		if hook == "bootstrap" {
+			withFields = false
+		} else {
+			fieldsSrc = get(config, "service", "action", "fields")
+		}
+	}
+	if s, ok := get(config, "ssh-auth", "password").(lua.LString); ok {
+		v.secrets.add(string(s))
+	}
+	if !withFields {
+		return input, ""
+	}
+	// A shallow copy, so defaults do not change self.task.
+	fields := L.CreateTable(0, 8)
+	if src, ok := fieldsSrc.(*lua.LTable); ok {
+		src.ForEach(func(k, val lua.LValue) { fields.RawSet(k, val) })
+	}
+	missing = v.applyParameters(fields)
+	input.RawSetString("fields", fields)
+	return input, missing
+}
+
+// applyParameters fills declared defaults into fields, registers the
+// values of sensitive fields as secrets, and checks the required sets.
+func (v *vm) applyParameters(fields *lua.LTable) string {
+	td := v.pt.def
+	groups := make([]string, 0, len(td.Parameters))
+	for g := range td.Parameters {
+		groups = append(groups, g)
+	}
+	sort.Strings(groups)
+	present := func(name string) bool {
+		switch x := fields.RawGetString(name).(type) {
+		case *lua.LNilType:
+			return false
+		case lua.LString:
+			return x != ""
+		}
+		return true
+	}
+	var problems []string
+	for _, g := range groups {
+		pg := td.Parameters[g]
+		if pg == nil {
+			continue
+		}
+		for name, f := range pg.Fields {
+			if f == nil {
+				continue
+			}
+			if f.Default != nil && !present(name) {
+				fields.RawSetString(name, luaval.FromGo(v.L, f.Default))
+			}
+			if f.Sensitive || f.Type == "password" {
+				if s, ok := fields.RawGetString(name).(lua.LString); ok {
+					v.secrets.add(string(s))
+				}
+			}
+		}
+		if len(pg.Required) == 0 {
+			continue
+		}
+		satisfied := false
+		var best []string
+		for _, set := range pg.Required {
+			var miss []string
+			for _, name := range set {
+				if !present(name) {
+					miss = append(miss, name)
+				}
+			}
+			if len(miss) == 0 {
+				satisfied = true
+				break
+			}
+			if best == nil || len(miss) < len(best) {
+				best = miss
+			}
+		}
+		if !satisfied {
+			alts := make([]string, len(pg.Required))
+			for i, set := range pg.Required {
+				alts[i] = "[" + strings.Join(set, ", ") + "]"
+			}
+			msg := fmt.Sprintf("missing required %s fields for %s: %s", g, v.pt.name, strings.Join(best, ", "))
+			if len(alts) > 1 {
+				msg += " (fill every field of one of: " + strings.Join(alts, " or ") + ")"
+			}
+			problems = append(problems, msg)
+		}
+	}
+	return strings.Join(problems, "; ")
+}
+
+// IsInvalidTask reports whether err means the task itself is malformed.
+func IsInvalidTask(err error) bool { return errors.Is(err, ErrInvalidTask) }

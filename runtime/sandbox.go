@@ -1,0 +1,301 @@
+package runtime
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+
+	lua "github.com/yuin/gopher-lua"
+)
+
+// Limits bound what one plugin VM may consume. Zero fields take defaults.
+type Limits struct {
+	// MaxStringSize caps strings built by string.rep, table.concat and
+	// string.format (default 16 MiB).
+	MaxStringSize int
+	// MaxUnpack caps the values unpack() may push (default 65536).
+	MaxUnpack int
+	// MaxCoroutines caps coroutines created per task (default 256); each
+	// is a whole Lua state of 20-100 KiB.
+	MaxCoroutines int
+	// CallStackSize is the Lua call depth (default 512).
+	CallStackSize int
+	// RegistryMaxSize caps the Lua data stack in slots (default 1M, 16 MiB).
+	RegistryMaxSize int
+}
+
+// DefaultLimits are the limits used when Options.Limits is zero.
+var DefaultLimits = Limits{
+	MaxStringSize:   16 << 20,
+	MaxUnpack:       1 << 16,
+	MaxCoroutines:   256,
+	CallStackSize:   512,
+	RegistryMaxSize: 1 << 20,
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	if l.MaxStringSize > 0 {
+		d.MaxStringSize = l.MaxStringSize
+	}
+	if l.MaxUnpack > 0 {
+		d.MaxUnpack = l.MaxUnpack
+	}
+	if l.MaxCoroutines > 0 {
+		d.MaxCoroutines = l.MaxCoroutines
+	}
+	if l.CallStackSize > 0 {
+		d.CallStackSize = l.CallStackSize
+	}
+	if l.RegistryMaxSize > 0 {
+		d.RegistryMaxSize = l.RegistryMaxSize
+	}
+	return d
+}
+
+// maxArrayIndex caps the array part of every Lua table. gopher-lua fills
+// the gap up to a new index with nils, so t[6e7]=1 would allocate 1 GiB;
+// indexes past the cap go to the hash part instead (same semantics).
+const maxArrayIndex = 1 << 20
+
+var setArrayCap sync.Once
+
+// removedGlobals are base functions a plugin must not reach: code loading
+// (which runs with the real globals), environment swapping, process-wide GC,
+// and gopher-lua's debugging helpers.
+var removedGlobals = []string{
+	"dofile", "loadfile", "load", "loadstring", "module", "require",
+	"getfenv", "setfenv", "collectgarbage", "newproxy", "_printregs",
+	"print", "_GOPHER_LUA_VERSION",
+}
+
+// newSandboxState builds a Lua state with only the allow-listed libraries,
+// wrapped builtins and a locked string metatable. The caller adds require,
+// log and print, which need the VM.
+func newSandboxState(lim Limits, quota *int) *lua.LState {
+	setArrayCap.Do(func() { lua.MaxArrayIndex = maxArrayIndex })
+	L := lua.NewState(lua.Options{
+		SkipOpenLibs:        true,
+		CallStackSize:       lim.CallStackSize,
+		RegistrySize:        1024,
+		RegistryMaxSize:     lim.RegistryMaxSize,
+		RegistryGrowStep:    1024,
+		MinimizeStackMemory: true,
+	})
+	for _, lib := range []struct {
+		name string
+		open lua.LGFunction
+	}{
+		{lua.BaseLibName, lua.OpenBase},
+		{lua.TabLibName, lua.OpenTable},
+		{lua.StringLibName, lua.OpenString},
+		{lua.MathLibName, lua.OpenMath},
+		{lua.CoroutineLibName, lua.OpenCoroutine},
+		{lua.OsLibName, lua.OpenOs},
+		{lua.DebugLibName, lua.OpenDebug},
+	} {
+		L.Push(L.NewFunction(lib.open))
+		L.Push(lua.LString(lib.name))
+		L.Call(1, 0)
+	}
+	g := L.G.Global
+	for _, name := range removedGlobals {
+		g.RawSetString(name, lua.LNil)
+	}
+	// os keeps only the clock; debug only traceback.
+	osT := L.GetGlobal("os").(*lua.LTable)
+	safeOs := L.CreateTable(0, 3)
+	for _, f := range []string{"time", "clock", "date"} {
+		safeOs.RawSetString(f, osT.RawGetString(f))
+	}
+	g.RawSetString("os", safeOs)
+	dbg := L.GetGlobal("debug").(*lua.LTable)
+	safeDbg := L.CreateTable(0, 1)
+	safeDbg.RawSetString("traceback", dbg.RawGetString("traceback"))
+	g.RawSetString("debug", safeDbg)
+	// package is created by OpenBase's require support; nothing in it is
+	// safe (loaders, path, loadlib).
+	g.RawSetString("package", lua.LNil)
+
+	g.RawSetString("setmetatable", L.NewFunction(sbSetMetatable))
+	g.RawSetString("unpack", L.NewFunction(sbUnpack(lim.MaxUnpack)))
+
+	str := L.GetGlobal("string").(*lua.LTable)
+	str.RawSetString("rep", L.NewFunction(sbStringRep(lim.MaxStringSize)))
+	str.RawSetString("format", L.NewFunction(sbStringFormat(str.RawGetString("format").(*lua.LFunction), lim.MaxStringSize)))
+	str.RawSetString("dump", lua.LNil)
+	tbl := L.GetGlobal("table").(*lua.LTable)
+	tbl.RawSetString("concat", L.NewFunction(sbTableConcat(lim.MaxStringSize)))
+
+	co := L.GetGlobal("coroutine").(*lua.LTable)
+	for _, name := range []string{"create", "wrap"} {
+		co.RawSetString(name, L.NewFunction(sbCoroutine(co.RawGetString(name).(*lua.LFunction), name, lim.MaxCoroutines, quota)))
+	}
+
+	// Lock the string metatable: getmetatable("") answers "locked" instead
+	// of handing out the string library, and setmetatable refuses strings.
+	smt := L.CreateTable(0, 2)
+	smt.RawSetString("__index", str)
+	smt.RawSetString("__metatable", lua.LString("locked"))
+	L.SetMetatable(lua.LString(""), smt)
+	return L
+}
+
+// sbSetMetatable is Lua 5.1's setmetatable: tables only (gopher-lua also
+// accepts strings, numbers and functions, replacing the VM-wide metatable
+// of the type), and protected metatables stay protected.
+func sbSetMetatable(L *lua.LState) int {
+	t, ok := L.Get(1).(*lua.LTable)
+	if !ok {
+		L.ArgError(1, fmt.Sprintf("table expected, got %s (setmetatable accepts tables only in Loom's sandbox)", L.Get(1).Type()))
+	}
+	mt := L.Get(2)
+	if mt != lua.LNil && mt.Type() != lua.LTTable {
+		L.ArgError(2, "nil or table expected")
+	}
+	if cur, ok := t.Metatable.(*lua.LTable); ok && cur.RawGetString("__metatable") != lua.LNil {
+		L.RaiseError("cannot change a protected metatable")
+	}
+	L.SetMetatable(t, mt)
+	L.Push(t)
+	return 1
+}
+
+func sbUnpack(maxN int) lua.LGFunction {
+	return func(L *lua.LState) int {
+		t := L.CheckTable(1)
+		i := L.OptInt(2, 1)
+		j := L.OptInt(3, t.Len())
+		n := j - i + 1
+		if n <= 0 {
+			return 0
+		}
+		if n > maxN {
+			L.RaiseError("unpack: %d values is more than the limit of %d", n, maxN)
+		}
+		for k := i; k <= j; k++ {
+			L.Push(t.RawGetInt(k))
+		}
+		return n
+	}
+}
+
+func sbStringRep(maxSize int) lua.LGFunction {
+	return func(L *lua.LState) int {
+		s := L.CheckString(1)
+		n := L.CheckInt(2)
+		if n <= 0 || s == "" {
+			L.Push(lua.LString(""))
+			return 1
+		}
+		if int64(len(s))*int64(n) > int64(maxSize) {
+			L.RaiseError("string.rep: a result of %d bytes exceeds the %d-byte string limit", int64(len(s))*int64(n), maxSize)
+		}
+		L.Push(lua.LString(strings.Repeat(s, n)))
+		return 1
+	}
+}
+
+// sbStringFormat allows only Lua's conversions, with widths and precisions
+// of at most two digits as in PUC Lua. gopher-lua hands the format to Go's
+// fmt, where %T, %v or %p would leak Go internals.
+func sbStringFormat(orig *lua.LFunction, maxSize int) lua.LGFunction {
+	return func(L *lua.LState) int {
+		f := L.CheckString(1)
+		for i := 0; i < len(f); i++ {
+			if f[i] != '%' {
+				continue
+			}
+			i++
+			if i < len(f) && f[i] == '%' {
+				continue
+			}
+			for i < len(f) && strings.IndexByte("-+ #0", f[i]) >= 0 {
+				i++
+			}
+			digits := 0
+			for i < len(f) && f[i] >= '0' && f[i] <= '9' {
+				i++
+				digits++
+			}
+			if i < len(f) && f[i] == '.' {
+				i++
+				pd := 0
+				for i < len(f) && f[i] >= '0' && f[i] <= '9' {
+					i++
+					pd++
+				}
+				if pd > 2 {
+					digits = 3
+				}
+			}
+			if digits > 2 {
+				L.RaiseError("string.format: invalid format (width or precision too long)")
+			}
+			if i >= len(f) || strings.IndexByte("diucxXoeEfgGqs", f[i]) < 0 {
+				verb := "end of string"
+				if i < len(f) {
+					verb = "'%" + string(f[i]) + "'"
+				}
+				L.RaiseError("string.format: invalid conversion %s (use %%d %%i %%u %%c %%x %%X %%o %%e %%E %%f %%g %%G %%q %%s)", verb)
+			}
+		}
+		top := L.GetTop()
+		L.Push(orig)
+		for i := 1; i <= top; i++ {
+			L.Push(L.Get(i))
+		}
+		L.Call(top, 1)
+		if s, ok := L.Get(-1).(lua.LString); ok && len(s) > maxSize {
+			L.RaiseError("string.format: result exceeds the %d-byte string limit", maxSize)
+		}
+		return 1
+	}
+}
+
+// sbTableConcat builds the string in Go instead of on the Lua data stack,
+// which overflows the registry near 3000 items (gopher-lua #323).
+func sbTableConcat(maxSize int) lua.LGFunction {
+	return func(L *lua.LState) int {
+		t := L.CheckTable(1)
+		sep := L.OptString(2, "")
+		i := L.OptInt(3, 1)
+		j := L.OptInt(4, t.Len())
+		var b strings.Builder
+		for k := i; k <= j; k++ {
+			switch v := t.RawGetInt(k).(type) {
+			case lua.LString:
+				b.WriteString(string(v))
+			case lua.LNumber:
+				b.WriteString(v.String())
+			default:
+				L.RaiseError("invalid value (at index %d) in table for 'concat': %s", k, v.Type())
+			}
+			if k < j {
+				b.WriteString(sep)
+			}
+			if b.Len() > maxSize {
+				L.RaiseError("table.concat: result exceeds the %d-byte string limit", maxSize)
+			}
+		}
+		L.Push(lua.LString(b.String()))
+		return 1
+	}
+}
+
+// sbCoroutine counts coroutines per task: each is a whole Lua state.
+func sbCoroutine(orig *lua.LFunction, name string, maxN int, count *int) lua.LGFunction {
+	return func(L *lua.LState) int {
+		*count++
+		if *count > maxN {
+			L.RaiseError("coroutine.%s: more than %d coroutines in one task", name, maxN)
+		}
+		top := L.GetTop()
+		L.Push(orig)
+		for i := 1; i <= top; i++ {
+			L.Push(L.Get(i))
+		}
+		L.Call(top, 1)
+		return 1
+	}
+}

@@ -1,0 +1,211 @@
+package runtime
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Family is the kind of plugin a task is for.
+type Family string
+
+// The two plugin families of Coopr.
+const (
+	Provider  Family = "provider"
+	Automator Family = "automator"
+)
+
+// Dir is the family's directory name in Coopr's work-dir layout
+// (<work>/<tenant>/<providertypes|automatortypes>/<type>).
+func (f Family) Dir() string { return string(f) + "types" }
+
+// Task is a Coopr task: the body of a 200 from /v2/tasks/take.
+// Config is kept as raw JSON: it is handed to Lua as is, and only the few
+// keys dispatch needs are read in Go.
+type Task struct {
+	TaskID    string          `json:"taskId"`
+	JobID     string          `json:"jobId,omitempty"`
+	ClusterID string          `json:"clusterId,omitempty"`
+	TaskName  string          `json:"taskName"`
+	NodeID    string          `json:"nodeId,omitempty"`
+	Config    json.RawMessage `json:"config"`
+
+	raw   []byte    // the task as received, handed to Lua
+	route routeInfo // what dispatch needs from config
+}
+
+// routeInfo is the subset of config that dispatch reads in Go.
+type routeInfo struct {
+	Provider *struct {
+		ProviderType string `json:"providertype"`
+	} `json:"provider"`
+	Service *struct {
+		Action *struct {
+			Type string `json:"type"`
+		} `json:"action"`
+	} `json:"service"`
+	Automators []string `json:"automators"`
+}
+
+// hookByTask maps Coopr's upper-case task names to hook names and families.
+var hookByTask = map[string]struct {
+	hook   string
+	family Family
+}{
+	"CREATE":     {"create", Provider},
+	"CONFIRM":    {"confirm", Provider},
+	"DELETE":     {"delete", Provider},
+	"BOOTSTRAP":  {"bootstrap", Automator},
+	"INSTALL":    {"install", Automator},
+	"CONFIGURE":  {"configure", Automator},
+	"INITIALIZE": {"init", Automator},
+	"START":      {"start", Automator},
+	"STOP":       {"stop", Automator},
+	"REMOVE":     {"remove", Automator},
+}
+
+// ProviderHooks and AutomatorHooks are the hooks of each family, in the
+// order Coopr runs them.
+var (
+	ProviderHooks  = []string{"create", "confirm", "delete"}
+	AutomatorHooks = []string{"bootstrap", "install", "configure", "init", "start", "stop", "remove"}
+)
+
+// TaskNames lists the task names Loom accepts, in lifecycle order.
+var TaskNames = []string{"CREATE", "CONFIRM", "BOOTSTRAP", "INSTALL", "CONFIGURE", "INITIALIZE", "START", "STOP", "REMOVE", "DELETE"}
+
+// ErrInvalidTask is wrapped by every error ParseTask returns, so callers
+// (the CLI's exit code, the API's 400) can tell bad input from failures.
+var ErrInvalidTask = errors.New("invalid task")
+
+// ParseTask decodes and validates a Coopr task. The error says what is
+// wrong and wraps ErrInvalidTask.
+func ParseTask(data []byte) (*Task, error) {
+	t := &Task{}
+	if err := json.Unmarshal(data, t); err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidTask, describeJSONError(data, err))
+	}
+	t.raw = data
+	if t.TaskName == "" {
+		return nil, fmt.Errorf("%w: missing \"taskName\" (one of %s)", ErrInvalidTask, strings.Join(TaskNames, ", "))
+	}
+	if _, ok := hookByTask[t.TaskName]; !ok {
+		if _, ok := hookByTask[strings.ToUpper(t.TaskName)]; ok {
+			return nil, fmt.Errorf("%w: taskName %q must be upper case (%q)", ErrInvalidTask, t.TaskName, strings.ToUpper(t.TaskName))
+		}
+		return nil, fmt.Errorf("%w: unknown taskName %q (want one of %s)", ErrInvalidTask, t.TaskName, strings.Join(TaskNames, ", "))
+	}
+	if len(t.Config) == 0 || string(t.Config) == "null" {
+		return nil, fmt.Errorf("%w: task %s has no \"config\" object", ErrInvalidTask, t.label())
+	}
+	if err := json.Unmarshal(t.Config, &t.route); err != nil {
+		return nil, fmt.Errorf("%w: task %s: config: %s", ErrInvalidTask, t.label(), describeJSONError(t.Config, err))
+	}
+	if _, _, err := t.Route(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *Task) label() string {
+	if t.TaskID == "" {
+		return "(no taskId)"
+	}
+	return t.TaskID
+}
+
+// Hook is the plugin hook the task calls ("init" for INITIALIZE).
+func (t *Task) Hook() string { return hookByTask[t.TaskName].hook }
+
+// Family is the plugin family that serves the task.
+func (t *Task) Family() Family { return hookByTask[t.TaskName].family }
+
+// Types lists the plugin types the task runs, in order: one for every task
+// but BOOTSTRAP, which runs every automator in config.automators.
+func (t *Task) Types() []string {
+	switch {
+	case t.Family() == Provider:
+		return []string{t.route.Provider.ProviderType}
+	case t.TaskName == "BOOTSTRAP":
+		return t.route.Automators
+	default:
+		return []string{t.route.Service.Action.Type}
+	}
+}
+
+// Route returns the family and the first plugin type of the task: the
+// queue subject it travels on. It fails when config lacks the key that
+// names the plugin type.
+func (t *Task) Route() (Family, string, error) {
+	fam := t.Family()
+	switch {
+	case fam == Provider:
+		if t.route.Provider == nil || t.route.Provider.ProviderType == "" {
+			return "", "", fmt.Errorf("%w: %s task %s needs config.provider.providertype", ErrInvalidTask, t.TaskName, t.label())
+		}
+	case t.TaskName == "BOOTSTRAP":
+		if len(t.route.Automators) == 0 {
+			return "", "", fmt.Errorf("%w: BOOTSTRAP task %s needs a non-empty config.automators list", ErrInvalidTask, t.label())
+		}
+		for i, a := range t.route.Automators {
+			if a == "" {
+				return "", "", fmt.Errorf("%w: BOOTSTRAP task %s: config.automators[%d] is empty", ErrInvalidTask, t.label(), i+1)
+			}
+		}
+	default:
+		if t.route.Service == nil || t.route.Service.Action == nil || t.route.Service.Action.Type == "" {
+			return "", "", fmt.Errorf("%w: %s task %s needs config.service.action.type", ErrInvalidTask, t.TaskName, t.label())
+		}
+	}
+	return fam, t.Types()[0], nil
+}
+
+// Raw returns the task JSON as received.
+func (t *Task) Raw() []byte { return t.raw }
+
+// WithID returns the task JSON with taskId set, for callers (the API) that
+// assign ids to tasks submitted without one.
+func WithID(data []byte, id string) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidTask, describeJSONError(data, err))
+	}
+	b, _ := json.Marshal(id)
+	m["taskId"] = b
+	return json.Marshal(m)
+}
+
+// describeJSONError turns encoding/json errors into "line L, column C: ..."
+// so a user can find the problem in the file.
+func describeJSONError(data []byte, err error) string {
+	var off int64 = -1
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		off = se.Offset
+	case errors.As(err, &te):
+		off = te.Offset
+		if te.Field != "" {
+			return fmt.Sprintf("%s: field %q must be %s, not %s", position(data, off), te.Field, te.Type, te.Value)
+		}
+	}
+	if off < 0 {
+		return "malformed JSON: " + err.Error()
+	}
+	return fmt.Sprintf("%s: malformed JSON: %v", position(data, off), err)
+}
+
+func position(data []byte, off int64) string {
+	line, col := 1, 1
+	for i := int64(0); i < off && i < int64(len(data)); i++ {
+		if data[i] == '\n' {
+			line++
+			col = 1
+		} else {
+			col++
+		}
+	}
+	return fmt.Sprintf("line %d, column %d", line, col)
+}

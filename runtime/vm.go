@@ -1,0 +1,286 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+
+	lua "github.com/yuin/gopher-lua"
+	luar "layeh.com/gopher-luar"
+
+	"github.com/loomrt/loom/bindings"
+)
+
+// vm is one warm Lua state serving one plugin type. It is driven by one
+// goroutine at a time (gopher-lua states are not goroutine-safe), checked
+// out of its type's pool for one task, and implements bindings.Host for
+// the bindings it opens.
+type vm struct {
+	rt    *Runtime
+	pt    *pluginType
+	L     *lua.LState
+	entry *lua.LTable
+	// instMeta is {__index = entry}, shared by every instance.
+	instMeta *lua.LTable
+	// autoviv is the metatable of auto-vivifying result tables.
+	autoviv *lua.LTable
+	loaded  *lua.LTable
+	loading map[string]bool
+
+	// Per-task state, set by begin and cleared by end.
+	ctx        context.Context
+	logger     *slog.Logger
+	workDir    string
+	taskID     string
+	secrets    *secretSet
+	coroutines int
+
+	uses   int
+	broken bool // timed out, hit a limit or panicked: never reuse
+}
+
+// moduleName is what require accepts: dotted Lua identifiers.
+var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+
+// newVM builds a sandboxed state for pt and provisions it: runs the
+// plugin's chunks and captures the entry table.
+func newVM(rt *Runtime, pt *pluginType) (*vm, error) {
+	v := &vm{rt: rt, pt: pt, loading: make(map[string]bool), secrets: newSecretSet()}
+	v.L = newSandboxState(rt.limits, &v.coroutines)
+	v.ctx = context.Background()
+	v.logger = rt.logger.With("plugin", pt.name)
+	v.workDir = rt.workDirFor(pt)
+	L := v.L
+	g := L.G.Global
+	v.loaded = L.CreateTable(0, 8)
+	g.RawSetString("require", L.NewFunction(v.require))
+	logT := v.openBinding("log")
+	g.RawSetString("log", logT)
+	if t, ok := logT.(*lua.LTable); ok {
+		info := t.RawGetString("info")
+		g.RawSetString("print", L.NewFunction(func(L *lua.LState) int {
+			parts := make([]string, L.GetTop())
+			for i := range parts {
+				parts[i] = L.ToStringMeta(L.Get(i + 1)).String()
+			}
+			L.Push(info)
+			L.Push(lua.LString(strings.Join(parts, "\t")))
+			L.Call(1, 0)
+			return 0
+		}))
+	}
+	v.autoviv = newAutovivMeta(L)
+
+	if err := v.provision(); err != nil {
+		L.Close()
+		return nil, err
+	}
+	v.instMeta = L.CreateTable(0, 1)
+	v.instMeta.RawSetString("__index", v.entry)
+	return v, nil
+}
+
+// provision runs the plugin's code and finds its entry table.
+func (v *vm) provision() error {
+	L := v.L
+	p, td := v.pt.plugin, v.pt.def
+	if main := td.main(p.def); main != "" {
+		proto := p.protos[strings.TrimPrefix(strings.ReplaceAll(main, "\\", "/"), "./")]
+		L.Push(L.NewFunctionFromProto(proto))
+		if err := v.pcall(0, 1); err != nil {
+			return v.loadError(err, main)
+		}
+		ret := L.Get(-1)
+		L.Pop(1)
+		t, ok := ret.(*lua.LTable)
+		if !ok {
+			return &LoadError{Plugin: p.def.Name, Type: v.pt.name, File: displayPath(p, main),
+				Message: fmt.Sprintf("main file must return the entry table, returned %s", ret.Type())}
+		}
+		v.entry = t
+		if td.Classname != "" {
+			L.G.Global.RawSetString(td.Classname, t)
+		}
+		return nil
+	}
+	for _, f := range p.top {
+		L.Push(L.NewFunctionFromProto(p.protos[f]))
+		if err := v.pcall(0, 0); err != nil {
+			return v.loadError(err, f)
+		}
+	}
+	t, ok := L.G.Global.RawGetString(td.Classname).(*lua.LTable)
+	if !ok {
+		return &LoadError{Plugin: p.def.Name, Type: v.pt.name, File: p.defFile,
+			Message: fmt.Sprintf("classname %q is not a global table after loading %s; define it, e.g. %s = require(\"loom\").%s:extend(%q)",
+				td.Classname, strings.Join(p.top, ", "), td.Classname, familyBase(v.pt.family), td.Classname)}
+	}
+	v.entry = t
+	return nil
+}
+
+func familyBase(f Family) string {
+	if f == Provider {
+		return "Provider"
+	}
+	return "Automator"
+}
+
+func (v *vm) loadError(err error, file string) *LoadError {
+	msg, _, _ := describeLuaError(err)
+	le := &LoadError{Plugin: v.pt.plugin.def.Name, Type: v.pt.name, File: displayPath(v.pt.plugin, file), Message: "running at load time: " + msg}
+	if f, line := luaLocation(msg); f != "" {
+		le.File, le.Line = f, line
+		le.Message = "running at load time: " + strings.TrimSpace(strings.TrimPrefix(msg, fmt.Sprintf("%s:%d:", f, line)))
+	}
+	return le
+}
+
+func displayPath(p *plugin, rel string) string {
+	return strings.TrimSuffix(p.display, "/") + "/" + rel
+}
+
+// pcall calls the function below nargs arguments on the stack, under the
+// VM's current context.
+func (v *vm) pcall(nargs, nret int) error {
+	return v.L.PCall(nargs, nret, nil)
+}
+
+// require resolves, in order: Loom bindings ("loom.ssh"), the embedded
+// stdlib ("loom"), then Lua files inside the plugin folder ("lib.util" is
+// lib/util.lua or lib/util/init.lua). Nothing else is reachable.
+func (v *vm) require(L *lua.LState) int {
+	name := L.CheckString(1)
+	if !moduleName.MatchString(name) {
+		L.ArgError(1, fmt.Sprintf("invalid module name %q: use dotted Lua names such as \"lib.util\"", name))
+	}
+	if val := v.loaded.RawGetString(name); val != lua.LNil {
+		L.Push(val)
+		return 1
+	}
+	if v.loading[name] {
+		L.RaiseError("require loop: module %q is already being loaded", name)
+	}
+	v.loading[name] = true
+	defer delete(v.loading, name)
+
+	var val lua.LValue
+	switch {
+	case strings.HasPrefix(name, "loom.") && v.hasBinding(strings.TrimPrefix(name, "loom.")):
+		val = v.openBinding(strings.TrimPrefix(name, "loom."))
+	case v.rt.stdlib[name] != nil:
+		val = v.runChunk(L, v.rt.stdlib[name])
+	default:
+		rel := strings.ReplaceAll(name, ".", "/")
+		proto := v.pt.plugin.protos[rel+".lua"]
+		if proto == nil {
+			proto = v.pt.plugin.protos[rel+"/init.lua"]
+		}
+		if proto == nil {
+			L.RaiseError("module %q not found: not a Loom module (%s) and no %s.lua in the plugin folder %s",
+				name, strings.Join(v.rt.moduleNames(), ", "), rel, v.pt.plugin.display)
+		}
+		val = v.runChunk(L, proto)
+	}
+	if val == lua.LNil {
+		val = lua.LTrue
+	}
+	v.loaded.RawSetString(name, val)
+	L.Push(val)
+	return 1
+}
+
+func (v *vm) runChunk(L *lua.LState, proto *lua.FunctionProto) lua.LValue {
+	L.Push(L.NewFunctionFromProto(proto))
+	L.Call(0, 1)
+	val := L.Get(-1)
+	L.Pop(1)
+	return val
+}
+
+func (v *vm) hasBinding(name string) bool {
+	if name == "host" {
+		return v.rt.opts.Expose != nil
+	}
+	_, ok := v.rt.bindings.Lookup(name)
+	return ok
+}
+
+// openBinding opens a binding's table once per VM.
+func (v *vm) openBinding(name string) lua.LValue {
+	key := "loom." + name
+	if val := v.loaded.RawGetString(key); val != lua.LNil {
+		return val
+	}
+	var val lua.LValue = lua.LNil
+	if name == "host" {
+		val = v.openHostValues()
+	} else if b, ok := v.rt.bindings.Lookup(name); ok {
+		val = b.Open(v.L, v)
+	}
+	v.loaded.RawSetString(key, val)
+	return val
+}
+
+// openHostValues exposes the embedder's Go values through gopher-luar:
+// an explicit opt-in (Options.Expose) for trusted host programs.
+func (v *vm) openHostValues() lua.LValue {
+	t := v.L.CreateTable(0, len(v.rt.opts.Expose))
+	for k, val := range v.rt.opts.Expose {
+		t.RawSetString(k, luar.New(v.L, val))
+	}
+	return t
+}
+
+// Context implements bindings.Host.
+func (v *vm) Context() context.Context { return v.ctx }
+
+// Logger implements bindings.Host.
+func (v *vm) Logger() *slog.Logger { return v.logger }
+
+// PluginDir implements bindings.Host.
+func (v *vm) PluginDir() string { return v.pt.plugin.dir }
+
+// WorkDir implements bindings.Host.
+func (v *vm) WorkDir() string { return v.workDir }
+
+// WorkRoot implements bindings.Host.
+func (v *vm) WorkRoot() string { return v.rt.workRoot }
+
+// Permissions implements bindings.Host.
+func (v *vm) Permissions() bindings.Permissions {
+	p := v.pt.def.permissions(v.pt.plugin.def)
+	return bindings.Permissions{HTTP: p.HTTP}
+}
+
+// AddSecret implements bindings.Host.
+func (v *vm) AddSecret(s string) { v.secrets.add(s) }
+
+// TaskID implements bindings.Host.
+func (v *vm) TaskID() string { return v.taskID }
+
+// begin prepares the VM for one task: context, logger, secrets.
+func (v *vm) begin(ctx context.Context, taskID, hook string, logger *slog.Logger) {
+	v.uses++
+	v.ctx = ctx
+	v.taskID = taskID
+	v.coroutines = 0
+	v.secrets = newSecretSet()
+	v.logger = slog.New(&redactHandler{h: logger.Handler(), secrets: v.secrets}).With(
+		"task", taskID, "plugin", v.pt.name, "hook", hook)
+	v.L.SetContext(ctx)
+}
+
+// end detaches the task's context. The state's stack must be empty
+// again, or the VM is not reused.
+func (v *vm) end() {
+	v.L.RemoveContext()
+	v.ctx = context.Background()
+	if v.L.GetTop() != 0 {
+		v.L.SetTop(0)
+	}
+}
+
+func (v *vm) close() { v.L.Close() }
