@@ -34,6 +34,16 @@ func (rt *Runtime) Run(ctx context.Context, data []byte) (*Result, error) {
 // BOOTSTRAP runs every automator in config.automators in order, merging
 // their results; it stops at the first that fails.
 func (rt *Runtime) RunTask(ctx context.Context, task *Task) (*Result, error) {
+	return rt.runTaskWith(ctx, task, rt.logger)
+}
+
+// RunTaskWithLogger is RunTask with the plugin's logs sent to logger
+// instead of the runtime's (the REPL shows them as they happen).
+func (rt *Runtime) RunTaskWithLogger(ctx context.Context, task *Task, logger *slog.Logger) (*Result, error) {
+	return rt.runTaskWith(ctx, task, logger)
+}
+
+func (rt *Runtime) runTaskWith(ctx context.Context, task *Task, logger *slog.Logger) (*Result, error) {
 	if rt.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -55,7 +65,7 @@ func (rt *Runtime) RunTask(ctx context.Context, task *Task) (*Result, error) {
 	res := &Result{TaskID: task.TaskID}
 	var plugins []string
 	for _, pt := range pts {
-		r, err := rt.runHook(ctx, pt, task, task.Hook())
+		r, err := rt.runHookWith(ctx, pt, task, task.Hook(), logger, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -147,9 +157,9 @@ func (rt *Runtime) hookTimeout(pt *pluginType, hook string) time.Duration {
 	return pt.def.timeout(pt.plugin.def, hook, rt.opts.DefaultTimeout)
 }
 
-// runHook runs one hook of one plugin type on a pooled VM.
-func (rt *Runtime) runHook(ctx context.Context, pt *pluginType, task *Task, hook string) (*Result, error) {
-	return rt.runHookWith(ctx, pt, task, hook, rt.logger, nil)
+// decodeTask converts the task JSON to Lua tables in L.
+func decodeTask(L *lua.LState, task *Task) (lua.LValue, error) {
+	return luaval.Decode(L, task.raw, luaval.Limits{})
 }
 
 // runHookWith is runHook with a caller's logger and, for the REPL, a VM
@@ -181,7 +191,7 @@ func (rt *Runtime) runHookWith(ctx context.Context, pt *pluginType, task *Task, 
 	defer v.end()
 	L := v.L
 
-	taskT, err := luaval.Decode(L, task.raw, luaval.Limits{})
+	taskT, err := decodeTask(L, task)
 	if err != nil {
 		return fail(1, "converting task %s to Lua: %v", task.label(), err)
 	}

@@ -1,0 +1,266 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+
+	lua "github.com/yuin/gopher-lua"
+	"github.com/yuin/gopher-lua/parse"
+)
+
+// Session is an interactive hold on one VM, for the REPL: the same
+// sandbox, bindings and plugin environment that tasks get, kept across
+// statements so an author can inspect and poke at it.
+//
+// A Session is not safe for concurrent use.
+type Session struct {
+	rt   *Runtime
+	pt   *pluginType
+	v    *vm
+	task *Task
+}
+
+// NewSession opens a session on a plugin type, or on a bare sandbox with
+// no plugin when typeName is empty.
+func (rt *Runtime) NewSession(typeName string) (*Session, error) {
+	s := &Session{rt: rt}
+	if err := s.open(typeName); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Session) open(typeName string) error {
+	var pt *pluginType
+	if typeName == "" {
+		pt = &pluginType{name: "repl", family: Automator,
+			plugin: &plugin{dir: s.rt.opts.PluginsDir, display: s.rt.opts.PluginsDir, def: &Definition{Name: "repl"}, protos: map[string]*lua.FunctionProto{}},
+			def:    &TypeDef{Name: "repl"}}
+	} else {
+		var ok bool
+		if pt, ok = s.rt.snap.Load().types[typeName]; !ok {
+			return s.rt.notFound(s.rt.snap.Load(), &Task{TaskID: "(repl)", TaskName: "INSTALL"}, typeName)
+		}
+	}
+	v, err := newSessionVM(s.rt, pt)
+	if err != nil {
+		return err
+	}
+	if s.v != nil {
+		s.v.close()
+	}
+	s.pt, s.v = pt, v
+	s.refreshSelf()
+	return nil
+}
+
+func newSessionVM(rt *Runtime, pt *pluginType) (*vm, error) {
+	if pt.def.Classname == "" && pt.def.Main == "" && len(pt.plugin.top) == 0 {
+		// A bare sandbox: no plugin code, an empty entry table.
+		v := &vm{rt: rt, pt: pt, loading: map[string]bool{}, secrets: newSecretSet()}
+		v.L = newSandboxState(rt.limits, &v.coroutines)
+		v.ctx = context.Background()
+		v.logger = rt.logger
+		v.workDir = rt.workDirFor(pt)
+		v.loaded = v.L.CreateTable(0, 8)
+		v.L.G.Global.RawSetString("require", v.L.NewFunction(v.require))
+		v.L.G.Global.RawSetString("log", v.openBinding("log"))
+		v.autoviv = newAutovivMeta(v.L)
+		v.entry = v.L.CreateTable(0, 0)
+		v.instMeta = v.L.CreateTable(0, 1)
+		v.instMeta.RawSetString("__index", v.entry)
+		return v, nil
+	}
+	return newVM(rt, pt)
+}
+
+// Type is the session's plugin type name ("" for a bare sandbox).
+func (s *Session) Type() string {
+	if s.pt.def.Classname == "" && s.pt.name == "repl" {
+		return ""
+	}
+	return s.pt.name
+}
+
+// State exposes the session's Lua state, for completion and printing.
+func (s *Session) State() *lua.LState { return s.v.L }
+
+// Task returns the current task, or nil.
+func (s *Session) Task() *Task { return s.task }
+
+// SetTask parses and sets the current task, and rebuilds self.
+func (s *Session) SetTask(data []byte) error {
+	t, err := ParseTask(data)
+	if err != nil {
+		return err
+	}
+	s.task = t
+	s.refreshSelf()
+	return nil
+}
+
+// refreshSelf sets the global self to a fresh instance with the current
+// task (an empty task table when none is set).
+func (s *Session) refreshSelf() {
+	L := s.v.L
+	var taskT lua.LValue = L.CreateTable(0, 0)
+	id := ""
+	if s.task != nil {
+		id = s.task.TaskID
+		if tv, err := decodeTask(L, s.task); err == nil {
+			taskT = tv
+		}
+	}
+	tt, _ := taskT.(*lua.LTable)
+	t := s.task
+	if t == nil {
+		t = &Task{TaskID: id}
+	}
+	L.G.Global.RawSetString("self", s.v.newInstance(tt, t, ""))
+}
+
+// Eval runs a chunk of Lua in the session's VM under ctx. An expression
+// ("1+1", "self.task") returns its values; a statement returns none.
+// Errors carry the message and a traceback.
+func (s *Session) Eval(ctx context.Context, code string, logger *slog.Logger) ([]lua.LValue, error) {
+	proto, err := compileREPL(code)
+	if err != nil {
+		return nil, err
+	}
+	v := s.v
+	v.begin(ctx, s.taskID(), "repl", logger)
+	defer v.end()
+	L := v.L
+	top := L.GetTop()
+	L.Push(L.NewFunctionFromProto(proto))
+	if err := L.PCall(0, lua.MultRet, nil); err != nil {
+		if ctx.Err() != nil {
+			s.recover()
+			return nil, fmt.Errorf("interrupted: %v", context.Cause(ctx))
+		}
+		msg, trace, _ := describeLuaError(err)
+		return nil, &EvalError{Message: v.secrets.redact(msg), Traceback: trace}
+	}
+	n := L.GetTop() - top
+	out := make([]lua.LValue, n)
+	for i := 0; i < n; i++ {
+		out[i] = L.Get(top + 1 + i)
+	}
+	L.SetTop(top)
+	return out, nil
+}
+
+// recover replaces a VM whose statement was interrupted: its globals may
+// be half-updated, exactly as after a hook timeout.
+func (s *Session) recover() {
+	if nv, err := newSessionVM(s.rt, s.pt); err == nil {
+		s.v.close()
+		s.v = nv
+		s.refreshSelf()
+	}
+}
+
+func (s *Session) taskID() string {
+	if s.task == nil {
+		return "repl"
+	}
+	return s.task.TaskID
+}
+
+// EvalError is a Lua error raised by a REPL statement.
+type EvalError struct {
+	Message   string
+	Traceback string
+}
+
+func (e *EvalError) Error() string { return e.Message }
+
+// IsIncomplete reports whether code is a prefix of a valid chunk (an open
+// function, if, table or string), so the REPL should read another line.
+func IsIncomplete(code string) bool {
+	if _, err := compileREPL(code); err == nil {
+		return false
+	}
+	_, err := parse.Parse(bytes.NewReader([]byte(code)), "repl")
+	if pe, ok := err.(*parse.Error); ok {
+		return pe.Pos.Line == parse.EOF || pe.Token == "<eof>" || isUnfinishedString(pe.Message)
+	}
+	return false
+}
+
+func isUnfinishedString(msg string) bool {
+	return bytes.Contains([]byte(msg), []byte("unterminated string")) || bytes.Contains([]byte(msg), []byte("unfinished"))
+}
+
+// compileREPL compiles "return <code>" when it parses, so bare expressions
+// print their values, and the code as statements otherwise. A leading "="
+// is Lua's classic REPL shorthand for return.
+func compileREPL(code string) (*lua.FunctionProto, error) {
+	if len(code) > 0 && code[0] == '=' {
+		code = code[1:]
+	}
+	if proto, lerr := compileChunk([]byte("return "+code), "repl"); lerr == nil {
+		return proto, nil
+	}
+	proto, lerr := compileChunk([]byte(code), "repl")
+	if lerr != nil {
+		return nil, fmt.Errorf("%s", lerr.Message)
+	}
+	return proto, nil
+}
+
+// Run calls a hook on the current task and returns its result. With an
+// empty hook it dispatches by taskName exactly as loomd run does. A hook
+// of the session's own type runs on the session's VM, so functions the
+// author redefined at the prompt take effect.
+func (s *Session) Run(ctx context.Context, hook string, logger *slog.Logger) (*Result, error) {
+	if s.task == nil {
+		return nil, fmt.Errorf("no task: set one with :task FILE or :task {json}")
+	}
+	if hook == "" {
+		if types := s.task.Types(); len(types) != 1 || types[0] != s.pt.name {
+			return s.rt.runTaskWith(ctx, s.task, logger)
+		}
+		hook = s.task.Hook()
+	}
+	if s.Type() == "" {
+		return nil, fmt.Errorf("no plugin loaded: use :load TYPE first")
+	}
+	if !isHook(hook) {
+		return nil, fmt.Errorf("unknown hook %q", hook)
+	}
+	res, err := s.rt.runHookWith(ctx, s.pt, s.task, hook, logger, s.v)
+	if s.v.broken {
+		s.recover()
+	} else {
+		s.refreshSelf()
+	}
+	return res, err
+}
+
+// Reload re-reads the plugins from disk and reopens the session's type on
+// its new version, keeping the task.
+func (s *Session) Reload(ctx context.Context) (ReloadReport, error) {
+	rep, err := s.rt.Reload(ctx)
+	if err != nil {
+		return rep, err
+	}
+	name := s.Type()
+	for _, e := range rep.Errors {
+		if name != "" && e.Type == name && !e.Warning {
+			return rep, fmt.Errorf("reloading %s: %v (the previous version stays loaded)", name, e)
+		}
+	}
+	if err := s.open(name); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// Close releases the session's VM.
+func (s *Session) Close() { s.v.close() }
+
+// WorkDir is the session's work dir.
+func (s *Session) WorkDir() string { return s.v.workDir }
