@@ -9,6 +9,7 @@ import (
 
 	"github.com/loomrt/loom/bindings"
 	fsb "github.com/loomrt/loom/bindings/fs"
+	httpb "github.com/loomrt/loom/bindings/http"
 	jsonb "github.com/loomrt/loom/bindings/json"
 	logb "github.com/loomrt/loom/bindings/log"
 	"github.com/loomrt/loom/runtime"
@@ -29,7 +30,8 @@ func (o *sshOptions) addFlags(fs *pflag.FlagSet) {
 
 // newBindings builds the registry of Lua modules loomd gives plugins.
 func (a *App) newBindings(g *globalOptions, logger *slog.Logger) *bindings.Registry {
-	return bindings.NewRegistry(logb.New(), jsonb.New(), fsb.New())
+	return bindings.NewRegistry(logb.New(), jsonb.New(), fsb.New(),
+		httpb.New(httpb.Options{UserAgent: "loomd/" + a.Version}))
 }
 
 // runtimeConfig is what a command needs to build a runtime.
