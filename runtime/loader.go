@@ -181,10 +181,21 @@ func compilePlugin(dir, defFile string, defData []byte, def *Definition) (*plugi
 		errs = append(errs, &LoadError{Plugin: def.Name, File: dir, Message: fmt.Sprintf("reading the plugin folder: %v", walkErr)})
 	}
 	sort.Strings(files)
+	// Sources are read through an os.Root, so a symlink cannot pull in a
+	// file from outside the plugin folder.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, append(errs, &LoadError{Plugin: def.Name, File: dir, Message: fmt.Sprintf("opening the plugin folder: %v", err)})
+	}
+	defer root.Close()
+	hasTop := false
 	for _, f := range files {
 		rel, _ := filepath.Rel(dir, f)
+		src, err := readSource(root, rel)
 		rel = filepath.ToSlash(rel)
-		src, err := readSource(f)
+		if !strings.Contains(rel, "/") {
+			hasTop = true
+		}
 		if err != nil {
 			errs = append(errs, &LoadError{Plugin: def.Name, File: f, Message: err.Error()})
 			continue
@@ -211,7 +222,7 @@ func compilePlugin(dir, defFile string, defData []byte, def *Definition) (*plugi
 			}
 		}
 	}
-	if len(p.top) == 0 && def.Main == "" {
+	if !hasTop && def.Main == "" {
 		errs = append(errs, &LoadError{Plugin: def.Name, File: defFile, Warning: true,
 			Message: fmt.Sprintf("no .lua file next to the definition in %s", dir)})
 	}
@@ -225,15 +236,15 @@ func compilePlugin(dir, defFile string, defData []byte, def *Definition) (*plugi
 	return p, errs
 }
 
-func readSource(path string) ([]byte, error) {
-	st, err := os.Stat(path)
+func readSource(root *os.Root, rel string) ([]byte, error) {
+	st, err := root.Stat(rel)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading %s: %w (symlinks must stay inside the plugin folder)", rel, err)
 	}
 	if st.Size() > maxSourceSize {
 		return nil, fmt.Errorf("source is %d bytes; the limit is %d: split it into modules", st.Size(), maxSourceSize)
 	}
-	return os.ReadFile(path)
+	return root.ReadFile(rel)
 }
 
 // compileChunk parses and compiles Lua source. name is the chunk name Lua

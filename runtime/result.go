@@ -187,6 +187,8 @@ func jsonKind(v any) string {
 		return "a number"
 	case bool:
 		return "a boolean"
+	case map[string]any:
+		return "a table"
 	}
 	return fmt.Sprintf("%T", v)
 }
@@ -244,7 +246,12 @@ func describeLuaError(err error) (msg, trace string, obj *lua.LTable) {
 			msg = o.String()
 		}
 	}
-	if ae.Type == lua.ApiErrorPanic {
+	switch {
+	case strings.Contains(msg, "callstack overflow") || strings.Contains(msg, "stack overflow"):
+		msg = "stack overflow: recursion too deep (" + msg + ")"
+	case strings.Contains(msg, "registry overflow"):
+		msg = "out of Lua stack space: too many values at once (" + msg + ")"
+	case ae.Type == lua.ApiErrorPanic:
 		msg = "internal error in a Go binding (recovered): " + msg
 	}
 	return strings.TrimSpace(msg), trace, obj

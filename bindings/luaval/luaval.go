@@ -66,7 +66,11 @@ func (e *PathError) Error() string {
 	if e.Path == "" {
 		return e.Err.Error()
 	}
-	return fmt.Sprintf("at %s: %v", e.Path, e.Err)
+	path := e.Path
+	if len(path) > 100 {
+		path = path[:40] + "..." + path[len(path)-40:]
+	}
+	return fmt.Sprintf("at %s: %v", path, e.Err)
 }
 
 func (e *PathError) Unwrap() error { return e.Err }
