@@ -69,19 +69,21 @@ type plugin struct {
 // scanPlugins finds plugin definitions under dir, in both layouts Coopr
 // scanned: <dir>/<plugin>/<x>.json and <dir>/<group>/<plugin>/<x>.json.
 // A folder is a plugin folder when it holds a JSON file declaring types.
-func scanPlugins(dir string) ([]*plugin, []*LoadError) {
-	var plugins []*plugin
-	var errs []*LoadError
+//
+// broken lists the types declared by definitions whose code failed to
+// compile, so a reload keeps their previous version serving.
+func scanPlugins(dir string) (plugins []*plugin, errs []*LoadError, broken map[string]bool) {
+	broken = make(map[string]bool)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, []*LoadError{{Plugin: "-", File: dir, Message: fmt.Sprintf("reading the plugins directory: %v (set --plugins or LOOM_PLUGINS)", err)}}
+		return nil, []*LoadError{{Plugin: "-", File: dir, Message: fmt.Sprintf("reading the plugins directory: %v (set --plugins or LOOM_PLUGINS)", err)}}, broken
 	}
 	for _, e := range entries {
 		if !isDir(dir, e) || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
 		sub := filepath.Join(dir, e.Name())
-		ps, es, found := loadFolder(dir, sub)
+		ps, es, found := loadFolder(dir, sub, broken)
 		plugins, errs = append(plugins, ps...), append(errs, es...)
 		if found {
 			continue
@@ -96,11 +98,11 @@ func scanPlugins(dir string) ([]*plugin, []*LoadError) {
 			if !isDir(sub, ie) || strings.HasPrefix(ie.Name(), ".") {
 				continue
 			}
-			ps, es, _ := loadFolder(dir, filepath.Join(sub, ie.Name()))
+			ps, es, _ := loadFolder(dir, filepath.Join(sub, ie.Name()), broken)
 			plugins, errs = append(plugins, ps...), append(errs, es...)
 		}
 	}
-	return plugins, errs
+	return plugins, errs, broken
 }
 
 func isDir(parent string, e fs.DirEntry) bool {
@@ -116,7 +118,7 @@ func isDir(parent string, e fs.DirEntry) bool {
 
 // loadFolder loads every definition in one folder. found reports whether
 // the folder held a definition (or a broken JSON file that may be one).
-func loadFolder(root, dir string) (plugins []*plugin, errs []*LoadError, found bool) {
+func loadFolder(root, dir string, broken map[string]bool) (plugins []*plugin, errs []*LoadError, found bool) {
 	jsons, _ := filepath.Glob(filepath.Join(dir, "*.json"))
 	sort.Strings(jsons)
 	for _, jf := range jsons {
@@ -140,6 +142,17 @@ func loadFolder(root, dir string) (plugins []*plugin, errs []*LoadError, found b
 		errs = append(errs, perrs...)
 		if p != nil {
 			plugins = append(plugins, p)
+		} else {
+			for name := range def.Types {
+				broken[name] = true
+				// Name the type in the errors, so a task for it can say
+				// why it is not served.
+				for _, e := range perrs {
+					if e.Type == "" && len(def.Types) == 1 {
+						e.Type = name
+					}
+				}
+			}
 		}
 	}
 	return plugins, errs, found
@@ -258,7 +271,9 @@ func compileChunk(src []byte, name string) (*lua.FunctionProto, *LoadError) {
 			le.Line = pe.Pos.Line
 			if pe.Pos.Line == parse.EOF {
 				le.Line = bytes.Count(src, []byte("\n")) + 1
-				le.Message = fmt.Sprintf("syntax error at end of file: %s (an unclosed function, if, do or table?)", strings.TrimSpace(pe.Message))
+				le.Message = "unexpected end of file: an unclosed function, if, do, table or string?"
+			} else if pe.Token == "" {
+				le.Message = "syntax error: " + strings.TrimSpace(pe.Message)
 			} else {
 				le.Message = fmt.Sprintf("syntax error near '%s': %s", pe.Token, strings.TrimSpace(pe.Message))
 			}

@@ -214,10 +214,9 @@ func (rt *Runtime) Reload(ctx context.Context) (ReloadReport, error) {
 		return rep, fmt.Errorf("reading the plugins directory %q: %w (set --plugins or LOOM_PLUGINS)", rt.opts.PluginsDir, err)
 	}
 	old := rt.snap.Load()
-	plugins, errs := scanPlugins(rt.opts.PluginsDir)
+	plugins, errs, failed := scanPlugins(rt.opts.PluginsDir) // failed: types whose new version is broken
 	next := &snapshot{types: make(map[string]*pluginType)}
 	claimed := make(map[string]string) // type -> definition file
-	failed := make(map[string]bool)    // types whose new version is broken
 	// Types declared by definitions that failed before compiling still
 	// count as "present but broken", so their old version keeps serving.
 	for _, e := range errs {
