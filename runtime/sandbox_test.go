@@ -36,12 +36,16 @@ func (panicBinding) Open(L *lua.LState, h bindings.Host) lua.LValue {
 // boxRuntime loads one provider "box" whose create hook runs code, with a
 // short hook timeout so runaway loops end quickly.
 func boxRuntime(t *testing.T, code string, logs *luatest.LogBuffer) *runtime.Runtime {
+	return boxRuntimeTimeout(t, code, logs, 300*time.Millisecond)
+}
+
+func boxRuntimeTimeout(t *testing.T, code string, logs *luatest.LogBuffer, timeout time.Duration) *runtime.Runtime {
 	t.Helper()
 	dir := t.TempDir()
 	luatest.WritePlugin(t, dir, luatest.Plugin{Name: "box", Family: "provider", Classname: "Box",
 		Files: map[string]string{"box.lua": "Box = {}\nfunction Box:create(input)\n" + code + "\nend\n" +
 			"function Box:confirm(input) self.result.result.ok = 'yes' end\n"}})
-	opts := runtime.Options{PluginsDir: dir, Timeout: 300 * time.Millisecond,
+	opts := runtime.Options{PluginsDir: dir, Timeout: timeout,
 		Bindings: bindings.NewRegistry(logb.New(), jsonb.New(), panicBinding{})}
 	if logs != nil {
 		opts.Logger = logs.Logger()
@@ -140,7 +144,7 @@ func TestSandboxCapsThatSucceed(t *testing.T) {
 		print("printed", "via log")
 	`
 	logs := &luatest.LogBuffer{}
-	rt := boxRuntime(t, code, logs)
+	rt := boxRuntimeTimeout(t, code, logs, time.Minute)
 	res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
 	if res.Status != 0 {
 		t.Fatalf("status %d: %s", res.Status, res.Message)
@@ -210,7 +214,7 @@ func TestSourceSizeCap(t *testing.T) {
 // TestLogCap: a huge log message is truncated, not written whole.
 func TestLogCap(t *testing.T) {
 	logs := &luatest.LogBuffer{}
-	rt := boxRuntime(t, `for i = 1, 20 do log.info(("x"):rep(1e6)) end`, logs)
+	rt := boxRuntimeTimeout(t, `for i = 1, 20 do log.info(("x"):rep(1e6)) end`, logs, time.Minute)
 	res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
 	if res.Status != 0 {
 		t.Fatal(res.Message)
