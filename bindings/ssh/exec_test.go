@@ -1,0 +1,184 @@
+package ssh
+
+import (
+	"strings"
+	"testing"
+
+	lua "github.com/yuin/gopher-lua"
+
+	"github.com/loomrt/loom/internal/sshdtest"
+)
+
+func TestExecBasics(t *testing.T) {
+	e := newEnv(t, sshdtest.Config{}, nil)
+	e.run(`c = conn()
+		r = c:exec("echo hello; echo oops >&2; echo \"$APP_COLOR/$OTHER\"", {env={APP_COLOR="blue", OTHER="it's"}})`)
+	if got := e.str("r.stdout"); got != "hello\nblue/it's\n" {
+		t.Fatalf("stdout = %q", got)
+	}
+	if got := e.str("r.stderr"); got != "oops\n" {
+		t.Fatalf("stderr = %q", got)
+	}
+	if e.eval("r.exit_code").(lua.LNumber) != 0 || e.eval("r.ok") != lua.LTrue || e.eval("r.timed_out") != lua.LFalse {
+		t.Fatalf("want exit 0, ok, not timed out")
+	}
+	if got := e.str(`c:exec("cat", {stdin="from stdin"}).stdout`); got != "from stdin" {
+		t.Fatalf("stdin: got %q", got)
+	}
+	if got := e.str(`c:exec("tty >/dev/null && echo tty; echo err >&2", {pty=true}).stdout`); got != "tty\r\nerr\r\n" {
+		t.Fatalf("pty: got %q", got)
+	}
+	if got := e.str(`tostring(c)`); got != "ssh.conn("+e.srv.User+"@"+e.addr()+")" {
+		t.Fatalf("tostring = %q", got)
+	}
+	et := e.luaErr(`c:exec("true", {timout=1})`)
+	wantKind(t, et, "config", "timout")
+}
+
+func TestExecExitCodesAndSignals(t *testing.T) {
+	e := newEnv(t, sshdtest.Config{}, nil)
+	e.run(`c = conn()
+		r3 = c:exec("exit 3")
+		rt = c:exec("kill -TERM $$")
+		rn = c:exec("no-such-command-xyz")`)
+	if e.eval("r3.exit_code") != lua.LNumber(3) || e.eval("r3.ok") != lua.LFalse {
+		t.Fatalf("exit 3: got %v", e.eval("r3.exit_code"))
+	}
+	if e.eval("rt.exit_code") != lua.LNumber(143) || e.str("rt.signal") != "TERM" {
+		t.Fatalf("kill -TERM: exit %v signal %v", e.eval("rt.exit_code"), e.eval("rt.signal"))
+	}
+	if e.eval("rn.exit_code") != lua.LNumber(127) || !strings.Contains(e.str("rn.stderr"), "not found") {
+		t.Fatalf("missing command: exit %v stderr %q", e.eval("rn.exit_code"), e.str("rn.stderr"))
+	}
+	et := e.luaErr(`c:exec("echo out; echo bad >&2; exit 4", {check=true})`)
+	wantKind(t, et, "command", "status 4", e.addr(), e.srv.User)
+	if field(et, "stdout") != "out\n" || field(et, "stderr") != "bad\n" || field(et, "exit_code") != "4" ||
+		field(et, "command") != "echo out; echo bad >&2; exit 4" {
+		t.Fatalf("command error fields: stdout=%q stderr=%q exit=%q command=%q",
+			field(et, "stdout"), field(et, "stderr"), field(et, "exit_code"), field(et, "command"))
+	}
+}
+
+func TestExecTimeoutLeavesNoProcess(t *testing.T) {
+	e := newEnv(t, sshdtest.Config{}, nil)
+	cases := []struct{ name, user, cmd, marker string }{
+		{"plain", "USER", `sleep 3601`, "sleep 3601"},
+		{"compound with a background child", "USER", `sleep 3602 & sleep 3603; echo never`, "sleep 360"},
+		{"ignores TERM", "USER", `trap '' TERM; sleep 3604; sleep 3604`, "sleep 3604"},
+		{"under sudo", "NPUSER", `sleep 3605`, "sleep 3605"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			sudo := "false"
+			if tc.user == "NPUSER" {
+				sudo = "true"
+			}
+			e.run(`r = conn(` + tc.user + `):exec(` + luaQuoteString(tc.cmd) + `, {timeout=1, kill_grace=1, sudo=` + sudo + `})`)
+			if e.eval("r.timed_out") != lua.LTrue || e.eval("r.ok") != lua.LFalse {
+				t.Fatalf("timed_out = %v", e.eval("r.timed_out"))
+			}
+			eventually(t, "no "+tc.marker+" left on the host", func() bool {
+				return len(sshdtest.ProcessesMatching(tc.marker)) == 0
+			})
+		})
+	}
+	et := e.luaErr(`conn():exec("sleep 3606", {timeout=0.5, kill_grace=0.5, check=true})`)
+	wantKind(t, et, "timeout", "timed out")
+	eventually(t, "no sleep 3606 left", func() bool { return len(sshdtest.ProcessesMatching("sleep 3606")) == 0 })
+}
+
+func TestExecLargeOutputBounded(t *testing.T) {
+	e := newEnv(t, sshdtest.Config{}, nil)
+	e.run(`c = conn()
+		big = c:exec("head -c 52428800 /dev/zero; echo tail >&2")
+		small = c:exec("head -c 100000 /dev/zero", {max_capture="1KiB"})
+		noisy = c:exec("head -c 5000000 /dev/urandom >&2; echo done")`)
+	if n := len(e.str("big.stdout")); n != defaultMaxCapture {
+		t.Fatalf("50MB of stdout: captured %d bytes, want %d", n, defaultMaxCapture)
+	}
+	if e.eval("big.truncated") != lua.LTrue || e.str("big.stderr") != "tail\n" || e.eval("big.exit_code") != lua.LNumber(0) {
+		t.Fatalf("big: truncated=%v stderr=%q", e.eval("big.truncated"), e.str("big.stderr"))
+	}
+	if n := len(e.str("small.stdout")); n != 1024 || e.eval("small.truncated") != lua.LTrue {
+		t.Fatalf("max_capture=1KiB: captured %d", n)
+	}
+	// 5 MB of stderr while stdout stays idle must not stall stdout.
+	if e.str("noisy.stdout") != "done\n" || e.eval("noisy.truncated") != lua.LTrue {
+		t.Fatalf("noisy: stdout %q truncated %v", e.str("noisy.stdout"), e.eval("noisy.truncated"))
+	}
+}
+
+func TestExecStreamingInterleaved(t *testing.T) {
+	e := newEnv(t, sshdtest.Config{}, nil)
+	e.run(`events = {}
+		r = conn():exec("for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.3; done; printf partial", {
+			on_stdout = function(l) events[#events+1] = "o:" .. l end,
+			on_stderr = function(l) events[#events+1] = "e:" .. l end})
+		got = table.concat(events, ",")`)
+	got := strings.Split(e.str("got"), ",")
+	if len(got) != 7 {
+		t.Fatalf("events = %v", got)
+	}
+	// Each round's two lines arrive before the next round's (0.3 s apart).
+	for i := 0; i < 3; i++ {
+		pair := got[2*i] + "," + got[2*i+1]
+		n := string(rune('1' + i))
+		if pair != "o:out"+n+",e:err"+n && pair != "e:err"+n+",o:out"+n {
+			t.Fatalf("round %d out of order: %v", i+1, got)
+		}
+	}
+	if got[6] != "o:partial" {
+		t.Fatalf("last partial line: %v", got)
+	}
+	if e.str("r.stdout") != "out1\nout2\nout3\npartial" {
+		t.Fatalf("captured stdout %q", e.str("r.stdout"))
+	}
+	// An error in a callback aborts the command and surfaces as raised.
+	e.run(`ok, err = pcall(function()
+			conn():exec("echo one; sleep 3607", {on_stdout=function(l) error("stop here") end})
+		end)`)
+	if e.eval("ok") != lua.LFalse || !strings.Contains(e.str("tostring(err)"), "stop here") {
+		t.Fatalf("callback error: ok=%v err=%v", e.eval("ok"), e.eval("tostring(err)"))
+	}
+	eventually(t, "no sleep 3607 left", func() bool { return len(sshdtest.ProcessesMatching("sleep 3607")) == 0 })
+}
+
+func TestExecSudo(t *testing.T) {
+	e := newEnv(t, sshdtest.Config{}, nil)
+	// NOPASSWD user: sudo -n.
+	if got := e.str(`conn(NPUSER):exec("id -u", {sudo=true, check=true}).stdout`); got != "0\n" {
+		t.Fatalf("NOPASSWD sudo id -u = %q", got)
+	}
+	// Password user without a password: fails fast with a clear error.
+	et := e.luaErr(`conn():exec("id -u", {sudo=true})`)
+	wantKind(t, et, "auth", "needs a password", e.addr())
+	// With the password; stdin still reaches the command, not sudo.
+	e.run(`r = conn():exec("id -u; cat", {sudo={password=PASSWORD}, stdin="payload", check=true})`)
+	if got := e.str("r.stdout"); got != "0\npayload" {
+		t.Fatalf("password sudo stdout = %q", got)
+	}
+	if got := e.str("r.stderr"); got != "" {
+		t.Fatalf("password sudo stderr = %q (markers must be stripped)", got)
+	}
+	// Another target user.
+	if got := e.str(`conn():exec("id -un", {sudo={user=NPUSER, password=PASSWORD}}).stdout`); got != e.srv.NoPasswdUser+"\n" {
+		t.Fatalf("sudo -u %s: %q", e.srv.NoPasswdUser, got)
+	}
+	// With a pty (requiretty setups).
+	if got := e.str(`conn():exec("id -u", {sudo={password=PASSWORD}, pty=true}).stdout`); got != "0\r\n" {
+		t.Fatalf("sudo with pty = %q", got)
+	}
+	// A wrong password.
+	et = e.luaErr(`conn():exec("id -u", {sudo={password="wrong-password"}})`)
+	wantKind(t, et, "auth", "rejected the password")
+	for _, s := range []string{e.srv.Password, "wrong-password"} {
+		if strings.Contains(e.h.Logs(), s) {
+			t.Fatalf("a sudo password reached the log")
+		}
+	}
+}
+
+// luaQuoteString makes a Lua string literal.
+func luaQuoteString(s string) string {
+	return "[==[" + s + "]==]"
+}

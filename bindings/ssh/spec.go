@@ -1,0 +1,110 @@
+package ssh
+
+import "github.com/loomrt/loom/bindings"
+
+// moduleSpec documents loom.ssh as data (binding reference, LuaLS stubs,
+// REPL completion). docs/bindings/ssh.md is the long form.
+var moduleSpec = bindings.ModuleSpec{
+	Name: "ssh",
+	Doc: "Pooled SSH connections with strict host-key checking, bounded command execution and file transfer. " +
+		"Connections are shared across hooks and tasks per (host, port, user, credentials, host-key policy, jump chain). " +
+		"Errors are tables {kind=, message=, host=, port=, user=, ...} with kind config, permission, connect, auth, host_key, " +
+		"timeout, transport_lost, command or io.",
+	Funcs: []bindings.FuncSpec{
+		{
+			Name:    "connect",
+			Params:  []string{"opts table"},
+			Returns: []string{"ssh.conn"},
+			Doc: "Opens (or reuses) a pooled connection and returns a handle. opts: host (required), port (22), user (required); " +
+				"password, or key (PEM text) or key_file (path relative to the work dir, confined to the work root and plugin dir), " +
+				"passphrase, cert (OpenSSH user certificate line); host_key = {policy = \"strict\"|\"pinned\"|\"tofu\"|\"insecure\", " +
+				"pinned = {\"SHA256:...\" | key line | base64 blob, ...}, known_hosts = path | {paths}}; jump = {same fields, for a bastion}; " +
+				"connect_timeout (10s), handshake_timeout (15s), keepalive (15s), keepalive_max (3); reuse (true; false gives a private " +
+				"connection closed by conn:close()). Durations are seconds or strings like \"30s\". Passwords, keys and passphrases are " +
+				"registered as secrets. Raises config, permission (tofu/insecure not enabled, path outside the roots), connect, auth, " +
+				"host_key (shows both fingerprints on a mismatch) or timeout.",
+		},
+		{
+			Name:    "from_input",
+			Params:  []string{"input table", "task? table", "opts? table"},
+			Returns: []string{"ssh.conn"},
+			Doc: "Connects to an automator hook's host the Coopr way: host from input.ipaddress (else task.config.ipaddresses.access_v4), " +
+				"user/password/identityfile from input.sshauth (else task.config[\"ssh-auth\"]; user defaults to task.config.sshuser, " +
+				"then root), and host keys pinned from task.config.ssh_host_keys ({rsa=, ed25519=, ecdsa=} base64 blobs). opts may " +
+				"override any ssh.connect field; its host_key is merged with the task's pins.",
+		},
+		{
+			Name:    "keyscan",
+			Params:  []string{"opts table"},
+			Returns: []string{"table"},
+			Doc: "Returns the host keys a server presents as {ed25519=, ecdsa=, rsa=} base64 blobs (types it lacks are absent). " +
+				"opts: host (required), port (22), timeout (10s). Unverified by nature: use it where the provider vouches for the host " +
+				"(a CONFIRM hook right after creation) and record the result as result.ssh_host_keys so automators pin it. " +
+				"Raises connect or timeout when no key could be read.",
+		},
+		{
+			Name:    "quote",
+			Params:  []string{"...string|number|string[]"},
+			Returns: []string{"string"},
+			Doc:     "Quotes each argument as one POSIX shell word and joins them with spaces: ssh.quote(\"it's\") == [['it'\\''s']].",
+		},
+		{
+			Name:    "conn:exec",
+			Params:  []string{"cmd string", "opts? table"},
+			Returns: []string{"table"},
+			Doc: "Runs a shell command and returns {stdout, stderr, exit_code, signal, timed_out, truncated, duration_ms, ok}. " +
+				"A non-zero exit is data unless opts.check = true, which raises kind \"command\" with command, stdout, stderr, exit_code " +
+				"(and \"timeout\" when timed out). opts: timeout (none; the hook deadline always applies), kill_grace (5s), " +
+				"env = {NAME = value} (Setenv, else an export prefix), stdin (string), pty (false; merges stderr into stdout), " +
+				"sudo = true | {user = \"root\", password = ...} (sudo -n without a password; with one, the password is written " +
+				"only when sudo prompts with a random marker and never reaches output), on_stdout / on_stderr = function(line) " +
+				"callbacks, max_capture (\"4MiB\" per stream; the rest is drained and counted, truncated = true). On timeout the " +
+				"command gets TERM, then KILL after kill_grace, then the session is closed: no process is left behind. A dropped " +
+				"connection raises \"transport_lost\" (the command is never re-run); sudo refusals raise \"auth\" or \"permission\".",
+		},
+		{
+			Name:    "conn:upload",
+			Params:  []string{"local string", "remote string", "opts? table"},
+			Returns: []string{"table"},
+			Doc: "Copies a local file (relative to the work dir, confined to the work root and plugin dir) to an absolute remote " +
+				"path over SFTP and returns {bytes, duration_ms}. opts: mode (\"0640\"; default: the existing file's, else 0644), " +
+				"owner, group, sudo (true | {user=, password=}: stage in a private temp file, then a root shell installs it), " +
+				"atomic (true: temp file in the same dir, chmod/chown, then rename over the target).",
+		},
+		{
+			Name:    "conn:upload_dir",
+			Params:  []string{"local string", "remote string", "opts? table"},
+			Returns: []string{"table"},
+			Doc: "Copies a local directory tree into a remote directory (created if missing) and returns {files, dirs, links, bytes, " +
+				"method, duration_ms}. Modes and mtimes are kept; symlinks travel as symlinks and are never followed. opts: method " +
+				"(\"auto\": a tar stream into `tar -x` over one exec, SFTP with 8 files in flight when the host has no tar; \"tar\"; " +
+				"\"sftp\"), owner, group (chown -R afterwards), sudo (tar only).",
+		},
+		{
+			Name:    "conn:download",
+			Params:  []string{"remote string", "local string", "opts? table"},
+			Returns: []string{"table"},
+			Doc: "Copies a remote file to a local path (created atomically, parent dirs made, confined to the work root and plugin " +
+				"dir) and returns {bytes, duration_ms}. opts: max_size (\"1GiB\"), mode (\"0644\").",
+		},
+		{
+			Name:    "conn:write",
+			Params:  []string{"remote string", "content string", "opts? table"},
+			Returns: []string{"table"},
+			Doc:     "Writes a string to a remote file; same options and result as conn:upload.",
+		},
+		{
+			Name:    "conn:read",
+			Params:  []string{"remote string", "opts? table"},
+			Returns: []string{"string"},
+			Doc:     "Returns a remote file's content. opts: max_size (\"16MiB\"; larger files raise \"io\"), sudo (read through sudo cat).",
+		},
+		{
+			Name:    "conn:close",
+			Params:  nil,
+			Returns: nil,
+			Doc: "Ends the handle. A pooled connection stays open for the next hook or task (it closes after the idle timeout); " +
+				"a private one (reuse = false) is closed now.",
+		},
+	},
+}

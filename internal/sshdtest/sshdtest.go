@@ -1,0 +1,530 @@
+// Package sshdtest starts a real OpenSSH sshd (Debian's openssh-server) on
+// 127.0.0.1 for tests: a generated sshd_config on a free port, generated
+// host keys, test users with an authorized key and a password, sudo rules
+// for them, and a log file tests can read (for example to count
+// "Accepted" lines and prove connection reuse).
+//
+// It needs root (to run sshd and to create the local test users). When
+// /usr/sbin/sshd is missing or the process is not root, Start skips the
+// test, unless the environment says CI=true, where it fails instead: CI
+// must install openssh-server and sudo.
+package sshdtest
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+)
+
+// SshdPath is where Debian's openssh-server installs sshd.
+const SshdPath = "/usr/sbin/sshd"
+
+// Default test users. User needs a password for sudo; NoPasswdUser has
+// NOPASSWD sudo. Both accept the same key and password.
+const (
+	User         = "loomtest"
+	NoPasswdUser = "loomtestnp"
+)
+
+// stateDir holds the shared test users' password, created once per machine
+// under a file lock so that concurrent test processes agree on it.
+const stateDir = "/var/lib/loom-sshdtest"
+
+// Config tunes one sshd. The zero value gives sshd's own defaults
+// (MaxSessions 10, MaxStartups 10:30:100).
+type Config struct {
+	// MaxSessions is sshd's MaxSessions; 0 keeps the default (10).
+	MaxSessions int
+	// MaxStartups is sshd's MaxStartups; "" keeps the default (10:30:100).
+	MaxStartups string
+	// Extra is appended verbatim to the generated sshd_config.
+	Extra string
+	// HostCA, when set, signs the ed25519 host key into a host
+	// certificate (principal 127.0.0.1) that sshd presents.
+	HostCA ssh.Signer
+}
+
+// Server is a running sshd. Its fields are read-only.
+type Server struct {
+	// Host is always "127.0.0.1"; Port the port sshd listens on.
+	Host string
+	Port int
+	// Addr is Host:Port.
+	Addr string
+	// Users are the login names: User (password sudo) and NoPasswdUser.
+	User, NoPasswdUser string
+	// Password is the users' login (and sudo) password.
+	Password string
+	// KeyPEM is the users' authorized ed25519 private key (OpenSSH PEM).
+	KeyPEM []byte
+	// KeyFile is KeyPEM written to a 0600 file.
+	KeyFile string
+	// EncryptedKeyPEM is the same key encrypted with KeyPassphrase.
+	EncryptedKeyPEM []byte
+	// KeyPassphrase unlocks EncryptedKeyPEM.
+	KeyPassphrase string
+	// Signer is the parsed user key.
+	Signer ssh.Signer
+	// HostKeys maps "ed25519", "ecdsa" and "rsa" to sshd's host keys.
+	HostKeys map[string]ssh.PublicKey
+	// Dir holds the config, keys and log; LogPath is sshd's log file.
+	Dir, LogPath string
+
+	cmd      *exec.Cmd
+	stopOnce sync.Once
+	exited   chan struct{}
+}
+
+// Start starts sshd for the test and stops it at cleanup. It skips the
+// test when sshd cannot run here (missing binary, not root), unless
+// CI=true, where that is a failure.
+func Start(t testing.TB, cfg Config) *Server {
+	t.Helper()
+	if reason := unavailable(); reason != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("sshdtest: %s (CI=true: install openssh-server and sudo, run as root)", reason)
+		}
+		t.Skipf("sshdtest: %s; install with: apt-get install -y openssh-server sudo (needs root)", reason)
+	}
+	s, err := start(cfg)
+	if err != nil {
+		t.Fatalf("sshdtest: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func unavailable() string {
+	if _, err := os.Stat(SshdPath); err != nil {
+		return SshdPath + " not found"
+	}
+	if os.Geteuid() != 0 {
+		return "not running as root (sshd and the test users need it)"
+	}
+	if _, err := exec.LookPath("sudo"); err != nil {
+		return "sudo not found"
+	}
+	return ""
+}
+
+func start(cfg Config) (*Server, error) {
+	password, err := ensureUsers()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "sshdtest-")
+	if err != nil {
+		return nil, err
+	}
+	// sshd reads authorized_keys as the user, so the dir must be traversable.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		Host: "127.0.0.1", User: User, NoPasswdUser: NoPasswdUser, Password: password,
+		Dir: dir, LogPath: filepath.Join(dir, "sshd.log"), HostKeys: map[string]ssh.PublicKey{},
+		exited: make(chan struct{}),
+	}
+	if err := s.writeKeys(cfg.HostCA); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		if lastErr = s.launch(cfg, port); lastErr == nil {
+			return s, nil
+		}
+	}
+	os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+func (s *Server) writeKeys(ca ssh.Signer) error {
+	_, edPriv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	ecPriv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	rsaPriv, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	for name, key := range map[string]any{"ed25519": edPriv, "ecdsa": ecPriv, "rsa": rsaPriv} {
+		block, err := ssh.MarshalPrivateKey(key, "sshdtest host key")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(s.Dir, "ssh_host_"+name+"_key"), pem.EncodeToMemory(block), 0o600); err != nil {
+			return err
+		}
+		signer, err := ssh.NewSignerFromKey(key)
+		if err != nil {
+			return err
+		}
+		s.HostKeys[name] = signer.PublicKey()
+	}
+	if ca != nil {
+		cert := &ssh.Certificate{
+			Key: s.HostKeys["ed25519"], CertType: ssh.HostCert, KeyId: "sshdtest",
+			ValidPrincipals: []string{"127.0.0.1"}, ValidBefore: ssh.CertTimeInfinity,
+		}
+		if err := cert.SignCert(rand.Reader, ca); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(s.Dir, "ssh_host_ed25519_key-cert.pub"), ssh.MarshalAuthorizedKey(cert), 0o644); err != nil {
+			return err
+		}
+	}
+
+	_, userPriv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	block, err := ssh.MarshalPrivateKey(userPriv, "sshdtest user key")
+	if err != nil {
+		return err
+	}
+	s.KeyPEM = pem.EncodeToMemory(block)
+	s.KeyPassphrase = "pass-" + randHex(8)
+	enc, err := ssh.MarshalPrivateKeyWithPassphrase(userPriv, "sshdtest user key", []byte(s.KeyPassphrase))
+	if err != nil {
+		return err
+	}
+	s.EncryptedKeyPEM = pem.EncodeToMemory(enc)
+	s.KeyFile = filepath.Join(s.Dir, "user_key")
+	if err := os.WriteFile(s.KeyFile, s.KeyPEM, 0o600); err != nil {
+		return err
+	}
+	if s.Signer, err = ssh.NewSignerFromKey(userPriv); err != nil {
+		return err
+	}
+	authDir := filepath.Join(s.Dir, "authorized_keys")
+	if err := os.Mkdir(authDir, 0o755); err != nil {
+		return err
+	}
+	line := ssh.MarshalAuthorizedKey(s.Signer.PublicKey())
+	for _, u := range []string{User, NoPasswdUser} {
+		if err := os.WriteFile(filepath.Join(authDir, u), line, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Server) launch(cfg Config, port int) error {
+	s.Port = port
+	s.Addr = net.JoinHostPort(s.Host, strconv.Itoa(port))
+	var b strings.Builder
+	fmt.Fprintf(&b, "ListenAddress 127.0.0.1:%d\n", port)
+	for _, name := range []string{"ed25519", "ecdsa", "rsa"} {
+		fmt.Fprintf(&b, "HostKey %s\n", filepath.Join(s.Dir, "ssh_host_"+name+"_key"))
+	}
+	if cfg.HostCA != nil {
+		fmt.Fprintf(&b, "HostCertificate %s\n", filepath.Join(s.Dir, "ssh_host_ed25519_key-cert.pub"))
+	}
+	fmt.Fprintf(&b, "AuthorizedKeysFile %s/%%u\n", filepath.Join(s.Dir, "authorized_keys"))
+	b.WriteString("StrictModes no\nPidFile none\nUsePAM yes\nPasswordAuthentication yes\n" +
+		"KbdInteractiveAuthentication yes\nPubkeyAuthentication yes\nPermitRootLogin no\n" +
+		"AllowTcpForwarding yes\nLogLevel VERBOSE\nAcceptEnv LANG LC_* APP_*\n" +
+		"Subsystem sftp internal-sftp\n")
+	fmt.Fprintf(&b, "AllowUsers %s %s\n", User, NoPasswdUser)
+	if cfg.MaxSessions > 0 {
+		fmt.Fprintf(&b, "MaxSessions %d\n", cfg.MaxSessions)
+	}
+	if cfg.MaxStartups != "" {
+		fmt.Fprintf(&b, "MaxStartups %s\n", cfg.MaxStartups)
+	}
+	b.WriteString(cfg.Extra)
+	conf := filepath.Join(s.Dir, "sshd_config")
+	if err := os.WriteFile(conf, []byte(b.String()), 0o600); err != nil {
+		return err
+	}
+	if out, err := exec.Command(SshdPath, "-t", "-f", conf).CombinedOutput(); err != nil {
+		return fmt.Errorf("sshd -t rejected the config: %v: %s", err, out)
+	}
+	// Truncate the log from a previous attempt.
+	if err := os.WriteFile(s.LogPath, nil, 0o644); err != nil {
+		return err
+	}
+	cmd := exec.Command(SshdPath, "-D", "-f", conf, "-E", s.LogPath)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting sshd: %w", err)
+	}
+	s.cmd = cmd
+	s.exited = make(chan struct{})
+	go func(exited chan struct{}) { cmd.Wait(); close(exited) }(s.exited)
+
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-s.exited:
+			return fmt.Errorf("sshd exited at start: %s", s.Logs())
+		default:
+		}
+		if bannerOK(s.Addr) {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.Stop()
+	return fmt.Errorf("sshd did not answer on %s within 10s: %s", s.Addr, s.Logs())
+}
+
+func bannerOK(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && strings.HasPrefix(line, "SSH-2.0-")
+}
+
+// Stop kills sshd and every per-connection process it forked (and their
+// children), then removes its files. It is safe to call more than once.
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() {
+		if s.cmd != nil && s.cmd.Process != nil {
+			pids := Descendants(s.cmd.Process.Pid)
+			syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+			for _, p := range pids {
+				syscall.Kill(p, syscall.SIGKILL)
+			}
+			<-s.exited
+		}
+		os.RemoveAll(s.Dir)
+	})
+}
+
+// KillConnections SIGKILLs sshd's per-connection processes (and whatever
+// runs under them), leaving the listener up: clients see their transport
+// die mid-command, and new connections still work.
+func (s *Server) KillConnections() int {
+	pids := Descendants(s.cmd.Process.Pid)
+	for _, p := range pids {
+		syscall.Kill(p, syscall.SIGKILL)
+	}
+	return len(pids)
+}
+
+// Logs returns sshd's log so far.
+func (s *Server) Logs() string {
+	b, _ := os.ReadFile(s.LogPath)
+	return string(b)
+}
+
+// Accepted counts sshd's "Accepted <method> for <user>" log lines: one per
+// successful authentication, that is one per new SSH connection. (At
+// LogLevel VERBOSE sshd also logs "Accepted key ... found at", which is not
+// counted.)
+func (s *Server) Accepted() int {
+	return len(acceptedLine.FindAllString(s.Logs(), -1))
+}
+
+var acceptedLine = regexp.MustCompile(`(?m)Accepted [a-z-]+ for \S+ from `)
+
+// KnownHosts writes a known_hosts file holding the host keys of the given
+// types ("ed25519", "ecdsa", "rsa"; none means all) for this server's
+// address, and returns its path.
+func (s *Server) KnownHosts(types ...string) string {
+	if len(types) == 0 {
+		types = []string{"ed25519", "ecdsa", "rsa"}
+	}
+	var b strings.Builder
+	for _, typ := range types {
+		b.WriteString(knownhosts.Line([]string{knownhosts.Normalize(s.Addr)}, s.HostKeys[typ]))
+		b.WriteByte('\n')
+	}
+	f, err := os.CreateTemp(s.Dir, "known_hosts-")
+	if err != nil {
+		panic(err) // the server dir is ours; this cannot fail short of a broken disk
+	}
+	defer f.Close()
+	if _, err := f.WriteString(b.String()); err != nil {
+		panic(err)
+	}
+	return f.Name()
+}
+
+// Descendants lists the pids of every live process below pid (not pid
+// itself), read from /proc.
+func Descendants(pid int) []int {
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pp, ok := parentOf(p); ok {
+			children[pp] = append(children[pp], p)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+func parentOf(pid int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command name is in parentheses and may contain spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, false
+	}
+	pp, err := strconv.Atoi(f[1])
+	return pp, err == nil
+}
+
+// ProcessesMatching lists the pids whose command line contains substr.
+// Tests use it to check that no remote process was left behind.
+func ProcessesMatching(substr string) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil || p == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		if strings.Contains(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})), substr) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ensureUsers creates the test users and their sudo rules if they are
+// missing, and returns their password. It is idempotent and safe across
+// concurrent test processes: the password is generated once per machine
+// under a file lock and kept in stateDir.
+func ensureUsers() (string, error) {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(filepath.Join(stateDir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("locking %s: %w", lock.Name(), err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+
+	pwFile := filepath.Join(stateDir, "password")
+	pwBytes, err := os.ReadFile(pwFile)
+	password := strings.TrimSpace(string(pwBytes))
+	fresh := false
+	if errors.Is(err, os.ErrNotExist) || password == "" {
+		password = "Pw-" + randHex(12)
+		fresh = true
+	} else if err != nil {
+		return "", err
+	}
+	for _, u := range []string{User, NoPasswdUser} {
+		if _, err := exec.Command("id", "-u", u).Output(); err != nil {
+			if out, err := exec.Command("useradd", "-m", "-s", "/bin/bash", u).CombinedOutput(); err != nil {
+				return "", fmt.Errorf("useradd %s: %v: %s", u, err, out)
+			}
+			fresh = true
+		}
+	}
+	if fresh {
+		in := fmt.Sprintf("%s:%s\n%s:%s\n", User, password, NoPasswdUser, password)
+		cmd := exec.Command("chpasswd")
+		cmd.Stdin = strings.NewReader(in)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("chpasswd: %v: %s", err, out)
+		}
+		if err := os.WriteFile(pwFile, []byte(password+"\n"), 0o600); err != nil {
+			return "", err
+		}
+	}
+	sudoers := fmt.Sprintf("# written by loom's internal/sshdtest\n%s ALL=(ALL:ALL) ALL\n%s ALL=(ALL:ALL) NOPASSWD: ALL\n", User, NoPasswdUser)
+	path := "/etc/sudoers.d/loom-sshdtest"
+	if cur, _ := os.ReadFile(path); string(cur) != sudoers {
+		if err := os.MkdirAll("/etc/sudoers.d", 0o755); err != nil {
+			return "", err
+		}
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(sudoers), 0o440); err != nil {
+			return "", err
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return "", err
+		}
+	}
+	return password, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return hex.EncodeToString(b)
+}
