@@ -5,4 +5,5 @@ import "github.com/spf13/cobra"
 // addMoreCommands registers the commands beyond run, plugins and version.
 // Each lives in its own file.
 func (a *App) addMoreCommands(root *cobra.Command, g *globalOptions) {
+	root.AddCommand(a.newReplCmd(g))
 }
