@@ -157,6 +157,21 @@ func (rt *Runtime) hookTimeout(pt *pluginType, hook string) time.Duration {
 	return pt.def.timeout(pt.plugin.def, hook, rt.opts.DefaultTimeout)
 }
 
+// ensureWorkDir creates the type's work dir once per version, and again
+// if it disappeared, without a stat on every task.
+func (pt *pluginType) ensureWorkDir(dir string) error {
+	if pt.workDirReady.Load() {
+		if _, err := os.Stat(dir); err == nil {
+			return nil
+		}
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	pt.workDirReady.Store(true)
+	return nil
+}
+
 // decodeTask converts the task JSON to Lua tables in L.
 func decodeTask(L *lua.LState, task *Task) (lua.LValue, error) {
 	return luaval.Decode(L, task.raw, luaval.Limits{})
@@ -175,8 +190,7 @@ func (rt *Runtime) runHookWith(ctx context.Context, pt *pluginType, task *Task, 
 		res.Message = fmt.Sprintf(format, args...)
 		return res, nil
 	}
-	workDir := rt.workDirFor(pt)
-	if err := os.MkdirAll(workDir, 0o750); err != nil {
+	if err := pt.ensureWorkDir(rt.workDirFor(pt)); err != nil {
 		return fail(1, "creating the work dir for %s: %v (check --work-dir)", pt.name, err)
 	}
 	v := held
@@ -252,7 +266,9 @@ func (rt *Runtime) runHookWith(ctx context.Context, pt *pluginType, task *Task, 
 		res.Message = fmt.Sprintf("%s %s returned an invalid result: %v", pt.name, hook, collectErr)
 	}
 	v.redactResult(res)
-	v.logger.Debug("hook finished", "status", res.Status, "duration_ms", time.Since(start).Milliseconds())
+	if logger.Enabled(ctx, slog.LevelDebug) {
+		v.Logger().Debug("hook finished", "status", res.Status, "duration_ms", time.Since(start).Milliseconds())
+	}
 	return res, nil
 }
 

@@ -94,6 +94,8 @@ type pluginType struct {
 	pool    *pool
 	hooks   []string // hooks the entry table defines
 	missing []string // hooks it does not define (or inherits as failing defaults)
+
+	workDirReady atomic.Bool
 }
 
 // TypeInfo describes a loaded plugin type.

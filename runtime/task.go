@@ -29,10 +29,20 @@ type Task struct {
 	ClusterID string          `json:"clusterId,omitempty"`
 	TaskName  string          `json:"taskName"`
 	NodeID    string          `json:"nodeId,omitempty"`
-	Config    json.RawMessage `json:"config"`
 
 	raw   []byte    // the task as received, handed to Lua
 	route routeInfo // what dispatch needs from config
+}
+
+// taskWire decodes the top-level keys and the few config keys dispatch
+// needs in one pass; the rest of config is only validated, never copied.
+type taskWire struct {
+	TaskID    string     `json:"taskId"`
+	JobID     string     `json:"jobId"`
+	ClusterID string     `json:"clusterId"`
+	TaskName  string     `json:"taskName"`
+	NodeID    string     `json:"nodeId"`
+	Config    *routeInfo `json:"config"`
 }
 
 // routeInfo is the subset of config that dispatch reads in Go.
@@ -82,11 +92,14 @@ var ErrInvalidTask = errors.New("invalid task")
 // ParseTask decodes and validates a Coopr task. The error says what is
 // wrong and wraps ErrInvalidTask.
 func ParseTask(data []byte) (*Task, error) {
-	t := &Task{}
-	if err := json.Unmarshal(data, t); err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidTask, describeJSONError(data, err))
+	w, ok := scanTask(data)
+	if !ok {
+		w = taskWire{}
+		if err := json.Unmarshal(data, &w); err != nil {
+			return nil, fmt.Errorf("%w: %s", ErrInvalidTask, describeJSONError(data, err))
+		}
 	}
-	t.raw = data
+	t := &Task{TaskID: w.TaskID, JobID: w.JobID, ClusterID: w.ClusterID, TaskName: w.TaskName, NodeID: w.NodeID, raw: data}
 	if t.TaskName == "" {
 		return nil, fmt.Errorf("%w: missing \"taskName\" (one of %s)", ErrInvalidTask, strings.Join(TaskNames, ", "))
 	}
@@ -96,12 +109,10 @@ func ParseTask(data []byte) (*Task, error) {
 		}
 		return nil, fmt.Errorf("%w: unknown taskName %q (want one of %s)", ErrInvalidTask, t.TaskName, strings.Join(TaskNames, ", "))
 	}
-	if len(t.Config) == 0 || string(t.Config) == "null" {
+	if w.Config == nil {
 		return nil, fmt.Errorf("%w: task %s has no \"config\" object", ErrInvalidTask, t.label())
 	}
-	if err := json.Unmarshal(t.Config, &t.route); err != nil {
-		return nil, fmt.Errorf("%w: task %s: config: %s", ErrInvalidTask, t.label(), describeJSONError(t.Config, err))
-	}
+	t.route = *w.Config
 	if _, _, err := t.Route(); err != nil {
 		return nil, err
 	}

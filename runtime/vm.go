@@ -31,7 +31,9 @@ type vm struct {
 
 	// Per-task state, set by begin and cleared by end.
 	ctx        context.Context
-	logger     *slog.Logger
+	logger     *slog.Logger // built on first use from baseLogger and logAttrs
+	baseLogger *slog.Logger
+	logAttrs   [3]string // task, plugin type, hook
 	workDir    string
 	taskID     string
 	secrets    *secretSet
@@ -237,8 +239,15 @@ func (v *vm) openHostValues() lua.LValue {
 // Context implements bindings.Host.
 func (v *vm) Context() context.Context { return v.ctx }
 
-// Logger implements bindings.Host.
-func (v *vm) Logger() *slog.Logger { return v.logger }
+// Logger implements bindings.Host. The task's logger is built on first
+// use: most hooks of a busy daemon never log.
+func (v *vm) Logger() *slog.Logger {
+	if v.logger == nil {
+		v.logger = slog.New(&redactHandler{h: v.baseLogger.Handler(), secrets: v.secrets}).With(
+			"task", v.logAttrs[0], "plugin", v.logAttrs[1], "hook", v.logAttrs[2])
+	}
+	return v.logger
+}
 
 // PluginDir implements bindings.Host.
 func (v *vm) PluginDir() string { return v.pt.plugin.dir }
@@ -268,8 +277,9 @@ func (v *vm) begin(ctx context.Context, taskID, hook string, logger *slog.Logger
 	v.taskID = taskID
 	v.coroutines = 0
 	v.secrets = newSecretSet()
-	v.logger = slog.New(&redactHandler{h: logger.Handler(), secrets: v.secrets}).With(
-		"task", taskID, "plugin", v.pt.name, "hook", hook)
+	v.logger = nil
+	v.baseLogger = logger
+	v.logAttrs = [3]string{taskID, v.pt.name, hook}
 	v.L.SetContext(ctx)
 }
 

@@ -36,6 +36,12 @@ type decoder struct {
 	nodes int
 	lim   Limits
 	buf   []byte // scratch for strings with escapes
+	// Members of the containers being parsed, stacked across nesting
+	// levels, so each table is created once at its exact size: growing
+	// tables costs 3x more (lua-runtime.md §1.9), and scanning ahead to
+	// count members made nested input quadratic.
+	keys []string
+	vals []lua.LValue
 }
 
 func (d *decoder) errorf(format string, args ...any) error {
@@ -108,59 +114,15 @@ func (d *decoder) literal(word string, v lua.LValue) (lua.LValue, error) {
 	return v, nil
 }
 
-// countMembers estimates the members of the container starting at d.pos
-// (just past the bracket) by counting top-level commas, so tables are
-// presized; presizing is 3x cheaper than growing (lua-runtime.md §1.9).
-// It stops early on big containers, where growth cost is amortised anyway.
-func (d *decoder) countMembers(close byte) int {
-	depth, n, inStr := 0, 0, false
-	for i := d.pos; i < len(d.data) && i-d.pos < 4096; i++ {
-		c := d.data[i]
-		if inStr {
-			if c == '\\' {
-				i++
-			} else if c == '"' {
-				inStr = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inStr = true
-			if n == 0 {
-				n = 1
-			}
-		case '{', '[':
-			depth++
-			if n == 0 {
-				n = 1
-			}
-		case '}', ']':
-			if depth == 0 {
-				return n
-			}
-			depth--
-		case ',':
-			if depth == 0 {
-				n++
-			}
-		default:
-			if n == 0 && c > ' ' {
-				n = 1
-			}
-		}
-	}
-	return n
-}
-
 func (d *decoder) object(depth int) (lua.LValue, error) {
 	d.pos++ // {
-	t := d.L.CreateTable(0, d.countMembers('}'))
 	d.skipSpace()
 	if d.pos < len(d.data) && d.data[d.pos] == '}' {
 		d.pos++
-		return t, nil
+		return d.L.CreateTable(0, 0), nil
 	}
+	base := len(d.keys)
+	defer func() { d.keys, d.vals = d.keys[:base], d.vals[:base] }()
 	for {
 		d.skipSpace()
 		if d.pos >= len(d.data) || d.data[d.pos] != '"' {
@@ -181,7 +143,8 @@ func (d *decoder) object(depth int) (lua.LValue, error) {
 			return lua.LNil, err
 		}
 		if v != lua.LNil {
-			t.RawSetString(k, v)
+			d.keys = append(d.keys, k)
+			d.vals = append(d.vals, v)
 		}
 		d.skipSpace()
 		if d.pos >= len(d.data) {
@@ -192,6 +155,10 @@ func (d *decoder) object(depth int) (lua.LValue, error) {
 			d.pos++
 		case '}':
 			d.pos++
+			t := d.L.CreateTable(0, len(d.keys)-base)
+			for i := base; i < len(d.keys); i++ {
+				t.RawSetString(d.keys[i], d.vals[i])
+			}
 			return t, nil
 		default:
 			return lua.LNil, d.errorf("expected ',' or '}' in object, found %q", d.data[d.pos])
@@ -201,25 +168,24 @@ func (d *decoder) object(depth int) (lua.LValue, error) {
 
 func (d *decoder) array(depth int) (lua.LValue, error) {
 	d.pos++ // [
-	t := d.L.CreateTable(d.countMembers(']'), 0)
 	d.skipSpace()
 	if d.pos < len(d.data) && d.data[d.pos] == ']' {
 		d.pos++
+		t := d.L.CreateTable(0, 0)
 		MarkArray(d.L, t)
 		return t, nil
 	}
-	i := 0
+	base := len(d.vals)
+	defer func() { d.keys, d.vals = d.keys[:base], d.vals[:base] }()
 	for {
 		d.skipSpace()
 		v, err := d.value(depth)
 		if err != nil {
 			return lua.LNil, err
 		}
-		i++
-		// null elements leave holes, as they must in Lua.
-		if v != lua.LNil {
-			t.RawSetInt(i, v)
-		}
+		// Keys stay aligned with vals; arrays leave them empty.
+		d.keys = append(d.keys, "")
+		d.vals = append(d.vals, v)
 		d.skipSpace()
 		if d.pos >= len(d.data) {
 			return lua.LNil, d.errorf("unexpected end of input in array")
@@ -229,6 +195,13 @@ func (d *decoder) array(depth int) (lua.LValue, error) {
 			d.pos++
 		case ']':
 			d.pos++
+			t := d.L.CreateTable(len(d.vals)-base, 0)
+			for i := base; i < len(d.vals); i++ {
+				// null elements leave holes, as they must in Lua.
+				if d.vals[i] != lua.LNil {
+					t.RawSetInt(i-base+1, d.vals[i])
+				}
+			}
 			return t, nil
 		default:
 			return lua.LNil, d.errorf("expected ',' or ']' in array, found %q", d.data[d.pos])
