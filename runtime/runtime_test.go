@@ -372,13 +372,13 @@ func TestReloadKeepsOldVersionWhenBroken(t *testing.T) {
 
 func TestInvalidTasks(t *testing.T) {
 	for in, want := range map[string]string{
-		`{"taskName":`:                                  "malformed JSON",
-		`{"taskId":"x","config":{}}`:                    `missing "taskName"`,
-		`{"taskId":"x","taskName":"create","config":{}}`: "must be upper case",
-		`{"taskId":"x","taskName":"FLY","config":{}}`:    "unknown taskName",
-		`{"taskId":"x","taskName":"CREATE"}`:             `no "config"`,
-		`{"taskId":"x","taskName":"CREATE","config":{}}`: "config.provider.providertype",
-		`{"taskId":"x","taskName":"INSTALL","config":{}}`: "config.service.action.type",
+		`{"taskName":`:                                                     "malformed JSON",
+		`{"taskId":"x","config":{}}`:                                       `missing "taskName"`,
+		`{"taskId":"x","taskName":"create","config":{}}`:                   "must be upper case",
+		`{"taskId":"x","taskName":"FLY","config":{}}`:                      "unknown taskName",
+		`{"taskId":"x","taskName":"CREATE"}`:                               `no "config"`,
+		`{"taskId":"x","taskName":"CREATE","config":{}}`:                   "config.provider.providertype",
+		`{"taskId":"x","taskName":"INSTALL","config":{}}`:                  "config.service.action.type",
 		`{"taskId":"x","taskName":"BOOTSTRAP","config":{"automators":[]}}`: "config.automators",
 	} {
 		_, err := runtime.ParseTask([]byte(in))

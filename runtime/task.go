@@ -24,11 +24,11 @@ func (f Family) Dir() string { return string(f) + "types" }
 // Config is kept as raw JSON: it is handed to Lua as is, and only the few
 // keys dispatch needs are read in Go.
 type Task struct {
-	TaskID    string          `json:"taskId"`
-	JobID     string          `json:"jobId,omitempty"`
-	ClusterID string          `json:"clusterId,omitempty"`
-	TaskName  string          `json:"taskName"`
-	NodeID    string          `json:"nodeId,omitempty"`
+	TaskID    string `json:"taskId"`
+	JobID     string `json:"jobId,omitempty"`
+	ClusterID string `json:"clusterId,omitempty"`
+	TaskName  string `json:"taskName"`
+	NodeID    string `json:"nodeId,omitempty"`
 
 	raw   []byte    // the task as received, handed to Lua
 	route routeInfo // what dispatch needs from config
