@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"path/filepath"
 	"log/slog"
 	"time"
 
@@ -10,8 +11,10 @@ import (
 	"github.com/loomrt/loom/bindings"
 	fsb "github.com/loomrt/loom/bindings/fs"
 	httpb "github.com/loomrt/loom/bindings/http"
+	sshb "github.com/loomrt/loom/bindings/ssh"
 	jsonb "github.com/loomrt/loom/bindings/json"
 	logb "github.com/loomrt/loom/bindings/log"
+	timeb "github.com/loomrt/loom/bindings/time"
 	"github.com/loomrt/loom/runtime"
 )
 
@@ -30,8 +33,27 @@ func (o *sshOptions) addFlags(fs *pflag.FlagSet) {
 
 // newBindings builds the registry of Lua modules loomd gives plugins.
 func (a *App) newBindings(g *globalOptions, logger *slog.Logger) *bindings.Registry {
-	return bindings.NewRegistry(logb.New(), jsonb.New(), fsb.New(),
-		httpb.New(httpb.Options{UserAgent: "loomd/" + a.Version}))
+	return bindings.NewRegistry(logb.New(), jsonb.New(), fsb.New(), timeb.New(),
+		httpb.New(httpb.Options{UserAgent: "loomd/" + a.Version}),
+		sshb.New(a.sshBindingOptions(g)))
+}
+
+// sshBindingOptions: trust the --known-hosts files (or ~/.ssh/known_hosts)
+// plus loomd's own <work-dir>/known_hosts, where TOFU records keys.
+func (a *App) sshBindingOptions(g *globalOptions) sshb.Options {
+	known := append([]string(nil), g.ssh.knownHosts...)
+	if len(known) == 0 {
+		if home := a.Getenv("HOME"); home != "" {
+			known = append(known, filepath.Join(home, ".ssh", "known_hosts"))
+		}
+	}
+	own := filepath.Join(g.workDir, "known_hosts")
+	return sshb.Options{
+		KnownHosts:    append(known, own),
+		TOFUFile:      own,
+		AllowTOFU:     g.ssh.allowTOFU,
+		AllowInsecure: g.ssh.allowInsecure,
+	}
 }
 
 // runtimeConfig is what a command needs to build a runtime.
