@@ -54,8 +54,10 @@ func newEnv(t testing.TB, cfg sshdtest.Config, opts *Options) *env {
 }
 
 // newState is another VM sharing the binding (another hook or task).
-func (e *env) newState() *lua.LState {
-	L := bindingstest.NewState(e.t, e.h, e.b)
+func (e *env) newState() *lua.LState { return e.newStateWith(e.b) }
+
+func (e *env) newStateWith(b *Binding) *lua.LState {
+	L := bindingstest.NewState(e.t, e.h, b)
 	L.SetGlobal("HOST", lua.LString(e.srv.Host))
 	L.SetGlobal("PORT", lua.LNumber(e.srv.Port))
 	L.SetGlobal("USER", lua.LString(e.srv.User))
@@ -84,8 +86,18 @@ func (e *env) run(code string) {
 func runIn(t testing.TB, L *lua.LState, code string) {
 	t.Helper()
 	if err := L.DoString(code); err != nil {
-		t.Fatalf("lua: %v", err)
+		t.Fatalf("lua: %s", describe(err))
 	}
+}
+
+// describe shows a structured error's kind and message.
+func describe(err error) string {
+	if ae, ok := err.(*lua.ApiError); ok {
+		if tbl, ok := ae.Object.(*lua.LTable); ok {
+			return field(tbl, "kind") + ": " + field(tbl, "message") + "\n" + ae.StackTrace
+		}
+	}
+	return err.Error()
 }
 
 // eval returns the value of a Lua expression (or a chunk ending in return).

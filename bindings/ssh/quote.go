@@ -8,7 +8,7 @@ import (
 
 // Quote returns s as one POSIX shell word: unchanged when it is made only
 // of safe characters, otherwise in single quotes with embedded single
-// quotes written as '\''.
+// quotes written as '\”.
 func Quote(s string) string {
 	if s == "" {
 		return "''"
