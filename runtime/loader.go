@@ -39,11 +39,16 @@ type LoadError struct {
 	Warning bool `json:"warning,omitempty"`
 }
 
-func (e *LoadError) Error() string {
-	loc := e.File
+// Location is "file:line", or the file alone when the line is unknown.
+func (e *LoadError) Location() string {
 	if e.Line > 0 {
-		loc = fmt.Sprintf("%s:%d", e.File, e.Line)
+		return fmt.Sprintf("%s:%d", e.File, e.Line)
 	}
+	return e.File
+}
+
+func (e *LoadError) Error() string {
+	loc := e.Location()
 	who := e.Plugin
 	if e.Type != "" && e.Type != e.Plugin {
 		who = fmt.Sprintf("%s (type %s)", e.Plugin, e.Type)

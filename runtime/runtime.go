@@ -296,7 +296,7 @@ func (rt *Runtime) Reload(ctx context.Context) (ReloadReport, error) {
 		if e.Warning {
 			level = slog.LevelWarn
 		}
-		rt.logger.Log(ctx, level, "plugin load problem", "file", e.File, "line", e.Line, "plugin", e.Plugin, "type", e.Type, "error", e.Message)
+		rt.logger.Log(ctx, level, "plugin load problem", "at", e.Location(), "plugin", e.Plugin, "type", e.Type, "error", e.Message)
 	}
 	for _, name := range rep.Kept {
 		rt.logger.Warn("new plugin version failed to load; the previous version keeps serving", "type", name)
