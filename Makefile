@@ -1,0 +1,25 @@
+# The commands the README and CI use. `make test` is the whole suite.
+
+GO ?= go
+
+.PHONY: build test vet unit race bench
+
+build:
+	$(GO) build -o bin/loomd ./cmd/loomd
+
+# vet, every test (end-to-end ones drive the built binary, a real sshd and
+# real NATS), then the race detector on the runtime and the bindings.
+test: vet unit race
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -count=1 -timeout 15m ./...
+
+race:
+	$(GO) test -count=1 -race -timeout 15m ./runtime/... ./bindings/...
+
+bench:
+	$(GO) test -run XXX -bench . -benchmem ./runtime/ ./bindings/...
