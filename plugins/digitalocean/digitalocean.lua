@@ -1,0 +1,464 @@
+-- DigitalOcean provider: droplets through the DigitalOcean API v2.
+--
+--   create(input)   makes (or finds again) the node's droplet
+--   confirm(input)  waits until it is active, reports its addresses and
+--                   records its SSH host keys
+--   delete(input)   destroys it
+--
+-- Every droplet carries the tags "loom", "coopr-cluster-<clusterId>" and
+-- "coopr-node-<nodeId>". The node tag is what makes CREATE idempotent: a
+-- CREATE that runs again (a retry, a crash after the API call) finds the
+-- droplet it made before instead of paying for a second one.
+--
+-- Failures raise an error table {kind, message, ...}. On CREATE, a
+-- credential failure sets Coopr's "nothing was created" status (201 for a
+-- token DigitalOcean rejects, 202 for a token without the needed scope),
+-- so a Coopr server marks the cluster TERMINATED instead of INCOMPLETE.
+
+local loom = require("loom")
+local fs = require("loom.fs")
+local api = require("lib.api")
+
+-- loom.time (sleep within the hook's deadline) is what lets CONFIRM poll.
+-- A host without it can still CREATE and DELETE; a CONFIRM that has to
+-- wait says what is missing instead of spinning the CPU.
+local have_time, time = pcall(require, "loom.time")
+if not have_time then time = nil end
+
+DigitalOcean = loom.Provider:extend("DigitalOcean")
+
+-- Seconds kept back from the hook deadline for the last API call and for
+-- reporting a clear error before the runtime's own timeout fires.
+local DEADLINE_MARGIN = 5
+
+-- How often CONFIRM asks whether the create action failed, in seconds:
+-- only a slow droplet needs the question, and each one costs a request.
+local ACTION_CHECK_EVERY = 30
+
+-- Helpers ----------------------------------------------------------------
+
+-- fail ends the hook with status (1 unless told) and an error table.
+local function fail(self, err, status)
+  if type(err) ~= "table" then
+    err = { kind = "digitalocean", message = tostring(err) }
+  end
+  self.result.status = status or 1
+  error(err, 0)
+end
+
+-- Coopr hands field values over as strings ("true", "5"); definition
+-- defaults arrive as JSON booleans and numbers. Accept both.
+local function truthy(v, default)
+  if v == nil or v == "" then return default end
+  if type(v) == "boolean" then return v end
+  local s = tostring(v):lower()
+  return s == "true" or s == "1" or s == "yes" or s == "on"
+end
+
+local function split_list(s)
+  local out = {}
+  for item in tostring(s or ""):gmatch("[^,]+") do
+    item = item:match("^%s*(.-)%s*$")
+    if item ~= "" then out[#out + 1] = item end
+  end
+  return out
+end
+
+-- DigitalOcean tags allow letters, digits, ':', '-' and '_', up to 255.
+local function tag(s)
+  return (tostring(s):gsub("[^%w:_%-]", "-"):sub(1, 255))
+end
+
+-- Droplet names allow letters, digits, '.' and '-', and must start and end
+-- with a letter or digit. A FQDN passes unchanged, and DigitalOcean sets
+-- the droplet's hostname from it.
+local function droplet_name(hostname)
+  local name = tostring(hostname):gsub("[^%w%.%-]", "-"):sub(1, 255)
+  return (name:gsub("^[^%w]+", ""):gsub("[^%w]+$", ""))
+end
+
+-- The node tag: the droplet's identity for idempotency and for cleanup.
+local function node_tag(task)
+  return tag("coopr-node-" .. tostring(task.nodeId or task.taskId))
+end
+
+-- Droplet ids are integers; Coopr's providerid is a string. %d keeps
+-- large ids exact where tostring might print an exponent.
+local function id_string(id)
+  return ("%d"):format(id)
+end
+
+-- A providerid goes into a URL path: it must be a droplet id and nothing
+-- else (no "../account").
+local function droplet_id(self, providerid)
+  local id = tostring(providerid or "")
+  if not id:match("^%d+$") then
+    fail(self, ("providerid %q is not a DigitalOcean droplet id; was CREATE run by this provider?"):format(id))
+  end
+  return id
+end
+
+local function client(fields)
+  return api.new({ url = fields.api_url, token = fields.api_token, timeout = fields.api_timeout })
+end
+
+-- remaining is the time left before the hook deadline, minus the margin.
+local function remaining()
+  local r = time and time.remaining()
+  if r == nil then return math.huge end
+  return r - DEADLINE_MARGIN
+end
+
+-- pause waits `seconds`, or fails with `why` when that would overrun the
+-- hook deadline (or when this loomd has no loom.time to wait with).
+local function pause(self, seconds, why)
+  if not time then
+    fail(self, why .. "; waiting needs the loom.time module, which this loomd does not provide")
+  end
+  if seconds > remaining() then
+    fail(self, why .. (" and the hook deadline leaves no time to wait %.1fs more (raise timeouts.%s in digitalocean.json)")
+      :format(seconds, self.env.hook))
+  end
+  time.sleep(seconds)
+end
+
+-- CREATE -----------------------------------------------------------------
+
+-- On CREATE, DigitalOcean refusing the token means nothing was created:
+-- 201 for an invalid token (401), 202 for one without write scope (403).
+local function credential_status(http_status)
+  if http_status == 401 then return 201 end
+  if http_status == 403 then return 202 end
+  return 1
+end
+
+-- find_droplet returns the droplet tagged for this node, if any.
+local function find_droplet(self, do_api, node)
+  local ok, found = pcall(do_api.list, do_api, "/droplets", "droplets", { tag_name = node },
+    "looking for a droplet tagged " .. node)
+  if not ok then
+    local status = type(found) == "table" and credential_status(found.http_status) or 1
+    fail(self, found, status)
+  end
+  local live = {}
+  for _, d in ipairs(found) do
+    -- An archived droplet is on its way out; never hand it back.
+    if d.status ~= "archive" then live[#live + 1] = d end
+  end
+  if #live > 1 then
+    -- Two droplets for one node: a concurrent CREATE raced this one. Keep
+    -- the oldest (lowest id) so every retry settles on the same one.
+    table.sort(live, function(a, b) return a.id < b.id end)
+    log.warn("%d droplets carry the tag %s; using %s, delete the others: %s", #live, node,
+      id_string(live[1].id), table.concat((function()
+        local ids = {}
+        for i = 2, #live do ids[#ids + 1] = id_string(live[i].id) end
+        return ids
+      end)(), ", "))
+  end
+  return live[1]
+end
+
+-- resolve_keys maps the ssh_keys field (names, MD5 fingerprints or ids of
+-- keys in the account) to fingerprints, which the create call accepts.
+local function resolve_keys(self, do_api, wanted)
+  if #wanted == 0 then return {} end
+  local ok, keys = pcall(do_api.list, do_api, "/account/keys", "ssh_keys", nil, "listing the account's SSH keys")
+  if not ok then
+    fail(self, keys, type(keys) == "table" and credential_status(keys.http_status) or 1)
+  end
+  local out, names = {}, {}
+  for _, w in ipairs(wanted) do
+    local hit
+    for _, k in ipairs(keys) do
+      if k.name == w or (k.fingerprint and k.fingerprint:lower() == w:lower()) or id_string(k.id) == w then
+        hit = k
+        break
+      end
+    end
+    if not hit then
+      for _, k in ipairs(keys) do names[#names + 1] = ("%s (%s)"):format(tostring(k.name), tostring(k.fingerprint)) end
+      fail(self, ("no SSH key %q in the DigitalOcean account (field ssh_keys); the account has: %s")
+        :format(w, #names > 0 and table.concat(names, ", ") or "no keys"))
+    end
+    out[#out + 1] = hit.fingerprint
+  end
+  return out
+end
+
+-- post_droplet creates the droplet. A 429 is retried after the wait
+-- DigitalOcean asks for. A 5xx or a lost connection is ambiguous (the
+-- droplet may exist), so the node tag is checked before trying again:
+-- a retry must never make a second droplet.
+local function post_droplet(self, do_api, body, node)
+  local what = "creating droplet " .. body.name
+  for attempt = 1, 5 do
+    local ok, resp = pcall(do_api.request, do_api, "POST", "/droplets", { json = body })
+    if ok and resp.status == 202 then
+      return resp:json().droplet
+    end
+    if ok and resp.status == 429 then
+      local err = do_api:api_error(resp, what)
+      local wait = tonumber(resp.headers["retry-after"])
+      if wait == nil then
+        local reset = tonumber(resp.headers["ratelimit-reset"])
+        wait = reset and math.max(reset - os.time(), 1) or 2 ^ attempt
+      end
+      log.warn("%s; retrying in %ds", err.message, wait)
+      pause(self, wait, err.message)
+    elseif not ok or resp.status >= 500 then
+      local why = ok and do_api:api_error(resp, what) or resp
+      if not ok and (type(resp) ~= "table" or (resp.kind ~= "connect" and resp.kind ~= "timeout")) then
+        fail(self, resp) -- permission, config, a bug: retrying cannot help
+      end
+      local d = find_droplet(self, do_api, node)
+      if d then
+        log.info("%s failed (%s), but droplet %s exists: using it", what, tostring(why.message), id_string(d.id))
+        return d
+      end
+      if attempt == 5 then fail(self, why) end
+      local wait = ok and tonumber(resp.headers["retry-after"]) or 2 ^ attempt
+      log.warn("%s; retrying in %ds", tostring(why.message), wait)
+      pause(self, wait, tostring(why.message))
+    else
+      local err = do_api:api_error(resp, what)
+      fail(self, err, credential_status(resp.status))
+    end
+  end
+  fail(self, what .. ": still rate limited after 5 attempts")
+end
+
+function DigitalOcean:create(input)
+  local f = input.fields
+  if input.flavor == nil or input.image == nil or input.hostname == nil then
+    fail(self, "CREATE needs config.flavor (a droplet size slug), config.image (an image slug or id) and config.hostname")
+  end
+  local do_api = client(f)
+  local node = node_tag(self.task)
+
+  local droplet = find_droplet(self, do_api, node)
+  if droplet then
+    log.info("droplet %s (%s) already exists for this node (tag %s): reusing it",
+      id_string(droplet.id), tostring(droplet.name), node)
+  else
+    local tags = { "loom", tag("coopr-cluster-" .. tostring(self.task.clusterId)), node }
+    for _, t in ipairs(split_list(f.tags)) do tags[#tags + 1] = tag(t) end
+    -- Image ids are numbers in the API; slugs ("debian-12-x64") strings.
+    local image = tostring(input.image)
+    local body = {
+      name = droplet_name(input.hostname),
+      region = f.region,
+      size = input.flavor,
+      image = image:match("^%d+$") and tonumber(image) or image,
+      tags = tags,
+      ipv6 = truthy(f.ipv6, false),
+      monitoring = truthy(f.monitoring, false),
+      backups = truthy(f.backups, false),
+    }
+    local keys = resolve_keys(self, do_api, split_list(f.ssh_keys))
+    if #keys > 0 then
+      body.ssh_keys = keys
+    else
+      log.warn("no ssh_keys: DigitalOcean will email a root password, and automators cannot log in with a key")
+    end
+    if f.vpc_uuid and f.vpc_uuid ~= "" then body.vpc_uuid = f.vpc_uuid end
+    if f.user_data and f.user_data ~= "" then body.user_data = f.user_data end
+    log.info("creating droplet %s: size %s, image %s, region %s", body.name, body.size, image, tostring(body.region))
+    droplet = post_droplet(self, do_api, body, node)
+    log.info("created droplet %s (%s)", id_string(droplet.id), tostring(droplet.name))
+  end
+
+  self.result.result.providerid = id_string(droplet.id)
+  self.result.result["ssh-auth"].user = self.task.config.sshuser or "root"
+  local key = f.ssh_key_resource
+  if key ~= nil and key ~= "" then
+    if key:find("/", 1, true) or key == ".." then
+      fail(self, ("ssh_key_resource %q must be a file name in the ssh_keys resource, not a path"):format(key))
+    end
+    local rel = "ssh_keys/" .. key
+    if not fs.exists(rel) then
+      log.warn("the private key %s is not in the work dir yet; automators will need it", rel)
+    end
+    self.result.result["ssh-auth"].identityfile = self.env.work_dir .. "/" .. rel
+  end
+  self.result.status = 0
+end
+
+-- CONFIRM ----------------------------------------------------------------
+
+-- ipv4 returns the droplet's first public and private IPv4 addresses.
+local function ipv4(droplet)
+  local public, private
+  local nets = droplet.networks and droplet.networks.v4 or {}
+  for _, n in ipairs(nets) do
+    if n.type == "public" and public == nil then public = n.ip_address end
+    if n.type == "private" and private == nil then private = n.ip_address end
+  end
+  return public, private
+end
+
+-- create_failed reports whether the droplet's create action errored: such
+-- a droplet stays "new" forever, so waiting out the deadline is pointless.
+local function create_failed(do_api, id)
+  local resp = do_api:request("GET", "/droplets/" .. id .. "/actions", { retries = 4, query = { per_page = 50 } })
+  if not resp.ok then
+    log.debug("could not read the actions of droplet %s: HTTP %d", id, resp.status)
+    return nil
+  end
+  for _, a in ipairs((resp:json() or {}).actions or {}) do
+    if a.type == "create" and a.status == "errored" then
+      return a
+    end
+  end
+  return nil
+end
+
+local function wait_active(self, do_api, id, interval)
+  local last_status, last_action_check = nil, nil
+  local what = "reading droplet " .. id
+  while true do
+    local resp = do_api:request("GET", "/droplets/" .. id, { retries = 4 })
+    if resp.status == 404 then
+      fail(self, ("droplet %s does not exist (destroyed outside Loom?)"):format(id))
+    elseif not resp.ok then
+      fail(self, do_api:api_error(resp, what))
+    end
+    local d = resp:json().droplet
+    if d.status ~= last_status then
+      log.info("droplet %s is %s", id, tostring(d.status))
+      last_status = d.status
+    end
+    local public, private = ipv4(d)
+    if d.status == "active" and (public or private) then
+      return d
+    elseif d.status == "off" or d.status == "archive" then
+      fail(self, ("droplet %s is %s, not starting: power it on or delete it"):format(id, d.status))
+    end
+    local now = os.time()
+    if d.status == "new" and (last_action_check == nil or now - last_action_check >= ACTION_CHECK_EVERY) then
+      last_action_check = now
+      local a = create_failed(do_api, id)
+      if a then
+        fail(self, ("DigitalOcean reports that creating droplet %s failed (action %s errored)"):format(id, id_string(a.id)))
+      end
+    end
+    pause(self, interval, ("droplet %s is still %s"):format(id, tostring(d.status)))
+  end
+end
+
+-- host_keys turns what loom.ssh.keyscan returned into Coopr's
+-- ssh_host_keys map {rsa = "<base64 blob>", ed25519 = ..., ecdsa = ...}.
+-- It accepts that map itself, lines ("[host] ssh-ed25519 AAAA..."), and
+-- entries {type = "ssh-ed25519", key = "AAAA..."}.
+local function short_type(t)
+  t = tostring(t)
+  if t:find("rsa", 1, true) then return "rsa" end
+  if t:find("ed25519", 1, true) then return "ed25519" end
+  if t:find("ecdsa", 1, true) then return "ecdsa" end
+  return t
+end
+
+local function host_keys(scanned)
+  local out = {}
+  if type(scanned) ~= "table" then return out end
+  for k, v in pairs(scanned) do
+    if type(k) == "string" and type(v) == "string" then
+      out[short_type(k)] = v
+    elseif type(v) == "string" then
+      local kt, blob = v:match("(%S+)%s+(AAAA%S+)")
+      if kt then out[short_type(kt)] = blob end
+    elseif type(v) == "table" and v.type and v.key then
+      out[short_type(v.type)] = tostring(v.key):match("(AAAA%S+)") or v.key
+    end
+  end
+  return out
+end
+
+-- record_host_keys waits for sshd on host and records its host keys. It
+-- needs keyscan from loom.ssh; without it (or if sshd never answers
+-- within ssh_wait) CONFIRM still succeeds, with a warning, and BOOTSTRAP
+-- will meet an unpinned host.
+local function record_host_keys(self, host, f, interval)
+  local have_ssh, ssh = pcall(require, "loom.ssh")
+  if not have_ssh or type(ssh) ~= "table" or type(ssh.keyscan) ~= "function" then
+    log.warn("loom.ssh.keyscan is not available: not waiting for sshd on %s and not recording ssh_host_keys", host)
+    return
+  end
+  local port = tonumber(f.ssh_port) or 22
+  local budget = math.min(tonumber(f.ssh_wait) or 300, remaining())
+  local started, last_err = os.time(), nil
+  repeat
+    local ok, res = pcall(ssh.keyscan, { host = host, port = port, timeout = 10 })
+    if ok then
+      local keys = host_keys(res)
+      if next(keys) ~= nil then
+        self.result.result.ssh_host_keys = keys
+        log.info("recorded the SSH host keys of %s:%d", host, port)
+        return
+      end
+      last_err = "no host keys in the answer"
+    else
+      last_err = type(res) == "table" and res.message or tostring(res)
+    end
+    log.debug("sshd on %s:%d not ready: %s", host, port, tostring(last_err))
+    local left = budget - (os.time() - started)
+    if left <= 0 or not time then break end
+    time.sleep(math.min(interval, left))
+  until false
+  log.warn("no SSH host keys from %s:%d within %ds (%s): CONFIRM succeeds without ssh_host_keys",
+    host, port, math.floor(budget), tostring(last_err))
+end
+
+function DigitalOcean:confirm(input)
+  local f = input.fields
+  local id = droplet_id(self, input.providerid)
+  local do_api = client(f)
+  local interval = tonumber(f.poll_interval) or 5
+
+  local d = wait_active(self, do_api, id, interval)
+  local public, private = ipv4(d)
+  -- access_v4 is what automators SSH to; bind_v4 what services listen on.
+  self.result.ipaddresses = { access_v4 = public or private, bind_v4 = private or public }
+  self.result.hostname = d.name
+  log.info("droplet %s is active at %s (private %s)", id, tostring(public), tostring(private))
+
+  if truthy(f.wait_for_ssh, true) then
+    record_host_keys(self, public or private, f, interval)
+  end
+  self.result.status = 0
+end
+
+-- DELETE -----------------------------------------------------------------
+
+function DigitalOcean:delete(input)
+  local do_api = client(input.fields)
+  local providerid = input.providerid
+  if providerid == nil or providerid == "" then
+    -- CREATE may have made a droplet and died before reporting its id.
+    -- The node tag still finds it; deleting by tag is a no-op otherwise.
+    local node = node_tag(self.task)
+    local ok, resp = pcall(do_api.request, do_api, "DELETE", "/droplets", { query = { tag_name = node }, retries = 4 })
+    if ok and (resp.status == 204 or resp.status == 404) then
+      log.info("no providerid: deleted any droplet tagged %s", node)
+    else
+      -- Coopr skipped a DELETE without providerid; failing it here would
+      -- block the cluster's teardown over a droplet that most likely
+      -- never existed.
+      local err = ok and do_api:api_error(resp, "deleting droplets tagged " .. node) or resp
+      log.warn("no providerid, and deleting by tag failed: %s", tostring(err.message))
+    end
+    self.result.status = 0
+    return
+  end
+
+  local id = droplet_id(self, providerid)
+  local resp = do_api:request("DELETE", "/droplets/" .. id, { retries = 4 })
+  if resp.status == 204 then
+    log.info("deleted droplet %s", id)
+  elseif resp.status == 404 then
+    log.info("droplet %s was already gone", id)
+  else
+    fail(self, do_api:api_error(resp, "deleting droplet " .. id))
+  end
+  self.result.status = 0
+end
