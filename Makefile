@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: build test vet unit race bench
+.PHONY: build test vet unit race bench stubs
 
 build:
 	$(GO) build -o bin/loomd ./cmd/loomd
@@ -23,3 +23,15 @@ race:
 
 bench:
 	$(GO) test -run XXX -bench . -benchmem ./runtime/ ./bindings/...
+
+# Regenerate the LuaLS stubs and the generated binding reference from the
+# bindings' specs (a test fails when they are stale).
+stubs:
+	$(GO) run ./cmd/loomd stubs --out stdlib/types
+	$(GO) run ./cmd/loomd stubs --markdown > docs/bindings/reference.md
+
+# Regenerate the LuaLS stubs and the generated binding reference from the
+# bindings' specs (a test fails when they are stale).
+stubs:
+	$(GO) run ./cmd/loomd stubs --out stdlib/types
+	$(GO) run ./cmd/loomd stubs --markdown > docs/bindings/reference.md

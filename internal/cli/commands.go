@@ -6,4 +6,5 @@ import "github.com/spf13/cobra"
 // Each lives in its own file.
 func (a *App) addMoreCommands(root *cobra.Command, g *globalOptions) {
 	root.AddCommand(a.newReplCmd(g))
+	root.AddCommand(a.newStubsCmd(g))
 }

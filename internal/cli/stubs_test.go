@@ -1,0 +1,28 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestStubsAreCurrent fails when a binding's spec changed and the
+// committed LuaLS stubs or the generated reference were not regenerated
+// (make stubs).
+func TestStubsAreCurrent(t *testing.T) {
+	a := &App{Getenv: func(string) string { return "" }, Version: "test"}
+	reg := a.newBindings(&globalOptions{workDir: t.TempDir()}, discardLogger())
+	defer reg.Close()
+	for _, name := range reg.Names() {
+		b, _ := reg.Lookup(name)
+		path := filepath.Join("..", "..", "stdlib", "types", "loom."+name+".d.lua")
+		got, err := os.ReadFile(path)
+		if err != nil || string(got) != renderStub(b.Spec()) {
+			t.Errorf("%s is missing or stale: run make stubs", path)
+		}
+	}
+	ref, err := os.ReadFile(filepath.Join("..", "..", "docs", "bindings", "reference.md"))
+	if err != nil || string(ref) != renderMarkdown(reg) {
+		t.Errorf("docs/bindings/reference.md is missing or stale: run make stubs")
+	}
+}
