@@ -8,11 +8,13 @@
 package digitalocean_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,7 +27,9 @@ import (
 	httpb "github.com/loomrt/loom/bindings/http"
 	jsonb "github.com/loomrt/loom/bindings/json"
 	logb "github.com/loomrt/loom/bindings/log"
+	sshb "github.com/loomrt/loom/bindings/ssh"
 	timeb "github.com/loomrt/loom/bindings/time"
+	"github.com/loomrt/loom/internal/sshdtest"
 	"github.com/loomrt/loom/runtime"
 	"github.com/loomrt/loom/runtime/luatest"
 )
@@ -45,13 +49,12 @@ type env struct {
 	rt      *runtime.Runtime
 	logs    *luatest.LogBuffer
 	workDir string
-	ssh     *fakeSSH
 }
 
 type envOptions struct {
-	token   string        // the token the fake accepts; default token
-	ssh     *fakeSSH      // a loom.ssh stand-in; nil means no loom.ssh
-	timeout time.Duration // overrides the definition's hook timeouts
+	token   string           // the token the fake accepts; default token
+	ssh     bindings.Binding // loom.ssh (real, or a stand-in); nil means none
+	timeout time.Duration    // overrides the definition's hook timeouts
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -59,7 +62,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if o.token == "" {
 		o.token = token
 	}
-	e := &env{t: t, fake: newFakeDO(t, o.token), logs: &luatest.LogBuffer{}, workDir: t.TempDir(), ssh: o.ssh}
+	e := &env{t: t, fake: newFakeDO(t, o.token), logs: &luatest.LogBuffer{}, workDir: t.TempDir()}
 	bs := []bindings.Binding{logb.New(), jsonb.New(), fsb.New(), timeb.New(),
 		httpb.New(httpb.Options{Transport: e.fake.transport(), RetryDelay: time.Millisecond})}
 	if o.ssh != nil {
@@ -178,6 +181,17 @@ func (e *env) delete(providerid any, config map[string]any) *runtime.Result {
 	return e.run(task("DELETE", fields(nil), cfg))
 }
 
+// logged reports whether a line at level ("WARN", "INFO"...) holds msg.
+func (e *env) logged(level, msg string) bool {
+	for _, line := range strings.Split(e.logs.String(), "\n") {
+		var rec struct{ Level, Msg string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Level == level && strings.Contains(rec.Msg, msg) {
+			return true
+		}
+	}
+	return false
+}
+
 func mustStatus(t *testing.T, res *runtime.Result, want int) {
 	t.Helper()
 	if res.Status != want {
@@ -257,7 +271,7 @@ func TestCreateReusesTheOldestOfTwoDroplets(t *testing.T) {
 	if len(e.fake.calls("POST /v2/droplets")) != 0 {
 		t.Error("CREATE made a droplet although the node had one")
 	}
-	if !strings.Contains(e.logs.String(), "delete the others") {
+	if !e.logged("WARN", "delete the others") {
 		t.Error("no warning about the duplicate droplet")
 	}
 }
@@ -350,7 +364,7 @@ func TestCreateRetriesRateLimitedRequests(t *testing.T) {
 	if e.fake.dropletCount() != 1 {
 		t.Errorf("%d droplets, want 1", e.fake.dropletCount())
 	}
-	if !strings.Contains(e.logs.String(), "DigitalOcean API quota low: 12 of 5000") {
+	if !e.logged("WARN", "DigitalOcean API quota low: 12 of 5000") {
 		t.Errorf("no warning about the low quota in the logs:\n%s", e.logs.String())
 	}
 }
@@ -515,6 +529,26 @@ func TestConfirmRecordsSSHHostKeys(t *testing.T) {
 	}
 }
 
+// With the real loom.ssh and a real sshd standing in for the droplet, the
+// keys CONFIRM records are the server's own.
+func TestConfirmRecordsARealSSHDsHostKeys(t *testing.T) {
+	srv := sshdtest.Start(t, sshdtest.Config{})
+	e := newEnv(t, envOptions{ssh: sshb.New(sshb.Options{})})
+	e.fake.networks = []network{{IPAddress: srv.Host, Type: "public"}}
+	e.fake.seed(&droplet{ID: 42, Name: hostname, Status: "active", Tags: []string{nodeTag}})
+	res := e.confirm("42", map[string]any{"wait_for_ssh": "true", "ssh_port": strconv.Itoa(srv.Port)})
+	mustStatus(t, res, 0)
+	got, _ := res.Result["ssh_host_keys"].(map[string]any)
+	if len(got) != len(srv.HostKeys) {
+		t.Errorf("ssh_host_keys %v, want the %d keys sshd has", got, len(srv.HostKeys))
+	}
+	for typ, key := range srv.HostKeys {
+		if want := base64.StdEncoding.EncodeToString(key.Marshal()); got[typ] != want {
+			t.Errorf("ssh_host_keys.%s = %v, want sshd's key %s", typ, got[typ], want)
+		}
+	}
+}
+
 func TestConfirmWithoutLoomSSHStillSucceeds(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.fake.seed(&droplet{ID: 42, Name: hostname, Status: "active", Tags: []string{nodeTag}})
@@ -523,7 +557,7 @@ func TestConfirmWithoutLoomSSHStillSucceeds(t *testing.T) {
 	if _, ok := res.Result["ssh_host_keys"]; ok {
 		t.Errorf("ssh_host_keys %v without a keyscan", res.Result["ssh_host_keys"])
 	}
-	if !strings.Contains(e.logs.String(), "loom.ssh.keyscan is not available") {
+	if !e.logged("WARN", "loom.ssh.keyscan is not available") {
 		t.Error("no warning that host keys were not recorded")
 	}
 }
@@ -593,6 +627,19 @@ func TestAPIURLOutsideTheAllowListIsRefused(t *testing.T) {
 	}
 	if n := len(e.fake.calls("")); n != 0 {
 		t.Errorf("%d requests reached the API", n)
+	}
+}
+
+// An API that echoes the request's credentials into an error message
+// still cannot put the token into the result or the logs.
+func TestTokenIsRedactedWhenTheAPIEchoesIt(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	e.fake.queue("POST /v2/droplets", canned{status: 400, body: map[string]any{
+		"id": "bad_request", "message": "malformed header: Authorization: Bearer " + token}})
+	res := e.create(nil, nil) // run() fails the test if the token is in the result
+	mustStatus(t, res, 1)
+	if !strings.Contains(res.Message, "Bearer [REDACTED]") {
+		t.Errorf("message %q: want the echoed token redacted", res.Message)
 	}
 }
 
