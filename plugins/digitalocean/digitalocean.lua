@@ -413,7 +413,9 @@ function DigitalOcean:confirm(input)
   local f = input.fields
   local id = droplet_id(self, input.providerid)
   local do_api = client(f)
-  local interval = tonumber(f.poll_interval) or 5
+  -- A zero interval would turn polling into a request storm against the quota.
+  local interval = tonumber(f.poll_interval) or 0
+  if interval <= 0 then interval = 5 end
 
   local d = wait_active(self, do_api, id, interval)
   local public, private = ipv4(d)
