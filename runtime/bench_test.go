@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"sort"
 	"strings"
 	"testing"
+	"time"
 )
 
 // benchPlugins writes a no-op automator "noop" and a ~300-line provider
@@ -148,4 +150,55 @@ func TestIdleVMMemory(t *testing.T) {
 	for _, v := range vms {
 		v.close()
 	}
+}
+
+// BenchmarkOverheadRatio interleaves the two workloads above in short
+// rounds and reports the median of the per-round ratios, so the noise of a
+// shared machine hits both sides alike. ns/op is one Loom task.
+func BenchmarkOverheadRatio(b *testing.B) {
+	data, err := os.ReadFile("testdata/task-2k.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	rt := benchRuntime(b, benchPlugins(b))
+	defer rt.Close()
+	ctx := context.Background()
+	loom := func() {
+		res, err := rt.Run(ctx, data)
+		if err != nil || res.Status != 0 {
+			b.Fatal(err, res)
+		}
+		if _, err := json.Marshal(res); err != nil {
+			b.Fatal(err)
+		}
+	}
+	native := func() {
+		var task map[string]any
+		if err := json.Unmarshal(data, &task); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := json.Marshal(map[string]any{"taskId": task["taskId"], "status": 0, "duration_ms": 0.0}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	const round = 100
+	var ratios []float64
+	var loomTotal time.Duration
+	b.ResetTimer()
+	for done := 0; done < b.N; done += round {
+		t0 := time.Now()
+		for i := 0; i < round; i++ {
+			native()
+		}
+		t1 := time.Now()
+		for i := 0; i < round; i++ {
+			loom()
+		}
+		t2 := time.Now()
+		loomTotal += t2.Sub(t1)
+		ratios = append(ratios, float64(t2.Sub(t1))/float64(t1.Sub(t0)))
+	}
+	sort.Float64s(ratios)
+	b.ReportMetric(ratios[len(ratios)/2], "x-native")
+	b.ReportMetric(float64(loomTotal.Nanoseconds())/float64(len(ratios)*round), "ns/task")
 }

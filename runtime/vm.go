@@ -28,6 +28,7 @@ type vm struct {
 	autoviv *lua.LTable
 	loaded  *lua.LTable
 	loading map[string]bool
+	env     *lua.LTable // self.env, reused across the VM's tasks
 
 	// Per-task state, set by begin and cleared by end.
 	ctx        context.Context

@@ -128,7 +128,7 @@ func (d *decoder) object(depth int) (lua.LValue, error) {
 		if d.pos >= len(d.data) || d.data[d.pos] != '"' {
 			return lua.LNil, d.errorf("expected a string key")
 		}
-		k, err := d.str()
+		k, err := d.key()
 		if err != nil {
 			return lua.LNil, err
 		}
@@ -252,6 +252,42 @@ func (d *decoder) number() (lua.LValue, error) {
 		return lua.LNil, d.errorf("invalid number %q", d.data[start:min(len(d.data), start+24)])
 	}
 	return lua.LNumber(f), nil
+}
+
+// commonKeys interns the object keys of Coopr tasks, so decoding a task
+// does not allocate a string per key. It is read-only.
+var commonKeys = func() map[string]string {
+	m := make(map[string]string)
+	for _, k := range []string{
+		"taskId", "jobId", "clusterId", "taskName", "nodeId", "config", "cluster", "service", "name", "action",
+		"type", "fields", "hostname", "ipaddresses", "access_v4", "bind_v4", "ipaddress", "nodenum", "sshuser",
+		"hardwaretype", "imagetype", "flavor", "image", "automators", "services", "provider", "providertype",
+		"provisioner", "label", "description", "icon", "version", "nodes", "providerid", "ssh-auth", "user",
+		"password", "identityfile", "ssh_host_keys", "rsa", "ed25519", "ecdsa", "script", "args", "ports",
+	} {
+		m[k] = k
+	}
+	return m
+}()
+
+// key parses an object key, interning common ones.
+func (d *decoder) key() (string, error) {
+	if end := d.pos + 1; end < len(d.data) {
+		for i := end; i < len(d.data) && i-end < 32; i++ {
+			c := d.data[i]
+			if c == '"' {
+				if k, ok := commonKeys[string(d.data[end:i])]; ok {
+					d.pos = i + 1
+					return k, nil
+				}
+				break
+			}
+			if c == '\\' || c < 0x20 {
+				break
+			}
+		}
+	}
+	return d.str()
 }
 
 // str parses a JSON string at d.pos (on the opening quote).
