@@ -35,6 +35,10 @@ local DEADLINE_MARGIN = 5
 -- only a slow droplet needs the question, and each one costs a request.
 local ACTION_CHECK_EVERY = 30
 
+-- How many times CREATE sends the droplet POST when DigitalOcean answers
+-- 429 or 5xx, or the connection drops.
+local CREATE_ATTEMPTS = 5
+
 -- Helpers ----------------------------------------------------------------
 
 -- fail ends the hook with status (1 unless told) and an error table.
@@ -137,8 +141,7 @@ local function find_droplet(self, do_api, node)
   local ok, found = pcall(do_api.list, do_api, "/droplets", "droplets", { tag_name = node },
     "looking for a droplet tagged " .. node)
   if not ok then
-    local status = type(found) == "table" and credential_status(found.http_status) or 1
-    fail(self, found, status)
+    fail(self, found, type(found) == "table" and credential_status(found.http_status) or 1)
   end
   local live = {}
   for _, d in ipairs(found) do
@@ -149,12 +152,10 @@ local function find_droplet(self, do_api, node)
     -- Two droplets for one node: a concurrent CREATE raced this one. Keep
     -- the oldest (lowest id) so every retry settles on the same one.
     table.sort(live, function(a, b) return a.id < b.id end)
-    log.warn("%d droplets carry the tag %s; using %s, delete the others: %s", #live, node,
-      id_string(live[1].id), table.concat((function()
-        local ids = {}
-        for i = 2, #live do ids[#ids + 1] = id_string(live[i].id) end
-        return ids
-      end)(), ", "))
+    local others = {}
+    for i = 2, #live do others[#others + 1] = id_string(live[i].id) end
+    log.warn("%d droplets carry the tag %s; using %s, delete the others: %s",
+      #live, node, id_string(live[1].id), table.concat(others, ", "))
   end
   return live[1]
 end
@@ -192,13 +193,14 @@ end
 -- a retry must never make a second droplet.
 local function post_droplet(self, do_api, body, node)
   local what = "creating droplet " .. body.name
-  for attempt = 1, 5 do
+  for attempt = 1, CREATE_ATTEMPTS do
     local ok, resp = pcall(do_api.request, do_api, "POST", "/droplets", { json = body })
     if ok and resp.status == 202 then
       return resp:json().droplet
     end
     if ok and resp.status == 429 then
       local err = do_api:api_error(resp, what)
+      if attempt == CREATE_ATTEMPTS then fail(self, err) end
       local wait = tonumber(resp.headers["retry-after"])
       if wait == nil then
         local reset = tonumber(resp.headers["ratelimit-reset"])
@@ -216,7 +218,7 @@ local function post_droplet(self, do_api, body, node)
         log.info("%s failed (%s), but droplet %s exists: using it", what, tostring(why.message), id_string(d.id))
         return d
       end
-      if attempt == 5 then fail(self, why) end
+      if attempt == CREATE_ATTEMPTS then fail(self, why) end
       local wait = ok and tonumber(resp.headers["retry-after"]) or 2 ^ attempt
       log.warn("%s; retrying in %ds", tostring(why.message), wait)
       pause(self, wait, tostring(why.message))
@@ -225,7 +227,6 @@ local function post_droplet(self, do_api, body, node)
       fail(self, err, credential_status(resp.status))
     end
   end
-  fail(self, what .. ": still rate limited after 5 attempts")
 end
 
 function DigitalOcean:create(input)
@@ -346,42 +347,26 @@ local function wait_active(self, do_api, id, interval)
   end
 end
 
--- host_keys turns what loom.ssh.keyscan returned into Coopr's
--- ssh_host_keys map {rsa = "<base64 blob>", ed25519 = ..., ecdsa = ...}.
--- It accepts that map itself, lines ("[host] ssh-ed25519 AAAA..."), and
--- entries {type = "ssh-ed25519", key = "AAAA..."}.
-local function short_type(t)
-  t = tostring(t)
-  if t:find("rsa", 1, true) then return "rsa" end
-  if t:find("ed25519", 1, true) then return "ed25519" end
-  if t:find("ecdsa", 1, true) then return "ecdsa" end
-  return t
-end
-
+-- host_keys keeps the non-empty blobs of keyscan's answer, which is
+-- already Coopr's ssh_host_keys shape: {ed25519=, ecdsa=, rsa=} base64.
 local function host_keys(scanned)
   local out = {}
-  if type(scanned) ~= "table" then return out end
-  for k, v in pairs(scanned) do
-    if type(k) == "string" and type(v) == "string" then
-      out[short_type(k)] = v
-    elseif type(v) == "string" then
-      local kt, blob = v:match("(%S+)%s+(AAAA%S+)")
-      if kt then out[short_type(kt)] = blob end
-    elseif type(v) == "table" and v.type and v.key then
-      out[short_type(v.type)] = tostring(v.key):match("(AAAA%S+)") or v.key
+  for typ, blob in pairs(type(scanned) == "table" and scanned or {}) do
+    if type(typ) == "string" and type(blob) == "string" and blob ~= "" then
+      out[typ] = blob
     end
   end
   return out
 end
 
 -- record_host_keys waits for sshd on host and records its host keys. It
--- needs keyscan from loom.ssh; without it (or if sshd never answers
+-- needs loom.ssh's keyscan; without the module (or if sshd never answers
 -- within ssh_wait) CONFIRM still succeeds, with a warning, and BOOTSTRAP
 -- will meet an unpinned host.
 local function record_host_keys(self, host, f, interval)
   local have_ssh, ssh = pcall(require, "loom.ssh")
-  if not have_ssh or type(ssh) ~= "table" or type(ssh.keyscan) ~= "function" then
-    log.warn("loom.ssh.keyscan is not available: not waiting for sshd on %s and not recording ssh_host_keys", host)
+  if not have_ssh then
+    log.warn("loom.ssh is not available: not waiting for sshd on %s and not recording ssh_host_keys", host)
     return
   end
   local port = tonumber(f.ssh_port) or 22
