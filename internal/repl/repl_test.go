@@ -1,0 +1,261 @@
+package repl
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	lua "github.com/yuin/gopher-lua"
+
+	"github.com/loomrt/loom/bindings"
+	"github.com/loomrt/loom/runtime"
+)
+
+func newRuntime(t *testing.T) *runtime.Runtime {
+	t.Helper()
+	rt, err := runtime.New(runtime.Options{PluginsDir: "../../examples/plugins", WorkDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	return rt
+}
+
+// lockedBuffer is written by the REPL (and its log handler) and read by
+// the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func newREPL(t *testing.T, opts Options) (*REPL, *lockedBuffer, *lockedBuffer) {
+	t.Helper()
+	var out, errb lockedBuffer
+	if opts.Runtime == nil {
+		opts.Runtime = newRuntime(t)
+	}
+	opts.Out, opts.Err = &out, &errb
+	opts.Modules = []bindings.ModuleSpec{{Name: "json", Funcs: []bindings.FuncSpec{{Name: "encode"}, {Name: "decode"}}},
+		{Name: "log", Funcs: []bindings.FuncSpec{{Name: "info"}, {Name: "conn:method"}}}}
+	r, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r, &out, &errb
+}
+
+func TestFormat(t *testing.T) {
+	L := lua.NewState()
+	defer L.Close()
+	if err := L.DoString(`
+		t = {3, 2, 1, b = {x = 1}, a = "s", [10] = true, ["not a name"] = false, f = print}
+		t.loop = t
+		deep = {}
+		local d = deep
+		for i = 1, 12 do d.next = {}; d = d.next end
+	`); err != nil {
+		t.Fatal(err)
+	}
+	got := Format(L.GetGlobal("t"))
+	want := `{
+  3,
+  2,
+  1,
+  [10] = true,
+  a = "s",
+  b = { x = 1 },
+  f = function: builtin,
+  loop = <cycle: back to the top>,
+  ["not a name"] = false,
+}`
+	if got != want {
+		t.Errorf("Format(t) =\n%s\nwant\n%s", got, want)
+	}
+	if got := Format(L.GetGlobal("deep")); !strings.Contains(got, "{...} (nested too deep to show)") {
+		t.Errorf("a deep table should be cut:\n%s", got)
+	}
+	for v, want := range map[lua.LValue]string{
+		lua.LNumber(42):                       "42",
+		lua.LNumber(0.5):                      "0.5",
+		lua.LString("a\"b\n\x01"):             `"a\"b\n\001"`,
+		lua.LNil:                              "nil",
+		lua.LBool(true):                       "true",
+		lua.LString(strings.Repeat("é", 300)): `... (truncated: 400 of 600 bytes shown)`,
+	} {
+		if got := Format(v); !strings.HasSuffix(got, want) {
+			t.Errorf("Format(%v) = %s, want suffix %s", v, got, want)
+		}
+	}
+}
+
+func TestSetPath(t *testing.T) {
+	var doc any
+	if err := json.Unmarshal([]byte(`{"config":{"list":[1,2]}}`), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path string
+		v    any
+	}{{"config.ipaddresses.access_v4", "127.0.0.1"}, {"config.list.1", "one"}, {"config.list.3", 3.0}} {
+		var err error
+		if doc, err = setPath(doc, strings.Split(c.path, "."), c.v, ""); err != nil {
+			t.Fatalf("%s: %v", c.path, err)
+		}
+	}
+	b, _ := json.Marshal(doc)
+	if want := `{"config":{"ipaddresses":{"access_v4":"127.0.0.1"},"list":["one",2,3]}}`; string(b) != want {
+		t.Errorf("got %s, want %s", b, want)
+	}
+	if _, err := setPath(doc, []string{"config", "list", "9"}, 1, ""); err == nil {
+		t.Error("an index past the end should fail")
+	}
+	if _, err := setPath(doc, []string{"config", "list", "1", "x"}, 1, ""); err == nil {
+		t.Error("setting a field inside a string should fail")
+	}
+}
+
+func TestComplete(t *testing.T) {
+	r, _, errb := newREPL(t, Options{Type: "hello"})
+	// A table whose __index is a function: completion must never call it.
+	if _, err := r.s.Eval(context.Background(), `
+		j = require("loom.json")
+		called = false
+		trap = setmetatable({visible = 1}, {__index = function() called = true end})
+	`, r.logger); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.cmdTask("../../examples/tasks/install.json"); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		head string
+		want []string
+	}{
+		{"j.", []string{"j.array", "j.decode", "j.encode"}},
+		{"x = j.en", []string{"j.encode"}},
+		{`require("loom.j`, []string{"loom.json"}},
+		{`require("lib.`, []string{"lib.state"}},
+		{"self.task.config.serv", []string{"self.task.config.service", "self.task.config.services"}},
+		{"self.ins", []string{"self.install"}}, // through the instance's __index (the entry table)
+		{"HelloAutomator:ins", []string{"HelloAutomator:install"}},
+		{"loom.log.", []string{"loom.log.info"}}, // from the spec, methods left out
+		{"trap.", []string{"trap.visible"}},
+		{"whil", []string{"while"}},
+		{":ta", []string{":task"}},
+		{":load he", []string{"hello"}},
+		{":run ins", []string{"install"}},
+		{":set config.ipaddr", []string{"config.ipaddresses"}},
+		{`x = "self.`, nil},
+	}
+	for _, c := range cases {
+		got, word := r.Complete(c.head)
+		if strings.Join(got, " ") != strings.Join(c.want, " ") {
+			t.Errorf("Complete(%q) = %q, want %q", c.head, got, c.want)
+		}
+		for _, g := range got {
+			if !strings.HasPrefix(g, word) {
+				t.Errorf("Complete(%q): candidate %q does not extend %q", c.head, g, word)
+			}
+		}
+	}
+	vals, err := r.s.Eval(context.Background(), "called", r.logger)
+	if err != nil || len(vals) != 1 || vals[0] != lua.LFalse {
+		t.Errorf("completion ran an __index function: %v %v", vals, err)
+	}
+	if errb.String() != "" {
+		t.Errorf("unexpected errors: %s", errb)
+	}
+	sfx, n := (&completer{r: r}).Do([]rune("j.en"), 4)
+	if len(sfx) != 1 || string(sfx[0]) != "code" || n != 4 {
+		t.Errorf("Do = %q, %d", sfx, n)
+	}
+}
+
+func TestRunPiped(t *testing.T) {
+	in := ":load hello\n:task ../../examples/tasks/install.json\nfunction f()\n  return 1, {a = 2}\nend\n=f()\n:run\n:set config.service.name db\n=self.task.config.service.name\n:timeout 50ms\n:timeout\nwhile true do end\n=\"alive\"\n"
+	r, out, errb := newREPL(t, Options{In: strings.NewReader(in)})
+	err := r.Run(context.Background())
+	if !errors.Is(err, ErrFailed) {
+		t.Errorf("a timed-out statement should fail the run: %v", err)
+	}
+	for _, w := range []string{"1\n{ a = 2 }\n", "[info] hello.install: install web", `"status": 0`, `"db"`, "timeout: 50ms", `"alive"`} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("stdout lacks %q:\n%s", w, out)
+		}
+	}
+	if !strings.Contains(errb.String(), "interrupted: timed out after 50ms (:timeout)") {
+		t.Errorf("stderr lacks the timeout:\n%s", errb)
+	}
+}
+
+// TestSignalInterrupts cancels a running statement with SIGINT, then
+// quits on SIGTERM while waiting for input.
+func TestSignalInterrupts(t *testing.T) {
+	pr, pw := io.Pipe()
+	sigs := make(chan os.Signal, 1)
+	r, out, errb := newREPL(t, Options{In: pr, Signals: sigs})
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	if _, err := io.WriteString(pw, "kept = 7\nwhile true do end\n"); err != nil {
+		t.Fatal(err)
+	}
+	stop := time.Now().Add(time.Minute)
+	for {
+		r.sigMu.Lock()
+		running := r.cancel != nil
+		r.sigMu.Unlock()
+		if running {
+			break
+		}
+		if time.Now().After(stop) {
+			t.Fatal("the loop never started")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	sigs <- os.Interrupt
+	if _, err := io.WriteString(pw, "=\"after\"\n"); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(out.String(), `"after"`) {
+		if time.Now().After(stop) {
+			t.Fatalf("no prompt after the interrupt; stderr:\n%s", errb)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !strings.Contains(errb.String(), "interrupted: Ctrl-C") {
+		t.Errorf("stderr lacks the interrupt:\n%s", errb)
+	}
+	sigs <- os.Kill // anything but SIGINT quits
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrInterrupted) {
+			t.Errorf("Run = %v, want ErrInterrupted", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not return after SIGTERM")
+	}
+	pw.Close()
+}
