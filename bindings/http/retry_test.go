@@ -15,7 +15,9 @@ import (
 )
 
 // blockUntilGone blocks a handler until the client goes away or the test
-// ends, so that no test depends on a sleep.
+// ends. A binding that failed to give up would see the handler return
+// after 20s with a complete (short) response, and the test fail instead
+// of hanging.
 func blockUntilGone(t *testing.T) func(r *nethttp.Request) {
 	done := make(chan struct{})
 	t.Cleanup(func() { close(done) })
@@ -23,6 +25,7 @@ func blockUntilGone(t *testing.T) func(r *nethttp.Request) {
 		select {
 		case <-r.Context().Done():
 		case <-done:
+		case <-time.After(20 * time.Second):
 		}
 	}
 }
