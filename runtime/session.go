@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	lua "github.com/yuin/gopher-lua"
 	"github.com/yuin/gopher-lua/parse"
@@ -231,7 +232,13 @@ func (s *Session) Run(ctx context.Context, hook string, logger *slog.Logger) (*R
 	if !isHook(hook) {
 		return nil, fmt.Errorf("unknown hook %q", hook)
 	}
+	start := time.Now()
 	res, err := s.rt.runHookWith(ctx, s.pt, s.task, hook, logger, s.v)
+	if res != nil {
+		// As runTaskWith does: loomd run's result has both.
+		res.Plugin = s.pt.name + "@" + s.pt.plugin.version
+		res.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+	}
 	if s.v.broken {
 		s.recover()
 	} else {
