@@ -60,12 +60,14 @@ func (h *lineHandler) Handle(_ context.Context, r slog.Record) error {
 		add(a)
 	}
 	r.Attrs(func(a slog.Attr) bool { add(a); return true })
-	where := plugin
-	if hook != "" && hook != "repl" {
-		where += "." + hook
-	}
-	if where != "" {
-		where = " " + where + ":"
+	// Statements typed at the prompt log with hook "repl": no prefix.
+	where := ""
+	if hook != "repl" && plugin != "" {
+		where = " " + plugin
+		if hook != "" {
+			where += "." + hook
+		}
+		where += ":"
 	}
 	line := fmt.Sprintf("[%s]%s %s%s\n", strings.ToLower(r.Level.String()), where, r.Message, b.String())
 	h.mu.Lock()

@@ -708,11 +708,24 @@ func (r *REPL) cmdRun(parent context.Context, hook string) error {
 		t := r.s.Task()
 		what = t.TaskName + " (" + strings.Join(t.Types(), ", ") + " " + t.Hook() + ")"
 	}
-	fmt.Fprintf(r.out, "-- %s: status %d in %s\n", what, res.Status, took.Round(time.Millisecond))
+	fmt.Fprintf(r.out, "-- %s: status %d in %s\n", what, res.Status, roundDuration(took))
 	if res.Status != 0 {
-		return fmt.Errorf("%s failed with status %d: %s", what, res.Status, res.Message)
+		// The message, then the traceback or output the hook left, readable.
+		detail := strings.TrimPrefix(strings.TrimPrefix(res.Stderr, res.Message), "\n")
+		return &runtime.EvalError{Message: fmt.Sprintf("%s failed with status %d: %s", what, res.Status, res.Message), Traceback: detail}
 	}
 	return nil
+}
+
+// roundDuration keeps a duration readable: 3ms, 1.25s, 420µs.
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond)
+	case d < time.Second:
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(10 * time.Millisecond)
 }
 
 func (r *REPL) printResult(res *runtime.Result) error {
