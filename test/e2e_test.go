@@ -1,0 +1,268 @@
+package test
+
+// End-to-end tests of the provisioning plugins through the built loomd
+// binary against a real OpenSSH sshd on loopback (internal/sshdtest):
+// issue 3 §6 (shell BOOTSTRAP and INSTALL in Coopr's JSON shape) and
+// issue 4 §4 (a node's whole life: static CREATE, CONFIRM, shell
+// BOOTSTRAP, INSTALL, START, static DELETE). They need root, sshd and
+// sudo (CI installs them); elsewhere sshdtest skips them.
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/loomrt/loom/internal/sshdtest"
+)
+
+// defaultCacheDir is plugins/shell's default remote cache dir.
+const defaultCacheDir = "/var/cache/loom/shell"
+
+func randToken(t *testing.T) string {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// cleanCacheDir removes the shell automator's default cache dir before
+// and after a test, so each test sees what its own runs left there.
+func cleanCacheDir(t *testing.T) {
+	os.RemoveAll(defaultCacheDir)
+	t.Cleanup(func() { os.RemoveAll(defaultCacheDir) })
+}
+
+// writeShellResources writes the shell automator's resources in its work
+// dir, as a Coopr resource sync would: scripts/ (mode 0755) and an
+// archive unpacked under archives/<name>/.
+func writeShellResources(e *e2eEnv) {
+	dir := e.typeDir("automatortypes", "shell")
+	// The script uses the plugin's library (loom_lookup_key, and Coopr's
+	// name for it) and an archive, writes a file given as its first
+	// argument, and reports where it ran.
+	e.writeFile(filepath.Join(dir, "scripts", "install-web.sh"), `#!/bin/sh
+set -e
+out=$1
+shift
+host=$(loom_lookup_key config/hostname)
+svc=$(coopr_lookup_key config/service/name)
+first=$(loom_lookup_key config/services/0)
+printf 'host=%s service=%s first=%s args=%s user=%s\n' "$host" "$svc" "$first" "$*" "$(id -un)" > "$out"
+cp ../archives/site/index.html "$(dirname "$out")/index.html"
+echo "installed $svc on $host"
+echo "task json mode $(stat -c %a "$LOOM_TASK_JSON")" >&2
+`, 0o755)
+	e.writeFile(filepath.Join(dir, "scripts", "fail.sh"), `#!/bin/sh
+echo "about to fail"
+echo "disk full (pretend)" >&2
+exit 3
+`, 0o755)
+	e.writeFile(filepath.Join(dir, "scripts", "start-web.sh"), `#!/bin/sh
+echo "started $(loom_lookup_key config/service/name) via $(loom_lookup_key taskName)" > "$1"
+`, 0o755)
+	e.writeFile(filepath.Join(dir, "archives", "site", "index.html"), "<h1>hello from the archive</h1>\n", 0o644)
+}
+
+// baseConfig is the config of a Coopr task for a one-node cluster, before
+// any provider result, with a provider credential that must never leave
+// loomd's host.
+func baseConfig(providerSecret string) map[string]any {
+	return map[string]any{
+		"cluster":      map[string]any{"web": map[string]any{"port": 8080}},
+		"hostname":     "web00000042-1000.example.com",
+		"ipaddresses":  map[string]any{},
+		"nodenum":      1000,
+		"sshuser":      "root",
+		"hardwaretype": "small",
+		"imagetype":    "debian12",
+		"flavor":       "small",
+		"image":        "debian12",
+		"automators":   []any{"shell"},
+		"services":     []any{"web", "base"},
+		"provider": map[string]any{
+			"name": "static-e2e", "providertype": "static",
+			"provisioner": map[string]any{"api_password": providerSecret},
+		},
+		"nodes": map[string]any{},
+	}
+}
+
+func serviceAction(name, script, args string) map[string]any {
+	fields := map[string]any{"script": script}
+	if args != "" {
+		fields["args"] = args
+	}
+	return map[string]any{"service": map[string]any{
+		"name":   name,
+		"action": map[string]any{"type": "shell", "fields": fields},
+	}}
+}
+
+// checkNoLeftovers fails when the node keeps task data: anything in the
+// cache dir's run/, or a file under the cache dir, /tmp or the SSH users'
+// homes holding one of the secrets (secrets[0] must be unique to the test). skip lists local (provisioner-side)
+// dirs that share this machine's /tmp.
+func checkNoLeftovers(t *testing.T, secrets []string, skip ...string) {
+	t.Helper()
+	if entries, err := os.ReadDir(filepath.Join(defaultCacheDir, "run")); err == nil && len(entries) > 0 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("task data left in %s/run: %v", defaultCacheDir, names)
+	}
+	for _, root := range []string{defaultCacheDir, "/home/" + sshdtest.User, "/home/" + sshdtest.NoPasswdUser} {
+		if hits := filesContaining(root, secrets, skip...); len(hits) > 0 {
+			t.Errorf("files on the node hold task secrets: %v", hits)
+		}
+	}
+	// /tmp is shared with other test processes (which may well hold the
+	// shared test password), so it is searched for the first secret only:
+	// a value unique to this test that exists nowhere but in its tasks.
+	if hits := filesContaining(os.TempDir(), secrets[:1], skip...); len(hits) > 0 {
+		t.Errorf("files in %s hold task secrets: %v", os.TempDir(), hits)
+	}
+}
+
+// checkNoSecrets fails when loomd printed a secret.
+func checkNoSecrets(t *testing.T, what string, outputs []string, secrets map[string]string) {
+	t.Helper()
+	for _, out := range outputs {
+		for name, s := range secrets {
+			if s != "" && strings.Contains(out, s) {
+				t.Errorf("%s: loomd output contains the %s:\n%s", what, name, out)
+			}
+		}
+	}
+}
+
+// TestShellBootstrapInstall is issue 3 §6: a Coopr-shaped BOOTSTRAP, then
+// INSTALL, through plugins/shell with password auth and sudo, each loomd
+// run on one SSH connection, with the script's effect checked on the node
+// and no task data left there.
+func TestShellBootstrapInstall(t *testing.T) {
+	srv := sshdtest.Start(t, sshdtest.Config{})
+	cleanCacheDir(t)
+	e := newE2EEnv(t, srv)
+	writeShellResources(e)
+	providerSecret := "prov-secret-" + randToken(t)
+
+	cfg := baseConfig(providerSecret)
+	cfg["ipaddresses"] = map[string]any{"access_v4": srv.Host, "bind_v4": srv.Host}
+	cfg["sshuser"] = srv.User
+	cfg["ssh-auth"] = map[string]any{"user": srv.User, "password": srv.Password, "port": srv.Port}
+	cfg["ssh_host_keys"] = hostKeyBlobs(srv)
+	cfg["providerid"] = "static-e2e-1"
+	node := newCooprNode("00000042", "8a1c0e8e-2a61-4b7b-9d0e-6f1f4d1b2c3d", cfg)
+
+	boot := e.run(node.task("BOOTSTRAP", nil))
+	if boot.status() != 0 || boot.Code != 0 {
+		t.Fatalf("BOOTSTRAP failed:\n%s", boot)
+	}
+	if boot.Accepted != 1 {
+		t.Errorf("BOOTSTRAP used %d SSH connections, want 1", boot.Accepted)
+	}
+	node.apply(boot)
+	for _, p := range []string{"scripts/install-web.sh", "archives/site/index.html", "lib/loom-wrapper.sh", "lib/loom_lookup_key", "lib/coopr_lookup_key"} {
+		st, err := os.Stat(filepath.Join(defaultCacheDir, p))
+		if err != nil {
+			t.Fatalf("BOOTSTRAP did not ship %s: %v", p, err)
+		}
+		if sys := st.Sys().(*syscall.Stat_t); sys.Uid != 0 {
+			t.Errorf("%s is owned by uid %d, want root (shipped through sudo)", p, sys.Uid)
+		}
+	}
+	if st, err := os.Stat(filepath.Join(defaultCacheDir, "run")); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("cache run dir: %v, mode %v; want 0700", err, st.Mode().Perm())
+	}
+
+	outDir := t.TempDir()
+	out := filepath.Join(outDir, "web.conf")
+	install := e.run(node.task("INSTALL", serviceAction("web", "install-web.sh", out+` "hello world" 'it''s'`)))
+	if install.status() != 0 || install.Code != 0 {
+		t.Fatalf("INSTALL failed:\n%s", install)
+	}
+	if install.Accepted != 1 {
+		t.Errorf("INSTALL used %d SSH connections, want 1", install.Accepted)
+	}
+	node.apply(install)
+	t.Logf("INSTALL:\n%s", install)
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("the INSTALL script did not create %s: %v\n%s", out, err, install)
+	}
+	want := "host=web00000042-1000.example.com service=web first=web args=hello world its user=root\n"
+	if string(data) != want {
+		t.Errorf("the script wrote %q, want %q", data, want)
+	}
+	if st, _ := os.Stat(out); st.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("%s is not owned by root: the script did not run through sudo", out)
+	}
+	if b, err := os.ReadFile(filepath.Join(outDir, "index.html")); err != nil || !strings.Contains(string(b), "hello from the archive") {
+		t.Errorf("the script could not use the shipped archive: %v %q", err, b)
+	}
+	if !strings.Contains(install.str("stdout"), "installed web on web00000042-1000.example.com") {
+		t.Errorf("INSTALL result lacks the script's stdout:\n%s", install)
+	}
+	if !strings.Contains(install.str("stderr"), "task json mode 600") {
+		t.Errorf("the task JSON was not mode 0600 while the script ran (stderr %q)", install.str("stderr"))
+	}
+
+	// A failing script: status 1, its output and exit code in the result,
+	// and the task data still removed.
+	fail := e.run(node.task("CONFIGURE", serviceAction("web", "fail.sh", "")))
+	if fail.status() != 1 || fail.Code != 1 {
+		t.Fatalf("a failing script gave:\n%s", fail)
+	}
+	if !strings.Contains(fail.str("stdout"), "about to fail") || !strings.Contains(fail.str("stderr"), "disk full (pretend)") {
+		t.Errorf("the failure result lacks the script's output:\n%s", fail)
+	}
+	t.Logf("CONFIGURE (failing):\n%s", fail)
+	errObj, _ := fail.Result["error"].(map[string]any)
+	if code, _ := errObj["exit_code"].(float64); code != 3 || errObj["kind"] != "command" {
+		t.Errorf("error = %v, want kind command, exit_code 3", errObj)
+	}
+	msg := fail.str("message")
+	for _, want := range []string{"fail.sh exited with status 3", srv.User + "@" + srv.Addr, "CONFIGURE"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("failure message %q does not mention %q", msg, want)
+		}
+	}
+
+	secrets := []string{providerSecret, srv.Password}
+	checkNoLeftovers(t, secrets, e.home, e.work, srv.Dir, filepath.Dir(e2eBin))
+	checkNoSecrets(t, "shell e2e", e.output, map[string]string{"SSH password": srv.Password, "provider secret": providerSecret})
+}
+
+// TestShellHostKeyEnforced: a BOOTSTRAP whose pinned host key is not the
+// node's fails with a host-key error and touches nothing.
+func TestShellHostKeyEnforced(t *testing.T) {
+	srv := sshdtest.Start(t, sshdtest.Config{})
+	cleanCacheDir(t)
+	e := newE2EEnv(t, srv)
+	writeShellResources(e)
+	cfg := baseConfig("")
+	cfg["ipaddresses"] = map[string]any{"access_v4": srv.Host, "bind_v4": srv.Host}
+	cfg["ssh-auth"] = map[string]any{"user": srv.User, "password": srv.Password, "port": srv.Port}
+	other := sshdtest.Start(t, sshdtest.Config{}) // another host's keys
+	cfg["ssh_host_keys"] = hostKeyBlobs(other)
+	node := newCooprNode("00000043", "node-hk", cfg)
+
+	boot := e.run(node.task("BOOTSTRAP", nil))
+	if boot.status() == 0 {
+		t.Fatalf("BOOTSTRAP with a wrong pinned key succeeded:\n%s", boot)
+	}
+	errObj, _ := boot.Result["error"].(map[string]any)
+	if errObj["kind"] != "host_key" || !strings.Contains(boot.str("message"), srv.Addr) {
+		t.Errorf("want a host_key error naming %s, got:\n%s", srv.Addr, boot)
+	}
+	if _, err := os.Stat(defaultCacheDir); err == nil {
+		t.Errorf("%s exists after a refused BOOTSTRAP", defaultCacheDir)
+	}
+	checkNoSecrets(t, "host key e2e", e.output, map[string]string{"SSH password": srv.Password})
+}
