@@ -3,6 +3,9 @@ package http
 import (
 	nethttp "net/http"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -83,5 +86,34 @@ func TestRedactURL(t *testing.T) {
 	}
 	if got := redactRawURL("http://u:p@h:99999999/%zz?token=1"); got != "http://h:99999999/%zz?REDACTED" {
 		t.Errorf("redactRawURL = %q", got)
+	}
+}
+
+// TestDocsCoverOptionsAndFunctions keeps docs/bindings/http.md in step
+// with the options the parser accepts and the functions the spec lists.
+func TestDocsCoverOptionsAndFunctions(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "bindings", "http.md"))
+	if err != nil {
+		t.Fatalf("reading the binding reference: %v", err)
+	}
+	text := string(doc)
+	for k := range optionKeys {
+		if !strings.Contains(text, "| `"+k+"` |") {
+			t.Errorf("option %s is not in the options table of docs/bindings/http.md", k)
+		}
+	}
+	for k := range tlsKeys {
+		if !strings.Contains(text, k+" = ") {
+			t.Errorf("tls option %s is not documented", k)
+		}
+	}
+	for _, f := range New(Options{}).Spec().Funcs {
+		name := "http." + f.Name + "("
+		if strings.HasPrefix(f.Name, "resp:") {
+			name = f.Name + "()"
+		}
+		if !strings.Contains(text, name) {
+			t.Errorf("function %s is not documented", name)
+		}
 	}
 }

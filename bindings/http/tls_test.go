@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -17,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	lua "github.com/yuin/gopher-lua"
+
+	"github.com/loomrt/loom/bindings/bindingstest"
 	loomhttp "github.com/loomrt/loom/bindings/http"
 )
 
@@ -172,5 +176,48 @@ func TestMutualTLS(t *testing.T) {
 	}
 	if strings.Contains(e.h.Logs(), "PRIVATE KEY") || strings.Contains(le.Message, "PRIVATE KEY") {
 		t.Errorf("key material leaked")
+	}
+}
+
+// TestConcurrentVMs runs several VMs on goroutines against one binding,
+// mixing plain and TLS calls, so that -race checks the shared transports
+// and the transport cache.
+func TestConcurrentVMs(t *testing.T) {
+	ca := newCA(t, "loom test CA")
+	tlsSrv := newTLSServer(t, ca, nil)
+	plain := httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		io.WriteString(w, `{"n":1}`)
+	}))
+	defer plain.Close()
+	b := loomhttp.New(loomhttp.Options{MaxTransports: 2})
+	defer b.Close()
+
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		h := bindingstest.NewHost(t)
+		L := bindingstest.NewState(t, h, b)
+		L.SetGlobal("PLAIN", lua.LString(plain.URL))
+		L.SetGlobal("TLS", lua.LString(tlsSrv.URL))
+		L.SetGlobal("CA", lua.LString(ca.certPEM))
+		L.SetGlobal("NAME", lua.LString(fmt.Sprintf("127.0.0.%d", i%3+1)))
+		go func() {
+			errs <- L.DoString(`
+				local http = require("loom.http")
+				for i = 1, 10 do
+					assert(http.get(PLAIN):json().n == 1)
+					-- three distinct TLS configs (server_name differs) through a cache of two
+					local ok, err = pcall(http.get, TLS, {tls = {ca = CA, server_name = NAME}})
+					assert(ok or err.kind == "connect", tostring(err))
+				end
+			`)
+		}()
+	}
+	for i := 0; i < 8; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if n := b.Stats()["transports"]; n > 2 {
+		t.Errorf("transport cache holds %v, bound is 2", n)
 	}
 }
