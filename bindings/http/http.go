@@ -31,7 +31,6 @@ import (
 	nethttp "net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -100,10 +99,9 @@ type Binding struct {
 	baseHTTP   *nethttp.Transport   // template for TLS and socket variants; nil with a fake transport
 	transports transportCache
 
-	requests  atomic.Int64
-	retries   atomic.Int64
-	failures  atomic.Int64
-	closeOnce sync.Once
+	requests atomic.Int64
+	retries  atomic.Int64
+	failures atomic.Int64
 }
 
 // New returns a Binding with its shared transport. It opens no connection.
