@@ -112,7 +112,9 @@ func renderMarkdown(reg *bindings.Registry) string {
 		fmt.Fprintf(&b, "\n## loom.%s\n\n%s\n\n| Function | Returns | Description |\n|---|---|---|\n", s.Name, s.Doc)
 		for _, f := range s.Funcs {
 			sig := fmt.Sprintf("`%s(%s)`", f.Name, strings.Join(f.Params, ", "))
-			fmt.Fprintf(&b, "| %s | %s | %s |\n", sig, strings.Join(f.Returns, ", "), strings.ReplaceAll(f.Doc, "|", "\\|"))
+			doc := strings.ReplaceAll(strings.TrimSpace(f.Doc), "|", "\\|")
+			doc = strings.ReplaceAll(doc, "\n", "<br>")
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", sig, strings.Join(f.Returns, ", "), doc)
 		}
 	}
 	return b.String()
