@@ -10,6 +10,7 @@ package test
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -265,4 +266,148 @@ func TestShellHostKeyEnforced(t *testing.T) {
 		t.Errorf("%s exists after a refused BOOTSTRAP", defaultCacheDir)
 	}
 	checkNoSecrets(t, "host key e2e", e.output, map[string]string{"SSH password": srv.Password})
+}
+
+// TestNodeLifecycle is issue 4 §4: a node's whole life through loomd run
+// against a real sshd, with a Coopr-server stand-in carrying each result
+// into the next task's config: static CREATE and CONFIRM, shell
+// BOOTSTRAP, INSTALL and START, static DELETE. It runs once with an
+// inline key in the inventory and once with a password.
+func TestNodeLifecycle(t *testing.T) {
+	for _, auth := range []string{"key", "password"} {
+		t.Run(auth, func(t *testing.T) { testNodeLifecycle(t, auth) })
+	}
+}
+
+func testNodeLifecycle(t *testing.T, auth string) {
+	srv := sshdtest.Start(t, sshdtest.Config{})
+	cleanCacheDir(t)
+	e := newE2EEnv(t, srv)
+	writeShellResources(e)
+	providerSecret := "prov-secret-" + randToken(t)
+
+	// The inventory: this sshd, with a credential of the kind under test.
+	host := map[string]any{
+		"id": "rack1-01", "address": srv.Host, "port": srv.Port, "hostname": "rack1-01.static.example",
+		"labels": map[string]any{"flavor": "small", "image": []any{"debian12", "debian-12"}},
+	}
+	// keyLine is a line from the middle of the PEM: key material no
+	// output may show.
+	pemLines := strings.Split(strings.TrimSpace(string(srv.KeyPEM)), "\n")
+	keyLine := pemLines[len(pemLines)/2]
+	secret := srv.Password
+	if auth == "key" {
+		host["user"], host["key"] = srv.NoPasswdUser, string(srv.KeyPEM)
+		secret = keyLine
+	} else {
+		host["user"], host["password"] = srv.User, srv.Password
+	}
+	other := map[string]any{"id": "rack1-02", "address": "192.0.2.10", "password": "unused-" + randToken(t),
+		"labels": map[string]any{"flavor": "large", "image": "debian12"}}
+	inv, _ := json.Marshal(map[string]any{"hosts": []any{other, host}})
+	e.writeFile(filepath.Join(e.typeDir("providertypes", "static"), "inventory.json"), string(inv), 0o600)
+
+	node := newCooprNode("00000051", "5f0c1d2e-node-"+auth, baseConfig(providerSecret))
+	step := func(name string, extra map[string]any) loomdResult {
+		t.Helper()
+		r := e.run(node.task(name, extra))
+		if r.status() != 0 || r.Code != 0 {
+			t.Fatalf("%s failed:\n%s", name, r)
+		}
+		node.apply(r)
+		return r
+	}
+
+	create := step("CREATE", nil)
+	if node.config["providerid"] != "rack1-01" {
+		t.Fatalf("CREATE claimed %v, want rack1-01 (the only small debian12 host)", node.config["providerid"])
+	}
+	sa, _ := node.config["ssh-auth"].(map[string]any)
+	if sa["port"] != float64(srv.Port) {
+		t.Errorf("ssh-auth = %v, want port %d", sa, srv.Port)
+	}
+	if auth == "key" {
+		if f, _ := sa["identityfile"].(string); !strings.HasPrefix(f, e.work) {
+			t.Errorf("identityfile %q is not under the work dir %s", f, e.work)
+		}
+	}
+
+	step("CONFIRM", nil)
+	keys, _ := node.config["ssh_host_keys"].(map[string]any)
+	for typ, blob := range hostKeyBlobs(srv) {
+		if keys[typ] != blob {
+			t.Errorf("CONFIRM recorded ssh_host_keys.%s = %v, want sshd's key", typ, keys[typ])
+		}
+	}
+	ips, _ := node.config["ipaddresses"].(map[string]any)
+	if ips["access_v4"] != srv.Host || node.config["hostname"] != "rack1-01.static.example" {
+		t.Errorf("after CONFIRM: ipaddresses %v, hostname %v", ips, node.config["hostname"])
+	}
+
+	// The key learned at CONFIRM is the one BOOTSTRAP enforces: with the
+	// recorded keys swapped for another host's, BOOTSTRAP refuses to talk
+	// (loomd trusts no known_hosts here, only the task's pins).
+	impostor := sshdtest.Start(t, sshdtest.Config{})
+	tampered := node.task("BOOTSTRAP", map[string]any{"ssh_host_keys": hostKeyBlobs(impostor)})
+	bad := e.run(tampered)
+	errObj, _ := bad.Result["error"].(map[string]any)
+	if bad.status() == 0 || errObj["kind"] != "host_key" {
+		t.Fatalf("BOOTSTRAP with tampered ssh_host_keys was not refused as a host-key error:\n%s", bad)
+	}
+	if _, err := os.Stat(defaultCacheDir); err == nil {
+		t.Fatalf("the refused BOOTSTRAP still shipped files to %s", defaultCacheDir)
+	}
+
+	boot := step("BOOTSTRAP", nil)
+	if boot.Accepted != 1 {
+		t.Errorf("BOOTSTRAP used %d SSH connections, want 1", boot.Accepted)
+	}
+	outDir := t.TempDir()
+	install := step("INSTALL", serviceAction("web", "install-web.sh", filepath.Join(outDir, "web.conf")+" v1"))
+	if install.Accepted != 1 {
+		t.Errorf("INSTALL used %d SSH connections, want 1", install.Accepted)
+	}
+	data, err := os.ReadFile(filepath.Join(outDir, "web.conf"))
+	want := "host=rack1-01.static.example service=web first=web args=v1 user=root\n"
+	if err != nil || string(data) != want {
+		t.Errorf("INSTALL wrote %q (%v), want %q", data, err, want)
+	}
+	step("START", serviceAction("web", "start-web.sh", filepath.Join(outDir, "started")))
+	if data, err := os.ReadFile(filepath.Join(outDir, "started")); err != nil || string(data) != "started web via START\n" {
+		t.Errorf("START wrote %q (%v)", data, err)
+	}
+
+	step("DELETE", nil)
+	claims, err := os.ReadFile(filepath.Join(e.typeDir("providertypes", "static"), "claims.json"))
+	if err != nil || strings.Contains(string(claims), "rack1-01") {
+		t.Errorf("after DELETE claims.json holds %q (%v)", claims, err)
+	}
+	if f, _ := sa["identityfile"].(string); f != "" {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("DELETE left the key file %s", f)
+		}
+	}
+
+	// Secrets. CREATE's result must carry ssh-auth (Coopr hands it to the
+	// automators); nothing else loomd printed may hold a secret.
+	if auth == "password" && !strings.Contains(create.Stdout, srv.Password) {
+		t.Errorf("CREATE's result lacks the ssh-auth password the automators need:\n%s", create)
+	}
+	outputs := append([]string(nil), e.output...)
+	for i, out := range outputs {
+		if out == create.Stdout {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(out), &m); err == nil {
+				if res, ok := m["result"].(map[string]any); ok {
+					delete(res, "ssh-auth")
+				}
+				b, _ := json.Marshal(m)
+				outputs[i] = string(b)
+			}
+		}
+	}
+	checkNoSecrets(t, "lifecycle ("+auth+")", outputs, map[string]string{
+		"SSH credential": secret, "provider secret": providerSecret, "key material": keyLine,
+	})
+	checkNoLeftovers(t, []string{providerSecret, secret}, e.home, e.work, srv.Dir, impostor.Dir, filepath.Dir(e2eBin))
 }
