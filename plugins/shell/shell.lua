@@ -226,6 +226,15 @@ function ShellAutomator:connection(input)
   return self._conn
 end
 
+-- remote runs one step on the node: conn:<method>(...) on the hook's
+-- connection, with failures turned into fail(). Steps ask for the
+-- connection each time (it is memoized), which keeps "one connection per
+-- hook" a property of connection() alone.
+function ShellAutomator:remote(input, what, method, ...)
+  local conn = self:connection(input)
+  return self:try(input, what, conn[method], conn, ...)
+end
+
 -- sudo is how remote steps get root: none for root, else sudo, with the
 -- SSH password as the sudo password when the node gave us one (sudo -n
 -- otherwise, which needs NOPASSWD and fails fast without it).
@@ -253,7 +262,6 @@ end
 -- staging dirs in, so a script never sees a half-copied tree and files
 -- removed from the resources disappear from the node too.
 function ShellAutomator:ship(input, cache)
-  local conn = self:connection(input)
   local sudo = self:sudo(input)
   local token = ("%s.%d.%d"):format((tostring(self.task.taskId):gsub("[^%w%-]", "_")), os.time(), math.random(1e9))
   local staging = cache .. "/.incoming." .. token
@@ -261,13 +269,13 @@ function ShellAutomator:ship(input, cache)
   for _, name in ipairs(RESOURCES) do
     -- A resource type with nothing synced has no dir; Coopr skipped it too.
     if fs.exists(name) then
-      local st = self:try(input, "shipping " .. name .. "/", conn.upload_dir, conn, name, staging .. "/" .. name,
+      local st = self:remote(input, "shipping " .. name .. "/", "upload_dir", name, staging .. "/" .. name,
         { sudo = sudo })
       shipped[#shipped + 1] = ("%s (%d files)"):format(name, st.files)
     end
   end
-  self:try(input, "shipping the shell library", conn.upload_dir, conn, self.env.plugin_dir .. "/lib",
-    staging .. "/lib", { sudo = sudo })
+  self:remote(input, "shipping the shell library", "upload_dir", self.env.plugin_dir .. "/lib", staging .. "/lib",
+    { sudo = sudo })
   shipped[#shipped + 1] = "lib"
 
   local q = ssh.quote
@@ -287,7 +295,7 @@ function ShellAutomator:ship(input, cache)
     "for old in \"$cache\"/.incoming.*; do [ -e \"$old\" ] && rm -rf \"$old\"; done",
     "mkdir -p \"$cache/run\"; chmod 0700 \"$cache/run\"",
   }, "\n")
-  self:try(input, "installing the shipped files in " .. cache, conn.exec, conn, swap, { sudo = sudo, check = true })
+  self:remote(input, "installing the shipped files in " .. cache, "exec", swap, { sudo = sudo, check = true })
   return shipped
 end
 
@@ -340,7 +348,6 @@ function ShellAutomator:run_script(input)
   local timeout = fields.timeout
   if timeout == "" then timeout = nil end
 
-  local conn = self:connection(input)
   local cmd = command(cache, words)
   local opts = {
     stdin = task_data(self.task),
@@ -353,11 +360,11 @@ function ShellAutomator:run_script(input)
   }
   log.info("running %s (%d args) in %s/scripts on %s", words[1], #words - 1, cache, tostring(input.ipaddress))
   local what = "running " .. words[1]
-  local r = self:try(input, what, conn.exec, conn, cmd, opts)
+  local r = self:remote(input, what, "exec", cmd, opts)
   if r.exit_code == NO_LIB_STATUS and r.stderr:find(NO_LIB_MARKER, 1, true) then
     log.info("%s has no shell library yet (BOOTSTRAP used another cache_dir, or the node was wiped): shipping it", cache)
     self:ship(input, cache)
-    r = self:try(input, what, conn.exec, conn, cmd, opts)
+    r = self:remote(input, what, "exec", cmd, opts)
   end
 
   self.result.stdout = r.stdout
