@@ -1,0 +1,178 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Config says where the queue lives and how workers behave. The zero
+// value of every field but DataDir (embedded mode) picks a default.
+type Config struct {
+	// DataDir holds the embedded server's file store, in DataDir/jetstream.
+	// It is required unless URLs is set.
+	DataDir string
+	// URLs, when set, connect to an external NATS server or cluster instead
+	// of starting the embedded one. Everything after the connection is the
+	// same code path.
+	URLs []string
+	// Token authenticates to an external NATS. With the embedded server and
+	// a ListenAddr, it is also the token the server requires from clients.
+	Token string
+	// ListenAddr exposes the embedded server's client port (host:port) so
+	// other daemons and tools can connect. Empty means no listener: only the
+	// in-process connection. A non-loopback address requires Token.
+	ListenAddr string
+	// ServerName is the embedded server's stable name; default
+	// "loomd-<hostname>".
+	ServerName string
+	// Domain is the JetStream domain: the embedded server's own domain, or
+	// the domain to reach on an external server through a leafnode.
+	Domain string
+	// NATSOptions are extra client options (credentials, TLS, ...).
+	NATSOptions []nats.Option
+
+	// Owner names this worker in task records; default "<hostname>-<pid>".
+	Owner string
+	// AckWait is how long a delivered task may go without a heartbeat
+	// before it is redelivered to another worker; default 30s. Heartbeats
+	// are sent every AckWait/3.
+	AckWait time.Duration
+	// MaxAttempts bounds how many times a task is started after
+	// infrastructure failures (runner errors, daemons dying); default 5.
+	MaxAttempts int
+	// RetryDelay is the delay before the second attempt after a runner
+	// error; it doubles for every later attempt, up to a minute. Default 1s.
+	RetryDelay time.Duration
+	// PollInterval is how often idle workers look for redelivered tasks;
+	// default 1s. New tasks are noticed at once.
+	PollInterval time.Duration
+	// Duplicates is the stream's dedupe window for task ids; default 10m.
+	// Outside it, the task records still dedupe submissions.
+	Duplicates time.Duration
+	// Replicas of the stream and buckets: 1 (default) or 3 on a cluster.
+	Replicas int
+	// MaxStore caps the embedded server's disk use in bytes; 0 lets the
+	// server choose (75% of free space).
+	MaxStore int64
+
+	// Logger receives the queue's logs (and the embedded server's, at
+	// debug level); default slog.Default() with nothing sent to stdout.
+	Logger *slog.Logger
+	// OnTransition, if set, is called after each state change this
+	// process makes. It must not block.
+	OnTransition func(Transition)
+}
+
+// Transition is one state change of a task, made by this process.
+type Transition struct {
+	From   State // "" for a new task
+	Record Record
+}
+
+// Mode names how the queue reaches NATS: "embedded" or "external".
+func (c Config) Mode() string {
+	if len(c.URLs) > 0 {
+		return "external"
+	}
+	return "embedded"
+}
+
+func (c Config) withDefaults() Config {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "localhost"
+	}
+	if c.Owner == "" {
+		c.Owner = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if c.ServerName == "" {
+		c.ServerName = "loomd-" + strings.Map(func(r rune) rune {
+			if r <= ' ' || r == '.' || r == '*' || r == '>' {
+				return '-'
+			}
+			return r
+		}, host)
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 5
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = time.Second
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	if c.Duplicates == 0 {
+		c.Duplicates = 10 * time.Minute
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if len(c.URLs) == 0 && c.DataDir == "" {
+		errs = append(errs, errors.New("no data directory: set one for the embedded NATS server's store, or give the URLs of an external NATS"))
+	}
+	if len(c.URLs) > 0 && c.ListenAddr != "" {
+		errs = append(errs, errors.New("a NATS listen address only applies to the embedded server; drop it when connecting to an external NATS"))
+	}
+	if c.ListenAddr != "" {
+		host, _, err := net.SplitHostPort(c.ListenAddr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("NATS listen address %q: %w (want host:port, e.g. 127.0.0.1:4222)", c.ListenAddr, err))
+		} else if !IsLoopback(host) && c.Token == "" {
+			errs = append(errs, fmt.Errorf("NATS listen address %q is reachable from other machines and would accept anyone: set a NATS token, or listen on 127.0.0.1", c.ListenAddr))
+		}
+	}
+	if c.AckWait < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("ack wait %v is too short: use at least 100ms (default 30s)", c.AckWait))
+	}
+	if c.MaxAttempts < 1 {
+		errs = append(errs, fmt.Errorf("max attempts %d: must be at least 1", c.MaxAttempts))
+	}
+	if c.RetryDelay < 0 || c.PollInterval < 0 || c.Duplicates < 0 {
+		errs = append(errs, errors.New("retry delay, poll interval and dedupe window must not be negative"))
+	}
+	if c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5 {
+		errs = append(errs, fmt.Errorf("replicas %d: use 1, 3 or 5", c.Replicas))
+	}
+	if len(c.URLs) == 0 && c.Replicas != 1 {
+		errs = append(errs, fmt.Errorf("replicas %d needs an external NATS cluster; the embedded server is a single node", c.Replicas))
+	}
+	return errors.Join(errs...)
+}
+
+// IsLoopback reports whether host (a name or an IP, without port) only
+// reaches this machine. An empty host means every interface: not loopback.
+func IsLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// backoff is the delay before attempt n+1 after attempt n failed.
+func (c Config) backoff(n int) time.Duration {
+	d := c.RetryDelay
+	for i := 1; i < n && d < time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, time.Minute)
+}

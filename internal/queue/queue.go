@@ -1,0 +1,594 @@
+// Package queue is loomd's durable task queue on NATS JetStream.
+//
+// Tasks travel on a work-queue stream (LOOM_TASKS) under the subject
+// loom.task.<family>.<type>, with the task id as message id so the server
+// drops a second publish of the same task. Every plugin type has one
+// durable pull consumer, shared by every daemon that serves the type, so
+// tasks for a type nobody serves simply wait. Task state lives in a KV
+// bucket (LOOM_STATE, key task.<id>); every change is a compare-and-set on
+// the record's revision, which fences out a worker that lost its claim.
+// Results too large for a KV value go to an object store (LOOM_OUTPUT).
+//
+// The server is embedded in the process by default (file store, fsync on
+// every write); Config.URLs switches to an external NATS on the same code
+// path. See docs/operations.md and ../shared/reference/nats-jetstream.md.
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/loomrt/loom/runtime"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Names of the JetStream assets.
+const (
+	StreamName    = "LOOM_TASKS"
+	StateBucket   = "LOOM_STATE"
+	OutputBucket  = "LOOM_OUTPUT"
+	subjectPrefix = "loom.task."
+	keyPrefix     = "task."
+)
+
+// Queue is a connection to the task queue. Its methods are safe for
+// concurrent use.
+type Queue struct {
+	cfg    Config
+	log    *slog.Logger
+	srv    *server.Server // nil with an external NATS
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	kv     jetstream.KeyValue
+	obj    jetstream.ObjectStore
+	watch  jetstream.KeyWatcher
+
+	maxValue int // results above this size go to the object store
+
+	mu      sync.Mutex
+	waiters map[string][]chan Record
+	closed  bool
+	serving bool
+
+	w workers
+
+	noHeartbeat bool // tests: let a running task's delivery expire
+
+	abortCtx context.Context // cancelled to abort running tasks
+	abort    context.CancelFunc
+	watchWG  sync.WaitGroup
+}
+
+// Open connects to the queue: it starts the embedded server (or connects
+// to cfg.URLs), and creates or updates the stream and buckets.
+func Open(ctx context.Context, cfg Config) (*Queue, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("queue configuration: %w", err)
+	}
+	q := &Queue{cfg: cfg, log: cfg.Logger, waiters: map[string][]chan Record{}}
+	q.abortCtx, q.abort = context.WithCancel(context.Background())
+	q.w.init()
+	ok := false
+	defer func() {
+		if !ok {
+			q.shutdown()
+		}
+	}()
+
+	opts := []nats.Option{
+		nats.Name("loomd " + cfg.Owner),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subj := ""
+			if sub != nil {
+				subj = sub.Subject
+			}
+			q.log.Warn("nats client error", "subject", subj, "err", err)
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				q.log.Warn("disconnected from nats; reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { q.log.Info("reconnected to nats", "url", nc.ConnectedUrlRedacted()) }),
+	}
+	if cfg.Token != "" {
+		opts = append(opts, nats.Token(cfg.Token))
+	}
+	url := strings.Join(cfg.URLs, ",")
+	if len(cfg.URLs) == 0 {
+		srv, err := startServer(cfg)
+		if err != nil {
+			return nil, err
+		}
+		q.srv = srv
+		url = srv.ClientURL()
+		opts = append(opts, nats.InProcessServer(srv))
+	}
+	nc, err := nats.Connect(url, append(opts, cfg.NATSOptions...)...)
+	if err != nil {
+		if q.srv != nil {
+			return nil, fmt.Errorf("connecting to the embedded nats server: %w", err)
+		}
+		return nil, fmt.Errorf("connecting to nats at %s: %w (is the server running and reachable? check --nats and the token)", url, err)
+	}
+	q.nc = nc
+	if cfg.Domain != "" && q.srv == nil {
+		q.js, err = jetstream.NewWithDomain(nc, cfg.Domain)
+	} else {
+		q.js, err = jetstream.New(nc)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening jetstream: %w", err)
+	}
+	if err := q.provision(ctx); err != nil {
+		return nil, err
+	}
+	q.maxValue = int(nc.MaxPayload()) - 16*1024
+	if err := q.startWatch(); err != nil {
+		return nil, err
+	}
+	ok = true
+	q.log.Debug("queue open", "mode", cfg.Mode(), "owner", cfg.Owner)
+	return q, nil
+}
+
+func startServer(cfg Config) (*server.Server, error) {
+	dir := filepath.Join(cfg.DataDir, "jetstream")
+	opts := &server.Options{
+		ServerName:         cfg.ServerName,
+		JetStream:          true,
+		JetStreamDomain:    cfg.Domain,
+		StoreDir:           dir,
+		SyncAlways:         true,
+		JetStreamMaxMemory: 256 << 20,
+		JetStreamMaxStore:  cfg.MaxStore,
+		DontListen:         true,
+		NoSigs:             true,
+		NoLog:              true,
+		MaxPayload:         4 << 20,
+	}
+	if cfg.ListenAddr != "" {
+		host, port, _ := net.SplitHostPort(cfg.ListenAddr)
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, fmt.Errorf("nats listen address %q: port %q is not a number", cfg.ListenAddr, port)
+		}
+		if p == 0 {
+			p = -1 // the server's "pick a free port"
+		}
+		opts.DontListen = false
+		opts.Host = host
+		opts.Port = p
+		if cfg.Token != "" {
+			opts.Authorization = cfg.Token
+		}
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("configuring the embedded nats server (store %s): %w", dir, err)
+	}
+	srv.SetLoggerV2(serverLogger{cfg.Logger.With("component", "nats")}, false, false, false)
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		if cfg.ListenAddr != "" {
+			return nil, fmt.Errorf("the embedded nats server did not start within 10s: is %s already in use, and is %s writable?", cfg.ListenAddr, dir)
+		}
+		return nil, fmt.Errorf("the embedded nats server did not start within 10s: is %s writable and not used by another loomd?", dir)
+	}
+	return srv, nil
+}
+
+// provision creates or updates the stream and the buckets.
+func (q *Queue) provision(ctx context.Context) error {
+	var err error
+	q.stream, err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        StreamName,
+		Description: "loomd tasks; one durable consumer per plugin type",
+		Subjects:    []string{subjectPrefix + ">"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Duplicates:  q.cfg.Duplicates,
+		Replicas:    q.cfg.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("creating stream %s: %w", StreamName, err)
+	}
+	q.kv, err = q.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      StateBucket,
+		Description: "loomd task state records, key task.<id>",
+		History:     8,
+		Storage:     jetstream.FileStorage,
+		Replicas:    q.cfg.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("creating kv bucket %s: %w", StateBucket, err)
+	}
+	q.obj, err = q.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      OutputBucket,
+		Description: "loomd task results too large for a kv value",
+		Storage:     jetstream.FileStorage,
+		Replicas:    q.cfg.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("creating object store %s: %w", OutputBucket, err)
+	}
+	return nil
+}
+
+// Owner is the name this process writes into the records of the tasks it
+// runs.
+func (q *Queue) Owner() string { return q.cfg.Owner }
+
+// Mode is "embedded" or "external".
+func (q *Queue) Mode() string { return q.cfg.Mode() }
+
+// ClientURL is the URL other daemons and tools use to join the embedded
+// server, or "" when it does not listen.
+func (q *Queue) ClientURL() string {
+	if q.srv == nil || q.cfg.ListenAddr == "" {
+		return ""
+	}
+	return q.srv.ClientURL()
+}
+
+// Submit validates a Coopr task and queues it. A task without taskId gets
+// a new one. Submitting an id the queue already knows returns the existing
+// record with isNew false and does not queue the task again. Errors for
+// bad input wrap runtime.ErrInvalidTask.
+func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool, err error) {
+	t, err := runtime.ParseTask(task)
+	if err != nil {
+		return Record{}, false, err
+	}
+	if t.TaskID == "" {
+		if task, err = runtime.WithID(task, NewID()); err != nil {
+			return Record{}, false, err
+		}
+		if t, err = runtime.ParseTask(task); err != nil {
+			return Record{}, false, err
+		}
+	}
+	if err := validID(t.TaskID); err != nil {
+		return Record{}, false, fmt.Errorf("%w: %v", runtime.ErrInvalidTask, err)
+	}
+	fam, typ, err := t.Route()
+	if err != nil {
+		return Record{}, false, err
+	}
+	route := Route{Family: string(fam), Type: typ}
+	if err := route.validate(); err != nil {
+		return Record{}, false, fmt.Errorf("%w: %v", runtime.ErrInvalidTask, err)
+	}
+	if cur, err := q.Get(ctx, t.TaskID); err == nil {
+		return cur, false, nil
+	} else if !errors.Is(err, ErrNotFound) {
+		return Record{}, false, err
+	}
+	// Publish first, then create the record: a worker that sees the message
+	// before the record creates it itself, so no task is ever left with a
+	// record and no message.
+	ack, err := q.js.Publish(ctx, route.Subject(), task, jetstream.WithMsgID(t.TaskID))
+	if err != nil {
+		return Record{}, false, fmt.Errorf("queueing task %s: %w (it may or may not be queued: submitting it again with the same taskId is safe)", t.TaskID, err)
+	}
+	rec = Record{
+		TaskID:   t.TaskID,
+		State:    Queued,
+		Family:   route.Family,
+		Type:     route.Type,
+		Hook:     t.Hook(),
+		TaskName: t.TaskName,
+		Created:  time.Now().UTC(),
+	}
+	rev, err := q.kv.Create(ctx, keyPrefix+t.TaskID, mustJSON(rec))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyExists):
+		cur, gerr := q.Get(ctx, t.TaskID)
+		if gerr != nil {
+			return Record{}, false, fmt.Errorf("reading the record of task %s: %w", t.TaskID, gerr)
+		}
+		return cur, !ack.Duplicate, nil
+	case err != nil:
+		return Record{}, false, fmt.Errorf("recording task %s: %w (it is queued and will run; its record is created when it starts)", t.TaskID, err)
+	}
+	rec.Revision = rev
+	if ack.Duplicate {
+		return rec, false, nil
+	}
+	q.notify(Transition{From: "", Record: rec})
+	return rec, true, nil
+}
+
+// Get returns the record of a task, with its result, or ErrNotFound.
+func (q *Queue) Get(ctx context.Context, id string) (Record, error) {
+	rec, err := q.get(ctx, id)
+	if err != nil {
+		return Record{}, err
+	}
+	if rec.ResultRef != "" {
+		b, err := q.obj.GetBytes(ctx, rec.ResultRef)
+		if err != nil {
+			return Record{}, fmt.Errorf("loading the result of task %s from object %s: %w", id, rec.ResultRef, err)
+		}
+		rec.Result = b
+	}
+	return rec, nil
+}
+
+// get reads a record without resolving ResultRef.
+func (q *Queue) get(ctx context.Context, id string) (Record, error) {
+	if validID(id) != nil {
+		return Record{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	e, err := q.kv.Get(ctx, keyPrefix+id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("reading the record of task %s: %w", id, err)
+	}
+	return decodeRecord(e)
+}
+
+func decodeRecord(e jetstream.KeyValueEntry) (Record, error) {
+	var rec Record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return Record{}, fmt.Errorf("decoding the record at %s (revision %d): %w", e.Key(), e.Revision(), err)
+	}
+	rec.Revision = e.Revision()
+	return rec, nil
+}
+
+// Filter selects records for List.
+type Filter struct {
+	State State  // "" for every state
+	Type  string // "" for every plugin type
+	Limit int    // at most this many, newest first; 0 for all
+}
+
+// List returns the records that match f, newest first. Results stored in
+// the object store are not loaded: use Get for one task's result.
+func (q *Queue) List(ctx context.Context, f Filter) ([]Record, error) {
+	w, err := q.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("listing task records: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	var out []Record
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("listing task records: %w", ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("listing task records: the watch closed early; try again")
+			}
+			if e == nil { // all current values delivered
+				slices.SortFunc(out, func(a, b Record) int {
+					if c := b.Created.Compare(a.Created); c != 0 {
+						return c
+					}
+					return strings.Compare(b.TaskID, a.TaskID)
+				})
+				if f.Limit > 0 && len(out) > f.Limit {
+					out = out[:f.Limit]
+				}
+				return out, nil
+			}
+			rec, err := decodeRecord(e)
+			if err != nil {
+				q.log.Warn("skipping an unreadable task record", "err", err)
+				continue
+			}
+			if (f.State == "" || rec.State == f.State) && (f.Type == "" || rec.Type == f.Type) {
+				out = append(out, rec)
+			}
+		}
+	}
+}
+
+// Wait blocks until the task is in a terminal state and returns its
+// record. When ctx ends first it returns the latest record and ctx's
+// error, so a long poll can answer with the current state.
+func (q *Queue) Wait(ctx context.Context, id string) (Record, error) {
+	ch := make(chan Record, 1)
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return Record{}, ErrClosed
+	}
+	q.waiters[id] = append(q.waiters[id], ch)
+	q.mu.Unlock()
+	defer func() {
+		q.mu.Lock()
+		ws := q.waiters[id]
+		ws = slices.DeleteFunc(ws, func(c chan Record) bool { return c == ch })
+		if len(ws) == 0 {
+			delete(q.waiters, id)
+		} else {
+			q.waiters[id] = ws
+		}
+		q.mu.Unlock()
+	}()
+	rec, err := q.get(ctx, id)
+	if err != nil {
+		return Record{}, err
+	}
+	for !rec.State.Terminal() {
+		select {
+		case <-ctx.Done():
+			return rec, ctx.Err()
+		case r, ok := <-ch:
+			if !ok {
+				return rec, ErrClosed
+			}
+			if r.Revision > rec.Revision {
+				rec = r
+			}
+		}
+	}
+	if rec.ResultRef != "" {
+		return q.Get(ctx, id)
+	}
+	return rec, nil
+}
+
+// startWatch follows every record change, to wake waiters.
+// The watch lives as long as the queue, not as Open's context.
+func (q *Queue) startWatch() error {
+	w, err := q.kv.Watch(context.Background(), keyPrefix+">", jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("watching task records: %w", err)
+	}
+	q.watch = w
+	q.watchWG.Add(1)
+	go func() {
+		defer q.watchWG.Done()
+		for e := range w.Updates() {
+			if e == nil {
+				continue
+			}
+			id := strings.TrimPrefix(e.Key(), keyPrefix)
+			q.mu.Lock()
+			ws := q.waiters[id]
+			if len(ws) == 0 {
+				q.mu.Unlock()
+				continue
+			}
+			rec, err := decodeRecord(e)
+			if err != nil {
+				q.mu.Unlock()
+				continue
+			}
+			for _, ch := range ws {
+				select { // keep only the newest record in the buffer
+				case <-ch:
+				default:
+				}
+				ch <- rec
+			}
+			q.mu.Unlock()
+		}
+	}()
+	return nil
+}
+
+// Depth counts the tasks in the stream (queued or running) by route,
+// including routes nobody serves.
+func (q *Queue) Depth(ctx context.Context) (map[Route]int, error) {
+	info, err := q.stream.Info(ctx, jetstream.WithSubjectFilter(subjectPrefix+">"))
+	if err != nil {
+		return nil, fmt.Errorf("reading the depth of stream %s: %w", StreamName, err)
+	}
+	out := map[Route]int{}
+	for subj, n := range info.State.Subjects {
+		fam, typ, ok := strings.Cut(strings.TrimPrefix(subj, subjectPrefix), ".")
+		if !ok {
+			continue
+		}
+		out[Route{Family: fam, Type: typ}] += int(n)
+	}
+	return out, nil
+}
+
+// Health reports whether the queue can serve: connected, and JetStream
+// answering.
+func (q *Queue) Health(ctx context.Context) error {
+	q.mu.Lock()
+	closed := q.closed
+	q.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if s := q.nc.Status(); s != nats.CONNECTED {
+		return fmt.Errorf("nats connection is %s", s)
+	}
+	if _, err := q.stream.Info(ctx); err != nil {
+		return fmt.Errorf("jetstream does not answer: %w", err)
+	}
+	return nil
+}
+
+// AbortRunning cancels the context of every task this process is running.
+// Their messages are handed back to the queue for another attempt. Use it
+// when a graceful shutdown ran out of time.
+func (q *Queue) AbortRunning() { q.abort() }
+
+// Close aborts running tasks, closes the connection and, in embedded mode,
+// shuts the server down after flushing its store. Call it after Serve has
+// returned, unless the shutdown is forced.
+func (q *Queue) Close() error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil
+	}
+	q.closed = true
+	for id, ws := range q.waiters {
+		for _, ch := range ws {
+			close(ch)
+		}
+		delete(q.waiters, id)
+	}
+	q.mu.Unlock()
+	q.shutdown()
+	return nil
+}
+
+func (q *Queue) shutdown() {
+	q.abort()
+	q.w.stop()
+	if q.watch != nil {
+		_ = q.watch.Stop()
+	}
+	if q.nc != nil {
+		_ = q.nc.FlushTimeout(2 * time.Second)
+		q.nc.Close()
+	}
+	q.watchWG.Wait()
+	if q.srv != nil {
+		q.srv.Shutdown()
+		q.srv.WaitForShutdown()
+	}
+}
+
+func (q *Queue) notify(t Transition) {
+	if q.cfg.OnTransition != nil {
+		q.cfg.OnTransition(t)
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("queue: encoding %T: %v", v, err)) // records always encode
+	}
+	return b
+}
+
+// serverLogger sends the embedded server's logs to slog.
+type serverLogger struct{ l *slog.Logger }
+
+func (s serverLogger) Noticef(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
+func (s serverLogger) Warnf(format string, v ...any)   { s.l.Warn(fmt.Sprintf(format, v...)) }
+func (s serverLogger) Fatalf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
+func (s serverLogger) Errorf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
+func (s serverLogger) Debugf(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }
+func (s serverLogger) Tracef(format string, v ...any)  {}

@@ -1,0 +1,649 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/loomrt/loom/runtime"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// testConfig is a fast configuration on a fresh data dir.
+func testConfig(t *testing.T) Config {
+	t.Helper()
+	return Config{
+		DataDir:      t.TempDir(),
+		AckWait:      time.Second,
+		MaxAttempts:  3,
+		RetryDelay:   20 * time.Millisecond,
+		PollInterval: 50 * time.Millisecond,
+		Logger:       testLogger(),
+	}
+}
+
+func open(t *testing.T, cfg Config) *Queue {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	q, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	return q
+}
+
+// serve runs q.Serve until the test ends, and returns a stop function
+// that waits for Serve to return.
+func serve(t *testing.T, q *Queue, r Runner, concurrency int, routes ...Route) (stop func()) {
+	t.Helper()
+	if err := q.SetTypes(context.Background(), routes); err != nil {
+		t.Fatalf("SetTypes: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- q.Serve(ctx, r, concurrency) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Serve: %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Errorf("Serve did not return within 20s of its context ending")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+var shell = Route{Family: "automator", Type: "shell"}
+
+// task returns an INSTALL task for automator type typ.
+func task(id, typ string, extra ...string) []byte {
+	cfg := `{"service":{"action":{"type":"` + typ + `"}}` + strings.Join(extra, "") + `}`
+	if id == "" {
+		return []byte(`{"taskName":"INSTALL","config":` + cfg + `}`)
+	}
+	return []byte(`{"taskId":"` + id + `","taskName":"INSTALL","config":` + cfg + `}`)
+}
+
+func submit(t *testing.T, q *Queue, data []byte) Record {
+	t.Helper()
+	rec, _, err := q.Submit(context.Background(), data)
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	return rec
+}
+
+func wait(t *testing.T, q *Queue, id string) Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	rec, err := q.Wait(ctx, id)
+	if err != nil {
+		t.Fatalf("Wait(%s): %v (state %s, error %q)", id, err, rec.State, rec.Error)
+	}
+	return rec
+}
+
+// counter is a Runner that counts runs per task id and answers with
+// status 0 and a result naming the task.
+type counter struct {
+	mu   sync.Mutex
+	runs map[string]int
+	fn   func(ctx context.Context, id string, n int) ([]byte, int, error)
+}
+
+func newCounter(fn func(ctx context.Context, id string, n int) ([]byte, int, error)) *counter {
+	return &counter{runs: map[string]int{}, fn: fn}
+}
+
+func (c *counter) Run(ctx context.Context, data []byte) ([]byte, int, error) {
+	t, err := runtime.ParseTask(data)
+	if err != nil {
+		return nil, 0, err
+	}
+	c.mu.Lock()
+	c.runs[t.TaskID]++
+	n := c.runs[t.TaskID]
+	c.mu.Unlock()
+	if c.fn != nil {
+		return c.fn(ctx, t.TaskID, n)
+	}
+	return []byte(`{"status":0,"result":{"id":"` + t.TaskID + `"}}`), 0, nil
+}
+
+func (c *counter) count(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runs[id]
+}
+
+func (c *counter) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, v := range c.runs {
+		n += v
+	}
+	return n
+}
+
+func depth(t *testing.T, q *Queue) int {
+	t.Helper()
+	d, err := q.Depth(context.Background())
+	if err != nil {
+		t.Fatalf("Depth: %v", err)
+	}
+	n := 0
+	for _, v := range d {
+		n += v
+	}
+	return n
+}
+
+func TestSubmitRunResult(t *testing.T) {
+	q := open(t, testConfig(t))
+	c := newCounter(nil)
+	serve(t, q, c, 4, shell)
+
+	rec := submit(t, q, task("", "shell"))
+	if rec.TaskID == "" || rec.State == "" {
+		t.Fatalf("submitted record = %+v, want an id and a state", rec)
+	}
+	if rec.Type != "shell" || rec.Family != "automator" || rec.Hook != "install" {
+		t.Errorf("record route = %s/%s hook %s, want automator/shell install", rec.Family, rec.Type, rec.Hook)
+	}
+	got := wait(t, q, rec.TaskID)
+	if got.State != Succeeded || got.Attempts != 1 || got.Status == nil || *got.Status != 0 {
+		t.Fatalf("final record = %+v, want succeeded after 1 attempt with status 0", got)
+	}
+	var res struct {
+		Result struct{ ID string } `json:"result"`
+	}
+	if err := json.Unmarshal(got.Result, &res); err != nil || res.Result.ID != rec.TaskID {
+		t.Errorf("result = %s (%v), want the runner's result for %s", got.Result, err, rec.TaskID)
+	}
+	if got.Started == nil || got.Finished == nil || got.Owner != q.Owner() {
+		t.Errorf("record lacks started/finished/owner: %+v", got)
+	}
+	waitDepth(t, q, 0) // the ack follows the record's final write
+	g2, err := q.Get(context.Background(), rec.TaskID)
+	if err != nil || g2.State != Succeeded {
+		t.Errorf("Get = %+v, %v; want the succeeded record", g2, err)
+	}
+	list, err := q.List(context.Background(), Filter{State: Succeeded})
+	if err != nil || len(list) != 1 || list[0].TaskID != rec.TaskID {
+		t.Errorf("List(succeeded) = %v, %v; want the one task", list, err)
+	}
+	if list, _ := q.List(context.Background(), Filter{State: Queued}); len(list) != 0 {
+		t.Errorf("List(queued) = %v, want none", list)
+	}
+}
+
+func TestSubmitRejectsMalformed(t *testing.T) {
+	q := open(t, testConfig(t))
+	for name, data := range map[string]string{
+		"not json":      `{"taskName":`,
+		"no taskName":   `{"config":{}}`,
+		"no type":       `{"taskName":"INSTALL","config":{"service":{}}}`,
+		"bad id":        `{"taskId":"a b","taskName":"INSTALL","config":{"service":{"action":{"type":"shell"}}}}`,
+		"dotted type":   `{"taskName":"INSTALL","config":{"service":{"action":{"type":"a.b"}}}}`,
+		"wildcard type": `{"taskName":"INSTALL","config":{"service":{"action":{"type":">"}}}}`,
+	} {
+		_, _, err := q.Submit(context.Background(), []byte(data))
+		if !errors.Is(err, runtime.ErrInvalidTask) {
+			t.Errorf("%s: Submit error = %v, want one wrapping ErrInvalidTask", name, err)
+		}
+	}
+	if n := depth(t, q); n != 0 {
+		t.Errorf("depth after malformed submissions = %d, want 0", n)
+	}
+}
+
+func TestDedupe(t *testing.T) {
+	q := open(t, testConfig(t))
+	ctx := context.Background()
+	r1, new1, err := q.Submit(ctx, task("dup-1", "shell"))
+	if err != nil || !new1 {
+		t.Fatalf("first Submit = %v, %v; want a new task", new1, err)
+	}
+	r2, new2, err := q.Submit(ctx, task("dup-1", "shell"))
+	if err != nil || new2 || r2.TaskID != r1.TaskID {
+		t.Fatalf("second Submit = %+v, new=%v, %v; want the existing record", r2, new2, err)
+	}
+	if n := depth(t, q); n != 1 {
+		t.Fatalf("depth after two submissions of one id = %d, want 1", n)
+	}
+	c := newCounter(nil)
+	serve(t, q, c, 2, shell)
+	wait(t, q, "dup-1")
+	// Again after it finished: the record answers, nothing runs.
+	r3, new3, err := q.Submit(ctx, task("dup-1", "shell"))
+	if err != nil || new3 || r3.State != Succeeded {
+		t.Fatalf("Submit after finish = %+v, new=%v, %v; want the succeeded record", r3, new3, err)
+	}
+	// A later task proves the worker is still pulling.
+	submit(t, q, task("dup-2", "shell"))
+	wait(t, q, "dup-2")
+	if n := c.count("dup-1"); n != 1 {
+		t.Errorf("dup-1 ran %d times, want 1", n)
+	}
+}
+
+// A copy of a task published after the dedupe window is dropped by the
+// worker, because the record says the task finished.
+func TestDuplicateCopyAfterWindow(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Duplicates = 100 * time.Millisecond
+	q := open(t, cfg)
+	ctx := context.Background()
+	c := newCounter(nil)
+	serve(t, q, c, 2, shell)
+	submit(t, q, task("copy-1", "shell"))
+	first := wait(t, q, "copy-1")
+	time.Sleep(300 * time.Millisecond) // let the dedupe window pass
+	ack, err := q.js.Publish(ctx, shell.Subject(), task("copy-1", "shell"), jetstream.WithMsgID("copy-1"))
+	if err != nil || ack.Duplicate {
+		t.Fatalf("publishing a copy: %v (duplicate=%v); want a new message", err, ack != nil && ack.Duplicate)
+	}
+	submit(t, q, task("copy-2", "shell"))
+	wait(t, q, "copy-2")
+	waitDepth(t, q, 0)
+	if n := c.count("copy-1"); n != 1 {
+		t.Errorf("copy-1 ran %d times, want 1", n)
+	}
+	if got, _ := q.Get(ctx, "copy-1"); got.Revision != first.Revision {
+		t.Errorf("the copy changed the finished record: revision %d -> %d", first.Revision, got.Revision)
+	}
+}
+
+func waitDepth(t *testing.T, q *Queue, want int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		n := depth(t, q)
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stream depth = %d after 20s, want %d", n, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestPluginFailureIsFinal(t *testing.T) {
+	q := open(t, testConfig(t))
+	c := newCounter(func(context.Context, string, int) ([]byte, int, error) {
+		return []byte(`{"status":2,"message":"disk full"}`), 2, nil
+	})
+	serve(t, q, c, 2, shell)
+	rec := submit(t, q, task("pf-1", "shell"))
+	got := wait(t, q, rec.TaskID)
+	if got.State != Failed || got.Attempts != 1 || got.Status == nil || *got.Status != 2 {
+		t.Fatalf("record = %+v, want failed after 1 attempt with status 2", got)
+	}
+	if !strings.Contains(got.Error, "disk full") || !strings.Contains(string(got.Result), "disk full") {
+		t.Errorf("record error %q / result %s should carry the plugin's message", got.Error, got.Result)
+	}
+	waitDepth(t, q, 0)
+	if n := c.count("pf-1"); n != 1 {
+		t.Errorf("ran %d times, want 1 (plugin failures are not retried)", n)
+	}
+}
+
+func TestInfraFailureRetriedThenFailed(t *testing.T) {
+	q := open(t, testConfig(t)) // MaxAttempts 3
+	c := newCounter(func(_ context.Context, id string, n int) ([]byte, int, error) {
+		if id == "flaky" && n > 1 {
+			return []byte(`{"status":0}`), 0, nil
+		}
+		return nil, 0, fmt.Errorf("vm lost (run %d)", n)
+	})
+	serve(t, q, c, 2, shell)
+	submit(t, q, task("poison", "shell"))
+	submit(t, q, task("flaky", "shell"))
+
+	got := wait(t, q, "poison")
+	if got.State != Failed || got.Attempts != 3 || !strings.Contains(got.Error, "gave up after 3 attempts") || !strings.Contains(got.Error, "vm lost (run 3)") {
+		t.Fatalf("poison record = %+v, want failed after 3 attempts with the last error", got)
+	}
+	if n := c.count("poison"); n != 3 {
+		t.Errorf("poison ran %d times, want 3", n)
+	}
+	fl := wait(t, q, "flaky")
+	if fl.State != Succeeded || fl.Attempts != 2 {
+		t.Errorf("flaky record = %+v, want succeeded on attempt 2", fl)
+	}
+	waitDepth(t, q, 0)
+}
+
+func TestUnknownTypeWaitsUntilServed(t *testing.T) {
+	q := open(t, testConfig(t))
+	c := newCounter(nil)
+	serve(t, q, c, 2, shell)
+	submit(t, q, task("later-1", "later"))
+	// A task for a served type finishes while later-1 waits.
+	submit(t, q, task("now-1", "shell"))
+	wait(t, q, "now-1")
+	if got, _ := q.Get(context.Background(), "later-1"); got.State != Queued || c.count("later-1") != 0 {
+		t.Fatalf("later-1 = %s (ran %d times) before its type is served, want queued and not run", got.State, c.count("later-1"))
+	}
+	later := Route{Family: "automator", Type: "later"}
+	if err := q.SetTypes(context.Background(), []Route{shell, later}); err != nil {
+		t.Fatal(err)
+	}
+	if got := wait(t, q, "later-1"); got.State != Succeeded {
+		t.Fatalf("later-1 = %+v, want succeeded once served", got)
+	}
+	// Removing the type stops pulling for it.
+	if err := q.SetTypes(context.Background(), []Route{shell}); err != nil {
+		t.Fatal(err)
+	}
+	if types := q.Types(); len(types) != 1 || types[0] != shell {
+		t.Errorf("Types = %v, want only %v", types, shell)
+	}
+	submit(t, q, task("later-2", "later"))
+	submit(t, q, task("now-2", "shell"))
+	wait(t, q, "now-2")
+	if c.count("later-2") != 0 {
+		t.Errorf("later-2 ran after its type was removed")
+	}
+}
+
+func TestConcurrencyBound(t *testing.T) {
+	q := open(t, testConfig(t))
+	var cur, peak atomic.Int32
+	c := newCounter(func(context.Context, string, int) ([]byte, int, error) {
+		n := cur.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+		cur.Add(-1)
+		return []byte(`{"status":0}`), 0, nil
+	})
+	other := Route{Family: "provider", Type: "cloud"}
+	var ids []string
+	for i := range 30 {
+		id := fmt.Sprintf("cc-%d", i)
+		if i%2 == 0 {
+			submit(t, q, task(id, "shell"))
+		} else {
+			submit(t, q, []byte(`{"taskId":"`+id+`","taskName":"CREATE","config":{"provider":{"providertype":"cloud"}}}`))
+		}
+		ids = append(ids, id)
+	}
+	serve(t, q, c, 3, shell, other)
+	for _, id := range ids {
+		if got := wait(t, q, id); got.State != Succeeded {
+			t.Fatalf("%s = %s, want succeeded", id, got.State)
+		}
+	}
+	if p := peak.Load(); p > 3 || p < 1 {
+		t.Errorf("peak concurrency = %d, want between 1 and 3", p)
+	}
+	if n := c.total(); n != 30 {
+		t.Errorf("ran %d tasks, want 30", n)
+	}
+}
+
+func TestRestartKeepsState(t *testing.T) {
+	cfg := testConfig(t)
+	q := open(t, cfg)
+	c := newCounter(nil)
+	stop := serve(t, q, c, 2, shell)
+	submit(t, q, task("r-done", "shell"))
+	wait(t, q, "r-done")
+	stop()
+	submit(t, q, task("r-queued", "shell")) // nobody serves now
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	q2 := open(t, cfg)
+	ctx := context.Background()
+	if got, err := q2.Get(ctx, "r-done"); err != nil || got.State != Succeeded {
+		t.Fatalf("after restart r-done = %+v, %v; want succeeded", got, err)
+	}
+	if got, err := q2.Get(ctx, "r-queued"); err != nil || got.State != Queued {
+		t.Fatalf("after restart r-queued = %+v, %v; want queued", got, err)
+	}
+	if n := depth(t, q2); n != 1 {
+		t.Fatalf("depth after restart = %d, want 1", n)
+	}
+	c2 := newCounter(nil)
+	serve(t, q2, c2, 2, shell)
+	if got := wait(t, q2, "r-queued"); got.State != Succeeded {
+		t.Fatalf("r-queued = %s after restart, want succeeded", got.State)
+	}
+	if c2.count("r-done") != 0 {
+		t.Errorf("r-done ran again after restart")
+	}
+}
+
+// Two workers share one embedded server through its listener. The first
+// stops heartbeating, so its task is redelivered to the second; when the
+// first (the zombie) finally finishes, its outcome is fenced out.
+func TestZombieIsFenced(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.ListenAddr = "127.0.0.1:0"
+	cfg.Owner = "zombie"
+	cfg.AckWait = 300 * time.Millisecond
+	a := open(t, cfg)
+	a.noHeartbeat = true
+	if a.ClientURL() == "" {
+		t.Fatal("ClientURL is empty with a listen address")
+	}
+	bcfg := testConfig(t)
+	bcfg.DataDir = ""
+	bcfg.URLs = []string{a.ClientURL()}
+	bcfg.Owner = "healthy"
+	bcfg.AckWait = cfg.AckWait
+	b := open(t, bcfg)
+
+	release := make(chan struct{})
+	zombieRan := make(chan struct{})
+	za := newCounter(func(context.Context, string, int) ([]byte, int, error) {
+		close(zombieRan)
+		<-release
+		return []byte(`{"status":0,"result":{"by":"zombie"}}`), 0, nil
+	})
+	stopA := serve(t, a, za, 1, shell)
+	submit(t, a, task("z-1", "shell"))
+	<-zombieRan
+	hb := newCounter(func(context.Context, string, int) ([]byte, int, error) {
+		return []byte(`{"status":0,"result":{"by":"healthy"}}`), 0, nil
+	})
+	serve(t, b, hb, 1, shell)
+	got := wait(t, b, "z-1")
+	if got.State != Succeeded || got.Owner != "healthy" || got.Attempts != 2 {
+		t.Fatalf("record = %+v, want succeeded by the healthy worker on attempt 2", got)
+	}
+	close(release)
+	stopA() // waits for the zombie's handler to finish
+	final, err := b.Get(context.Background(), "z-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.Revision != got.Revision || !strings.Contains(string(final.Result), "healthy") {
+		t.Errorf("the zombie overwrote the outcome: %+v", final)
+	}
+	if n := depth(t, b); n != 0 {
+		t.Errorf("depth = %d, want 0", n)
+	}
+}
+
+// A stale writer's compare-and-set fails even without the worker loop.
+func TestCommitFencedByRevision(t *testing.T) {
+	q := open(t, testConfig(t))
+	ctx := context.Background()
+	rec := submit(t, q, task("cas-1", "shell"))
+	log := q.log
+	claimed := rec
+	claimed.State, claimed.Attempts, claimed.Owner = Running, 1, "a"
+	rev, err := q.write(ctx, rec, claimed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed.Revision = rev
+	newer := claimed
+	newer.Attempts, newer.Owner = 2, "b"
+	if _, err := q.write(ctx, claimed, newer); err != nil {
+		t.Fatal(err)
+	}
+	late := claimed
+	late.State = Succeeded
+	if q.commit(ctx, log, claimed, late) {
+		t.Fatal("commit with a stale revision succeeded")
+	}
+	if got, _ := q.Get(ctx, "cas-1"); got.State != Running || got.Owner != "b" {
+		t.Errorf("record = %+v, want b's running claim", got)
+	}
+}
+
+func TestWaitTimesOutWithCurrentRecord(t *testing.T) {
+	q := open(t, testConfig(t))
+	submit(t, q, task("w-1", "nobody"))
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	rec, err := q.Wait(ctx, "w-1")
+	if !errors.Is(err, context.DeadlineExceeded) || rec.State != Queued {
+		t.Fatalf("Wait = %+v, %v; want the queued record and a deadline error", rec, err)
+	}
+	if _, err := q.Wait(context.Background(), "missing"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Wait(missing) error = %v, want ErrNotFound", err)
+	}
+}
+
+func TestShutdownFinishesInFlight(t *testing.T) {
+	q := open(t, testConfig(t))
+	started := make(chan struct{}, 4)
+	c := newCounter(func(context.Context, string, int) ([]byte, int, error) {
+		started <- struct{}{}
+		time.Sleep(200 * time.Millisecond)
+		return []byte(`{"status":0}`), 0, nil
+	})
+	stop := serve(t, q, c, 2, shell)
+	submit(t, q, task("sd-1", "shell"))
+	submit(t, q, task("sd-2", "shell"))
+	<-started
+	<-started
+	stop() // returns once in-flight tasks finished
+	for _, id := range []string{"sd-1", "sd-2"} {
+		if got, _ := q.Get(context.Background(), id); got.State != Succeeded {
+			t.Errorf("%s = %s after a graceful stop, want succeeded", id, got.State)
+		}
+	}
+}
+
+func TestAbortRunningRequeues(t *testing.T) {
+	cfg := testConfig(t)
+	q := open(t, cfg)
+	started := make(chan struct{})
+	c := newCounter(func(ctx context.Context, _ string, n int) ([]byte, int, error) {
+		close(started)
+		<-ctx.Done()
+		return nil, 0, ctx.Err()
+	})
+	stop := serve(t, q, c, 1, shell)
+	submit(t, q, task("ab-1", "shell"))
+	<-started
+	q.AbortRunning()
+	stop()
+	got, _ := q.Get(context.Background(), "ab-1")
+	if got.State != Queued || got.Attempts != 0 || !strings.Contains(got.Error, "interrupted") {
+		t.Fatalf("record = %+v, want queued with the attempt given back", got)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q2 := open(t, cfg)
+	serve(t, q2, newCounter(nil), 1, shell)
+	if got := wait(t, q2, "ab-1"); got.State != Succeeded || got.Attempts != 1 {
+		t.Fatalf("after restart = %+v, want succeeded on attempt 1", got)
+	}
+}
+
+// A message whose deliveries ran out is marked failed and removed when the
+// advisory arrives.
+func TestMaxDeliveriesAdvisory(t *testing.T) {
+	q := open(t, testConfig(t))
+	ctx := context.Background()
+	submit(t, q, task("md-1", "nobody"))
+	msg, err := q.stream.GetLastMsgForSubject(ctx, "loom.task.automator.nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.handleMaxDeliveries([]byte(fmt.Sprintf(`{"stream_seq":%d,"deliveries":5}`, msg.Sequence)))
+	got, _ := q.Get(ctx, "md-1")
+	if got.State != Failed || !strings.Contains(got.Error, "5 deliveries") {
+		t.Errorf("record = %+v, want failed after 5 deliveries", got)
+	}
+	if n := depth(t, q); n != 0 {
+		t.Errorf("depth = %d, want 0", n)
+	}
+}
+
+func TestLargeResultGoesToObjectStore(t *testing.T) {
+	q := open(t, testConfig(t))
+	big := strings.Repeat("x", 5<<20)
+	c := newCounter(func(context.Context, string, int) ([]byte, int, error) {
+		return []byte(`{"status":0,"stdout":"` + big + `"}`), 0, nil
+	})
+	serve(t, q, c, 1, shell)
+	submit(t, q, task("big-1", "shell"))
+	got := wait(t, q, "big-1")
+	if got.State != Succeeded || got.ResultRef == "" || len(got.Result) < len(big) {
+		t.Fatalf("record state %s ref %q result %d bytes; want the whole result through the object store", got.State, got.ResultRef, len(got.Result))
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"no data dir":         {},
+		"public listener":     {DataDir: "x", ListenAddr: "0.0.0.0:4222"},
+		"listen and external": {URLs: []string{"nats://x"}, ListenAddr: "127.0.0.1:4222"},
+		"replicas embedded":   {DataDir: "x", Replicas: 3},
+	} {
+		if _, err := Open(context.Background(), cfg); err == nil {
+			t.Errorf("%s: Open succeeded, want a configuration error", name)
+		}
+	}
+}
+
+func TestNewIDSortsAndIsValid(t *testing.T) {
+	a := NewID()
+	time.Sleep(2 * time.Millisecond)
+	b := NewID()
+	if len(a) != 26 || validID(a) != nil || a >= b {
+		t.Errorf("NewID = %q then %q: want 26-char valid ids in time order", a, b)
+	}
+}
+
+func testLogger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}

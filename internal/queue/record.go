@@ -1,0 +1,185 @@
+package queue
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// State is where a task is in its lifecycle.
+type State string
+
+// The task states. Every change is a compare-and-set on the task's KV
+// record: queued -> running -> succeeded | failed, and running -> queued
+// when an attempt hit an infrastructure failure and will be retried.
+const (
+	Queued    State = "queued"
+	Running   State = "running"
+	Succeeded State = "succeeded"
+	Failed    State = "failed"
+)
+
+// States lists every state, in lifecycle order.
+var States = []State{Queued, Running, Succeeded, Failed}
+
+// Terminal reports whether a task in state s is finished for good.
+func (s State) Terminal() bool { return s == Succeeded || s == Failed }
+
+// ParseState checks a state name, for filters given by users.
+func ParseState(s string) (State, error) {
+	for _, st := range States {
+		if string(st) == s {
+			return st, nil
+		}
+	}
+	names := make([]string, len(States))
+	for i, st := range States {
+		names[i] = string(st)
+	}
+	return "", fmt.Errorf("unknown task state %q (want one of %s)", s, strings.Join(names, ", "))
+}
+
+// Record is the state of one task, as kept in the KV bucket under
+// "task.<id>". Revision is the KV revision the record was read at; it is
+// what fences a stale writer out.
+type Record struct {
+	TaskID   string          `json:"taskId"`
+	State    State           `json:"state"`
+	Attempts int             `json:"attempts"`
+	Owner    string          `json:"owner,omitempty"`
+	Family   string          `json:"family"`
+	Type     string          `json:"type"`
+	Hook     string          `json:"hook"`
+	TaskName string          `json:"taskName"`
+	Created  time.Time       `json:"created"`
+	Started  *time.Time      `json:"started,omitempty"`
+	Finished *time.Time      `json:"finished,omitempty"`
+	Status   *int            `json:"status,omitempty"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	// ResultRef names the object holding a result too large for the KV
+	// value; Get loads it into Result.
+	ResultRef string `json:"resultRef,omitempty"`
+	Error     string `json:"error,omitempty"`
+	// Seq is the stream sequence of the message the current attempt runs
+	// from; it tells a redelivery from a duplicate copy of the task.
+	Seq uint64 `json:"seq,omitempty"`
+
+	Revision uint64 `json:"-"`
+}
+
+// Duration is how long the last attempt ran, or zero when it has not
+// finished.
+func (r Record) Duration() time.Duration {
+	if r.Started == nil || r.Finished == nil {
+		return 0
+	}
+	return r.Finished.Sub(*r.Started)
+}
+
+// Route names the queue subject of a plugin type: loom.task.<family>.<type>.
+type Route struct {
+	Family string
+	Type   string
+}
+
+// Subject is the stream subject tasks for this route travel on.
+func (r Route) Subject() string { return subjectPrefix + r.Family + "." + r.Type }
+
+// String is "family/type", for logs.
+func (r Route) String() string { return r.Family + "/" + r.Type }
+
+// consumerName is the durable consumer shared by every daemon that serves
+// the route. Characters a consumer name cannot hold are hex-escaped.
+func (r Route) consumerName() string {
+	var b strings.Builder
+	b.WriteString("loom_")
+	for _, s := range []string{r.Family, r.Type} {
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			switch {
+			case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-':
+				b.WriteByte(c)
+			default:
+				fmt.Fprintf(&b, "_%02x", c)
+			}
+		}
+		b.WriteString("__")
+	}
+	return strings.TrimSuffix(b.String(), "__")
+}
+
+func (r Route) validate() error {
+	if err := validToken("plugin family", r.Family); err != nil {
+		return err
+	}
+	return validToken("plugin type", r.Type)
+}
+
+// validToken checks that s can be one token of a NATS subject.
+func validToken(what, s string) error {
+	if s == "" {
+		return fmt.Errorf("%s is empty", what)
+	}
+	if strings.ContainsAny(s, ".*>") || strings.IndexFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+		return fmt.Errorf("%s %q cannot name a queue subject: remove '.', '*', '>', spaces and control characters", what, s)
+	}
+	return nil
+}
+
+// validID checks a task id: it becomes a KV key and a URL path segment.
+func validID(id string) error {
+	if len(id) > 200 {
+		return fmt.Errorf("taskId is %d characters long; the limit is 200", len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '=' || c == '.') {
+			return fmt.Errorf("taskId %q holds %q; use only letters, digits, '-', '_', '=' and '.'", id, c)
+		}
+	}
+	if id == "" || id[0] == '.' || id[len(id)-1] == '.' || strings.Contains(id, "..") {
+		return fmt.Errorf("taskId %q must not be empty, start or end with '.', or hold \"..\"", id)
+	}
+	return nil
+}
+
+// NewID returns a new task id: a ULID (48-bit millisecond time and 80
+// random bits in Crockford base32), so ids sort by creation time.
+func NewID() string {
+	const alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+	var b [16]byte
+	ms := uint64(time.Now().UnixMilli())
+	for i := 5; i >= 0; i-- {
+		b[i] = byte(ms)
+		ms >>= 8
+	}
+	_, _ = rand.Read(b[6:]) // crypto/rand.Read never fails
+	// 128 bits -> 26 characters of 5 bits, the first one holding 3 bits.
+	out := make([]byte, 26)
+	var acc uint64
+	bits := 0
+	pos := 25
+	for i := 15; i >= 0; i-- {
+		acc |= uint64(b[i]) << bits
+		bits += 8
+		for bits >= 5 && pos >= 0 {
+			out[pos] = alphabet[acc&31]
+			acc >>= 5
+			bits -= 5
+			pos--
+		}
+	}
+	if pos >= 0 {
+		out[pos] = alphabet[acc&31]
+	}
+	return string(out)
+}
+
+// ErrNotFound is returned for a task id the queue has no record of.
+var ErrNotFound = errors.New("task not found")
+
+// ErrClosed is returned by calls on a queue that was closed.
+var ErrClosed = errors.New("queue is closed")
