@@ -1,0 +1,430 @@
+// Package api is loomd's HTTP API: submit tasks, read their state and
+// results (with long polling), list plugins, health and Prometheus
+// metrics. It works over two small interfaces, Queue and Plugins, so it is
+// tested without a daemon. docs/api.md documents every endpoint.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/loomrt/loom/internal/queue"
+	"github.com/loomrt/loom/runtime"
+)
+
+// Queue is what the API needs from the task queue; *queue.Queue has it.
+type Queue interface {
+	Submit(ctx context.Context, task []byte) (queue.Record, bool, error)
+	Get(ctx context.Context, id string) (queue.Record, error)
+	Wait(ctx context.Context, id string) (queue.Record, error)
+	List(ctx context.Context, f queue.Filter) ([]queue.Record, error)
+	Depth(ctx context.Context) (map[queue.Route]int, error)
+	Health(ctx context.Context) error
+}
+
+// Plugins is what the API needs from the runtime; *runtime.Runtime has it.
+type Plugins interface {
+	Types() []runtime.TypeInfo
+	LoadErrors() []*runtime.LoadError
+	Stats() runtime.Stats
+}
+
+var _ Queue = (*queue.Queue)(nil)
+
+// Config configures the API server.
+type Config struct {
+	// Addr is the listen address; default 127.0.0.1:7070. Any address but
+	// a loopback one requires Token.
+	Addr string
+	// Token, when set, is the bearer token every request must carry.
+	Token string
+	// Queue and Plugins serve the data. Plugins may be nil.
+	Queue   Queue
+	Plugins Plugins
+	// Metrics is the registry /metrics serves; nil creates one.
+	Metrics *Metrics
+	// MaxWait caps the ?wait= of a long poll; default 5 minutes.
+	MaxWait time.Duration
+	// MaxBody caps a submitted task's size; default 4 MiB.
+	MaxBody int64
+	// Logger receives request errors; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultAddr is where the API listens unless told otherwise.
+const DefaultAddr = "127.0.0.1:7070"
+
+// Server is the HTTP API.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	handler http.Handler
+
+	mu  sync.Mutex
+	srv *http.Server
+	ln  net.Listener
+}
+
+// New checks the configuration and builds the server. It refuses an
+// address other machines can reach unless a token is configured.
+func New(cfg Config) (*Server, error) {
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	if cfg.Queue == nil {
+		return nil, errors.New("api: no queue to serve")
+	}
+	host, _, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("api listen address %q: %w (want host:port, e.g. 127.0.0.1:7070)", cfg.Addr, err)
+	}
+	if !queue.IsLoopback(host) && cfg.Token == "" {
+		return nil, fmt.Errorf("api listen address %q is reachable from other machines: set a bearer token (--token or LOOM_TOKEN), or listen on 127.0.0.1", cfg.Addr)
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = 5 * time.Minute
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = 4 << 20
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg.Metrics.watchSources(cfg.Queue, cfg.Plugins)
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler is the API's handler, auth included.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Start listens on the configured address and serves in the background.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("api: listening on %s: %w (is another loomd running? choose another --listen)", s.cfg.Addr, err)
+	}
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.mu.Lock()
+	s.srv, s.ln = srv, ln
+	s.mu.Unlock()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("api server stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// Addr is the address the server listens on (useful with port 0), or ""
+// before Start.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Shutdown stops accepting connections and waits for open requests (long
+// polls included) until ctx ends, then closes them.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	srv := s.srv
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	if err := srv.Shutdown(ctx); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("api: shutting down: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/tasks", s.route("tasks", map[string]http.HandlerFunc{"POST": s.submit, "GET": s.list}))
+	mux.Handle("/v1/tasks/{id}", s.route("task", map[string]http.HandlerFunc{"GET": s.get}))
+	mux.Handle("/v1/plugins", s.route("plugins", map[string]http.HandlerFunc{"GET": s.plugins}))
+	mux.Handle("/healthz", s.route("healthz", map[string]http.HandlerFunc{"GET": s.health}))
+	metrics := promhttp.HandlerFor(s.cfg.Metrics.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
+	mux.Handle("/metrics", s.route("metrics", map[string]http.HandlerFunc{"GET": metrics.ServeHTTP}))
+	mux.Handle("/", s.route("other", map[string]http.HandlerFunc{"*": func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s; see docs/api.md", r.Method, r.URL.Path))
+	}}))
+	return s.auth(mux)
+}
+
+// route dispatches by method (405 with a JSON error otherwise) and counts
+// requests.
+func (s *Server) route(name string, methods map[string]http.HandlerFunc) http.Handler {
+	allowed := make([]string, 0, len(methods))
+	for m := range methods {
+		allowed = append(allowed, m)
+	}
+	if _, ok := methods["GET"]; ok {
+		methods["HEAD"] = methods["GET"]
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		defer func() { s.cfg.Metrics.requests.WithLabelValues(name, strconv.Itoa(rec.code)).Inc() }()
+		h, ok := methods[r.Method]
+		if !ok {
+			h, ok = methods["*"]
+		}
+		if !ok {
+			rec.Header().Set("Allow", strings.Join(allowed, ", "))
+			writeError(rec, http.StatusMethodNotAllowed, fmt.Sprintf("%s does not accept %s (use %s)", r.URL.Path, r.Method, strings.Join(allowed, " or ")))
+			return
+		}
+		h(rec, r)
+	})
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.code = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// auth checks the bearer token on every request when one is configured.
+func (s *Server) auth(next http.Handler) http.Handler {
+	if s.cfg.Token == "" {
+		return next
+	}
+	want := []byte(s.cfg.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="loomd"`)
+			msg := "missing bearer token: send the header \"Authorization: Bearer <token>\" (loomd --token / LOOM_TOKEN)"
+			if ok {
+				msg = "wrong bearer token: use the token loomd was started with (--token / LOOM_TOKEN)"
+			}
+			writeError(w, http.StatusUnauthorized, msg)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Task is a task record as the API shows it.
+type Task struct {
+	TaskID   string          `json:"taskId"`
+	State    queue.State     `json:"state"`
+	Attempts int             `json:"attempts"`
+	Family   string          `json:"family,omitempty"`
+	Type     string          `json:"type"`
+	Hook     string          `json:"hook"`
+	TaskName string          `json:"taskName,omitempty"`
+	Owner    string          `json:"owner,omitempty"`
+	Created  time.Time       `json:"created"`
+	Started  *time.Time      `json:"started,omitempty"`
+	Finished *time.Time      `json:"finished,omitempty"`
+	Status   *int            `json:"status,omitempty"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	Error    string          `json:"error,omitempty"`
+}
+
+// TaskOf converts a queue record.
+func TaskOf(r queue.Record) Task {
+	return Task{
+		TaskID: r.TaskID, State: r.State, Attempts: r.Attempts, Family: r.Family, Type: r.Type, Hook: r.Hook,
+		TaskName: r.TaskName, Owner: r.Owner, Created: r.Created, Started: r.Started, Finished: r.Finished,
+		Status: r.Status, Result: r.Result, Error: r.Error,
+	}
+}
+
+// SubmitResponse is the answer to POST /v1/tasks.
+type SubmitResponse struct {
+	TaskID string      `json:"taskId"`
+	State  queue.State `json:"state"`
+	// Duplicate is true when the id was already known: nothing was queued.
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("task is larger than %d bytes", mbe.Limit))
+			return
+		}
+		writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+		return
+	}
+	rec, isNew, err := s.cfg.Queue.Submit(r.Context(), body)
+	if err != nil {
+		if errors.Is(err, runtime.ErrInvalidTask) {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		s.log.Error("submitting a task failed", "err", err)
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	code := http.StatusAccepted
+	if !isNew {
+		code = http.StatusOK
+	}
+	w.Header().Set("Location", "/v1/tasks/"+rec.TaskID)
+	writeJSON(w, code, SubmitResponse{TaskID: rec.TaskID, State: rec.State, Duplicate: !isNew})
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var rec queue.Record
+	var err error
+	if ws := r.URL.Query().Get("wait"); ws != "" {
+		d, perr := time.ParseDuration(ws)
+		if perr != nil || d < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("wait=%q is not a duration: use e.g. wait=30s", ws))
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), min(d, s.cfg.MaxWait))
+		rec, err = s.cfg.Queue.Wait(ctx, id)
+		cancel()
+		if err != nil && rec.TaskID != "" && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+			err = nil // answer with the current, unfinished state
+		}
+	} else {
+		rec, err = s.cfg.Queue.Get(r.Context(), id)
+	}
+	if err != nil {
+		s.queueError(w, err, id)
+		return
+	}
+	writeJSON(w, http.StatusOK, TaskOf(rec))
+}
+
+// ListResponse is the answer to GET /v1/tasks.
+type ListResponse struct {
+	Tasks []Task `json:"tasks"`
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var f queue.Filter
+	if st := q.Get("state"); st != "" {
+		state, err := queue.ParseState(st)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		f.State = state
+	}
+	f.Type = q.Get("type")
+	f.Limit = 1000
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit=%q is not a count: use e.g. limit=100 (0 for no limit)", l))
+			return
+		}
+		f.Limit = n
+	}
+	recs, err := s.cfg.Queue.List(r.Context(), f)
+	if err != nil {
+		s.queueError(w, err, "")
+		return
+	}
+	out := ListResponse{Tasks: make([]Task, len(recs))}
+	for i, rec := range recs {
+		out.Tasks[i] = TaskOf(rec)
+		out.Tasks[i].Result = nil // lists stay small: GET the task for its result
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// PluginsResponse is the answer to GET /v1/plugins.
+type PluginsResponse struct {
+	Types      []runtime.TypeInfo   `json:"types"`
+	LoadErrors []*runtime.LoadError `json:"loadErrors"`
+}
+
+func (s *Server) plugins(w http.ResponseWriter, _ *http.Request) {
+	out := PluginsResponse{Types: []runtime.TypeInfo{}, LoadErrors: []*runtime.LoadError{}}
+	if s.cfg.Plugins != nil {
+		if t := s.cfg.Plugins.Types(); t != nil {
+			out.Types = t
+		}
+		if e := s.cfg.Plugins.LoadErrors(); e != nil {
+			out.LoadErrors = e
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// HealthResponse is the answer to GET /healthz.
+type HealthResponse struct {
+	Status string `json:"status"`
+	Error  string `json:"error,omitempty"`
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.cfg.Queue.Health(ctx); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, HealthResponse{Status: "unavailable", Error: "queue: " + err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, HealthResponse{Status: "ok"})
+}
+
+func (s *Server) queueError(w http.ResponseWriter, err error, id string) {
+	switch {
+	case errors.Is(err, queue.ErrNotFound):
+		writeError(w, http.StatusNotFound, fmt.Sprintf("task %q not found: check the id, or submit it with POST /v1/tasks", id))
+	case errors.Is(err, context.Canceled):
+		writeError(w, 499, "request cancelled")
+	default:
+		s.log.Error("queue request failed", "task", id, "err", err)
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	}
+}
+
+// Error is the body of every error response.
+type Error struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, Error{Error: msg})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
