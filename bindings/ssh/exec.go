@@ -355,11 +355,39 @@ func (r *runner) feedStdin() {
 		r.stdinMu.Lock()
 		defer r.stdinMu.Unlock()
 		if !r.stdinClosed {
-			io.Copy(r.stdin, src)
-			r.stdin.Close()
-			r.stdinClosed = true
+			tw := &tailWriter{w: r.stdin}
+			io.Copy(tw, src)
+			r.endStdin(tw.last)
 		}
 	}()
+}
+
+// tailWriter remembers the last byte written.
+type tailWriter struct {
+	w    io.Writer
+	last byte
+}
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	if len(p) > 0 {
+		t.last = p[len(p)-1]
+	}
+	return t.w.Write(p)
+}
+
+// endStdin sends EOF. On a pty, closing the channel does not reach the
+// command: the terminal's EOF character does (twice after a partial
+// line: the first one only flushes it). Callers hold stdinMu.
+func (r *runner) endStdin(last byte) {
+	if r.spec.pty {
+		eof := "\x04"
+		if last != 0 && last != '\n' {
+			eof = "\x04\x04"
+		}
+		io.WriteString(r.stdin, eof)
+	}
+	r.stdin.Close()
+	r.stdinClosed = true
 }
 
 func (r *runner) writeStdin(p []byte) {
@@ -375,8 +403,7 @@ func (r *runner) closeStdin() {
 		r.stdinMu.Lock()
 		defer r.stdinMu.Unlock()
 		if !r.stdinClosed {
-			r.stdin.Close()
-			r.stdinClosed = true
+			r.endStdin(0)
 		}
 	}()
 }

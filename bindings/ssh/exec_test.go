@@ -28,6 +28,13 @@ func TestExecBasics(t *testing.T) {
 	if got := e.str(`c:exec("tty >/dev/null && echo tty; echo err >&2", {pty=true}).stdout`); got != "tty\r\nerr\r\n" {
 		t.Fatalf("pty: got %q", got)
 	}
+	// On a pty, stdin ends with the terminal's EOF character.
+	if got := e.str(`c:exec("cat", {pty=true, stdin="abc"}).stdout`); got != "abc" {
+		t.Fatalf("pty stdin: got %q", got)
+	}
+	if got := e.str(`c:exec("cat; echo end", {pty=true, timeout=10}).stdout`); got != "end\r\n" {
+		t.Fatalf("pty without stdin: got %q", got)
+	}
 	if got := e.str(`tostring(c)`); got != "ssh.conn("+e.srv.User+"@"+e.addr()+")" {
 		t.Fatalf("tostring = %q", got)
 	}

@@ -1,6 +1,7 @@
 package ssh
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -42,6 +43,10 @@ func newEnv(t testing.TB, cfg sshdtest.Config, opts *Options) *env {
 	t.Cleanup(func() { b.Close() })
 	e := &env{t: t, srv: srv, b: b}
 	e.h = bindingstest.NewHost(t)
+	// A hook deadline, so that a bug shows up as a failure, not a hang.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	e.h.Ctx = ctx
 	e.h.Work = filepath.Join(e.h.Root, "tenant", "automatortypes", "shell")
 	if err := os.MkdirAll(e.h.Work, 0o755); err != nil {
 		t.Fatal(err)

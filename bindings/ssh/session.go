@@ -55,10 +55,13 @@ func (c *pconn) newSession(ctx context.Context) (*ssh.Session, error) {
 		if c.isDead() {
 			return nil, errTransport{c.deadErr}
 		}
-		s, err := c.client.NewSession()
+		s, err := c.openChannel(ctx)
 		if err == nil {
 			c.p.sessionsOpened.Add(1)
 			return s, nil
+		}
+		if ctx.Err() != nil {
+			return nil, c.cfg.connError("timeout", "hook deadline reached while opening a session")
 		}
 		var oce *ssh.OpenChannelError
 		if !errors.As(err, &oce) {
@@ -75,6 +78,32 @@ func (c *pconn) newSession(ctx context.Context) (*ssh.Session, error) {
 		case <-ctx.Done():
 			return nil, c.cfg.connError("timeout", "hook deadline reached while opening a session")
 		}
+	}
+}
+
+// openChannel is NewSession under the context: a channel open can hang
+// on a half-dead connection (golang/go#26643). The keepalive evicts such
+// a connection; the context bounds the caller's wait meanwhile.
+func (c *pconn) openChannel(ctx context.Context) (*ssh.Session, error) {
+	type opened struct {
+		s   *ssh.Session
+		err error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		s, err := c.client.NewSession()
+		ch <- opened{s, err}
+	}()
+	select {
+	case o := <-ch:
+		return o.s, o.err
+	case <-ctx.Done():
+		go func() {
+			if o := <-ch; o.s != nil {
+				o.s.Close()
+			}
+		}()
+		return nil, ctx.Err()
 	}
 }
 

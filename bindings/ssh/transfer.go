@@ -2,6 +2,7 @@ package ssh
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -349,7 +350,11 @@ func (b *Binding) putDirTar(ctx context.Context, cfg *connConfig, key string, lo
 	}
 	done := make(chan tarDone, 1)
 	go func() {
-		st, err := writeTar(pw, root, entries)
+		bw := bufio.NewWriterSize(pw, 256<<10) // few large channel writes, not one per header
+		st, err := writeTar(bw, root, entries)
+		if err == nil {
+			err = bw.Flush()
+		}
 		pw.CloseWithError(err)
 		done <- tarDone{st, err}
 	}()

@@ -1,0 +1,252 @@
+package ssh
+
+import (
+	"bytes"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	lua "github.com/yuin/gopher-lua"
+
+	"github.com/loomrt/loom/internal/sshdtest"
+)
+
+// remoteDir makes a fresh dir owned by the login user (the "remote" host
+// is this machine, so tests check effects with plain os calls).
+func remoteDir(t testing.TB, owner string) string {
+	t.Helper()
+	dir := filepath.Join("/tmp", "loom-remote-"+randToken())
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	u, err := user.Lookup(owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func TestUploadWriteReadDownload(t *testing.T) {
+	e := newEnv(t, sshdtest.Config{}, nil)
+	dir := remoteDir(t, e.srv.User)
+	e.L.SetGlobal("DIR", lua.LString(dir))
+	local := filepath.Join(e.h.Work, "files", "app.conf")
+	os.MkdirAll(filepath.Dir(local), 0o755)
+	os.WriteFile(local, []byte("listen 80\n"), 0o600)
+
+	e.run(`c = conn()
+		up = c:upload("files/app.conf", DIR .. "/app.conf", {mode="0640"})
+		w = c:write(DIR .. "/note.txt", "hello")
+		got = c:read(DIR .. "/app.conf")
+		dl = c:download(DIR .. "/note.txt", "out/note.txt")`)
+	if e.eval("up.bytes") != lua.LNumber(10) || e.str("got") != "listen 80\n" {
+		t.Fatalf("upload: bytes %v read back %q", e.eval("up.bytes"), e.str("got"))
+	}
+	fi, err := os.Stat(filepath.Join(dir, "app.conf"))
+	if err != nil || fi.Mode().Perm() != 0o640 {
+		t.Fatalf("uploaded file mode: %v %v", fi, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.h.Work, "out", "note.txt")); string(b) != "hello" {
+		t.Fatalf("downloaded %q", b)
+	}
+	// Overwriting keeps the existing mode when none is given.
+	e.run(`c:upload("files/app.conf", DIR .. "/app.conf")`)
+	if fi, _ := os.Stat(filepath.Join(dir, "app.conf")); fi.Mode().Perm() != 0o640 {
+		t.Fatalf("mode after overwrite: %v", fi.Mode())
+	}
+	// No temp files left behind.
+	if m, _ := filepath.Glob(filepath.Join(dir, ".*.loom-*")); len(m) != 0 {
+		t.Fatalf("temp files left: %v", m)
+	}
+	// Size limits.
+	et := e.luaErr(`c:read(DIR .. "/app.conf", {max_size=4})`)
+	wantKind(t, et, "io", "max_size")
+	// Missing remote file; permission denied.
+	et = e.luaErr(`c:read(DIR .. "/missing")`)
+	wantKind(t, et, "io", "no such file")
+	et = e.luaErr(`c:write("/etc/loom-denied", "x")`)
+	wantKind(t, et, "permission", "sudo")
+	// Local paths outside the work root and the plugin dir.
+	et = e.luaErr(`c:upload("/etc/passwd", DIR .. "/passwd")`)
+	wantKind(t, et, "permission", "outside")
+	if err := os.Symlink("/etc", filepath.Join(e.h.Work, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	et = e.luaErr(`c:upload("escape/passwd", DIR .. "/passwd")`)
+	wantKind(t, et, "permission", "outside")
+	et = e.luaErr(`c:download(DIR .. "/note.txt", "escape/loom-evil")`)
+	wantKind(t, et, "permission", "outside")
+	if _, err := os.Stat("/etc/loom-evil"); err == nil {
+		t.Fatal("download escaped the work root")
+	}
+	// A path in the plugin dir is allowed.
+	os.WriteFile(filepath.Join(e.h.Dir, "lib.sh"), []byte("#!/bin/sh\n"), 0o755)
+	e.L.SetGlobal("PLUGINFILE", lua.LString(filepath.Join(e.h.Dir, "lib.sh")))
+	e.run(`c:upload(PLUGINFILE, DIR .. "/lib.sh", {mode="0755"})`)
+}
+
+func TestAtomicUploadOverRootOwnedFile(t *testing.T) {
+	e := newEnv(t, sshdtest.Config{}, nil)
+	dst := filepath.Join("/etc", "loom-test-"+randToken()+".conf")
+	if err := os.WriteFile(dst, []byte("old secret config\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dst) })
+	e.L.SetGlobal("DST", lua.LString(dst))
+
+	// As a plain user it is refused.
+	et := e.luaErr(`conn(NPUSER):write(DST, "new")`)
+	wantKind(t, et, "permission")
+	// With sudo (NOPASSWD): new content, requested mode and group.
+	e.run(`conn(NPUSER):write(DST, "new config\n", {sudo=true, mode="0640", owner="root", group=NPUSER})`)
+	checkFile(t, dst, "new config\n", 0o640, "root", e.srv.NoPasswdUser)
+	// With password sudo and no mode/owner: the existing ones are kept.
+	e.run(`conn():write(DST, "newer config\n", {sudo={password=PASSWORD}})`)
+	checkFile(t, dst, "newer config\n", 0o640, "root", e.srv.NoPasswdUser)
+	// Nothing left behind: no stage file next to it, no private temp file.
+	if m, _ := filepath.Glob("/etc/.loom-test-*.loom-*"); len(m) != 0 {
+		t.Fatalf("stage files left in /etc: %v", m)
+	}
+	if m, _ := filepath.Glob("/tmp/.loom-upload-*"); len(m) != 0 {
+		t.Fatalf("private temp files left: %v", m)
+	}
+	// Reading it back needs sudo too.
+	if got := e.str(`conn(NPUSER):read(DST, {sudo=true})`); got != "newer config\n" {
+		t.Fatalf("sudo read: %q", got)
+	}
+}
+
+func checkFile(t testing.TB, path, content string, mode os.FileMode, owner, group string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil || string(b) != content {
+		t.Fatalf("%s: content %q, %v", path, b, err)
+	}
+	fi, _ := os.Stat(path)
+	if fi.Mode().Perm() != mode {
+		t.Fatalf("%s: mode %v, want %v", path, fi.Mode().Perm(), mode)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	u, _ := user.LookupId(strconv.Itoa(int(st.Uid)))
+	g, _ := user.LookupGroupId(strconv.Itoa(int(st.Gid)))
+	if u.Username != owner || g.Name != group {
+		t.Fatalf("%s: owner %s:%s, want %s:%s", path, u.Username, g.Name, owner, group)
+	}
+}
+
+// makeTree writes n files across nested dirs, with varied modes and an
+// old mtime, plus a symlink.
+func makeTree(t testing.TB, root string, n int) {
+	t.Helper()
+	old := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	for i := 0; i < n; i++ {
+		dir := filepath.Join(root, fmt.Sprintf("d%02d", i%20), fmt.Sprintf("s%d", i%3))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, fmt.Sprintf("f%03d.txt", i))
+		data := make([]byte, 4096)
+		rand.Read(data)
+		mode := os.FileMode(0o644)
+		if i%7 == 0 {
+			mode = 0o755
+		}
+		if i%11 == 0 {
+			mode = 0o600
+		}
+		if err := os.WriteFile(p, data, mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, mode)
+		os.Chtimes(p, old, old)
+	}
+	if err := os.Symlink("d00/s0/f000.txt", filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUploadDir500Files(t *testing.T) {
+	e := newEnv(t, sshdtest.Config{}, nil)
+	local := filepath.Join(e.h.Work, "site")
+	makeTree(t, local, 500)
+	for _, method := range []string{"tar", "sftp"} {
+		t.Run(method, func(t *testing.T) {
+			dir := remoteDir(t, e.srv.User)
+			dst := filepath.Join(dir, "site")
+			e.L.SetGlobal("DST", lua.LString(dst))
+			e.run(`r = conn():upload_dir("site", DST, {method="` + method + `"})`)
+			if e.eval("r.files") != lua.LNumber(500) || e.eval("r.links") != lua.LNumber(1) || e.str("r.method") != method {
+				t.Fatalf("result: files %v links %v method %v", e.eval("r.files"), e.eval("r.links"), e.eval("r.method"))
+			}
+			compareTrees(t, local, dst)
+		})
+	}
+	// With sudo into a root-owned place, owned by the requested user.
+	dst := filepath.Join("/opt", "loom-site-"+randToken())
+	t.Cleanup(func() { os.RemoveAll(dst) })
+	e.L.SetGlobal("DST", lua.LString(dst))
+	e.run(`r = conn(NPUSER):upload_dir("site", DST, {sudo=true, owner="root", group="root"})`)
+	compareTrees(t, local, dst)
+}
+
+func compareTrees(t testing.TB, local, remote string) {
+	t.Helper()
+	count := 0
+	err := filepath.Walk(local, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(local, p)
+		rp := filepath.Join(remote, rel)
+		rfi, err := os.Lstat(rp)
+		if err != nil {
+			return fmt.Errorf("%s missing remotely: %v", rel, err)
+		}
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			a, _ := os.Readlink(p)
+			b, _ := os.Readlink(rp)
+			if a != b {
+				return fmt.Errorf("%s: link %q != %q", rel, b, a)
+			}
+		case fi.Mode().IsRegular():
+			count++
+			a, _ := os.ReadFile(p)
+			b, _ := os.ReadFile(rp)
+			if !bytes.Equal(a, b) {
+				return fmt.Errorf("%s: content differs", rel)
+			}
+			if rfi.Mode().Perm() != fi.Mode().Perm() {
+				return fmt.Errorf("%s: mode %v != %v", rel, rfi.Mode().Perm(), fi.Mode().Perm())
+			}
+			if !rfi.ModTime().Equal(fi.ModTime()) {
+				return fmt.Errorf("%s: mtime %v != %v", rel, rfi.ModTime(), fi.ModTime())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count != 500 {
+		t.Fatalf("compared %d files", count)
+	}
+	if strings.HasPrefix(remote, "/tmp/") {
+		if m, _ := filepath.Glob(filepath.Join(filepath.Dir(remote), ".*loom*")); len(m) != 0 {
+			t.Fatalf("temp files left: %v", m)
+		}
+	}
+}
