@@ -42,8 +42,10 @@ type env struct {
 	srv   *sshdtest.Server
 	work  string
 	cache string // the remote cache dir, unique to the test
-	rt    *loomrt.Runtime
-	seq   int
+	// plugins holds a copy of plugins/shell (plus any extra Lua files).
+	plugins string
+	rt      *loomrt.Runtime
+	seq     int
 }
 
 // newEnv starts sshd and loads plugins/shell, plus the extra Lua files
@@ -72,21 +74,32 @@ func newEnv(t testing.TB, extra map[string]string) *env {
 			t.Fatal(err)
 		}
 	}
+	e.plugins = plugins
+	e.restart()
+	t.Cleanup(func() { e.rt.Close() })
+	e.writeWork("keys/id", string(srv.KeyPEM), 0o600)
+	return e
+}
+
+// restart replaces the runtime with a new one, as a loomd restart would:
+// a fresh VM pool and a fresh, empty SSH connection pool.
+func (e *env) restart() {
+	e.t.Helper()
+	if e.rt != nil {
+		e.rt.Close()
+	}
 	rt, err := loomrt.New(loomrt.Options{
-		PluginsDir: plugins, WorkDir: e.work, Tenant: tenant,
+		PluginsDir: e.plugins, WorkDir: e.work, Tenant: tenant,
 		Bindings: bindings.NewRegistry(logb.New(), jsonb.New(), fsb.New(), timeb.New(), sshb.New(sshb.Options{})),
 		Timeout:  60 * time.Second,
 	})
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
 	if err := rt.Load(context.Background()); err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	t.Cleanup(func() { rt.Close() })
 	e.rt = rt
-	e.writeWork("keys/id", string(srv.KeyPEM), 0o600)
-	return e
 }
 
 // shellDir is the automator's work dir, where its resources live.
