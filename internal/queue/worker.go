@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/loomrt/loom/runtime"
@@ -45,6 +46,7 @@ type routeState struct {
 	cons  jetstream.Consumer
 	sub   *nats.Subscription // wakes us when a task is published
 	ready bool
+	hot   bool   // woken by a publish: the message may not be stored yet
 	gen   uint64 // bumped on every wake-up, so a stale "empty" does not hide new work
 	gone  bool
 }
@@ -54,9 +56,11 @@ func (w *workers) init() {
 	w.wake = make(chan struct{}, 1)
 }
 
-func (w *workers) markReady(rs *routeState) {
+// published marks a route ready because a task was just published on it.
+func (w *workers) published(rs *routeState) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	rs.hot = true
 	w.markReadyLocked(rs)
 }
 
@@ -83,19 +87,22 @@ func (w *workers) markAllReady() {
 	}
 }
 
-// next pops the next route that may have work.
-func (w *workers) next() (*routeState, uint64) {
+// next pops the next route that may have work. hot says a publish woke
+// it, so the fetch should wait a moment for the message to be stored.
+func (w *workers) next() (rs *routeState, gen uint64, hot bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for len(w.ready) > 0 {
 		rs := w.ready[0]
 		w.ready = w.ready[1:]
 		rs.ready = false
+		hot := rs.hot
+		rs.hot = false
 		if !rs.gone {
-			return rs, rs.gen
+			return rs, rs.gen, hot
 		}
 	}
-	return nil, 0
+	return nil, 0, false
 }
 
 // fetched puts a route back at the end of the round robin, unless it was
@@ -109,6 +116,10 @@ func (w *workers) fetched(rs *routeState, gen uint64, got bool) {
 	if got || rs.gen != gen {
 		rs.ready = true
 		w.ready = append(w.ready, rs)
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -225,7 +236,7 @@ func (q *Queue) addRoute(ctx context.Context, r Route) (*routeState, error) {
 		return nil, fmt.Errorf("creating consumer %s for plugin type %s: %w (another loomd with a different --ack-wait or --max-attempts may own it)", r.consumerName(), r, err)
 	}
 	rs := &routeState{route: r, cons: cons}
-	rs.sub, err = q.nc.Subscribe(r.Subject(), func(*nats.Msg) { q.w.markReady(rs) })
+	rs.sub, err = q.nc.Subscribe(r.Subject(), func(*nats.Msg) { q.w.published(rs) })
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to %s: %w", r.Subject(), err)
 	}
@@ -270,58 +281,72 @@ func (q *Queue) Serve(ctx context.Context, runner Runner, concurrency int) error
 	ticker := time.NewTicker(q.cfg.PollInterval)
 	defer ticker.Stop()
 	q.w.markAllReady()
-	lastErr := time.Time{}
+	var lastErr atomic.Int64
 	for {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			return nil
 		}
-		rs, gen := q.w.next()
+		rs, gen, hot := q.w.next()
 		for rs == nil {
 			select {
 			case <-ctx.Done():
+				<-slots
 				return nil
 			case <-q.w.wake:
 			case <-ticker.C:
 				q.w.markAllReady()
 			}
-			rs, gen = q.w.next()
+			rs, gen, hot = q.w.next()
 		}
-		msg, err := fetchOne(rs.cons)
-		q.w.fetched(rs, gen, msg != nil)
-		if err != nil {
-			<-slots
-			if time.Since(lastErr) > 10*time.Second {
-				q.log.Warn("pulling a task failed; retrying", "type", rs.route.String(), "err", err)
-				lastErr = time.Now()
-			}
-			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
-				q.recreate(ctx, rs)
-			}
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(min(q.cfg.PollInterval, 250*time.Millisecond)):
-			}
-			continue
-		}
-		if msg == nil {
-			<-slots
-			continue
-		}
+		// The slot is ours: fetch (at most one message) and run it in its
+		// own goroutine, so slow fetches and tasks never hold up others.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			q.handle(runner, rs.route, msg)
+			q.w.mu.Lock()
+			cons := rs.cons
+			q.w.mu.Unlock()
+			msg, err := fetchOne(cons, hot)
+			q.w.fetched(rs, gen, msg != nil)
+			if err != nil {
+				if now := time.Now().UnixNano(); now-lastErr.Load() > int64(10*time.Second) {
+					lastErr.Store(now)
+					q.log.Warn("pulling a task failed; retrying", "type", rs.route.String(), "err", err)
+				}
+				if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+					q.recreate(ctx, rs)
+				}
+				select { // back off while holding the slot
+				case <-ctx.Done():
+				case <-time.After(min(q.cfg.PollInterval, 250*time.Millisecond)):
+				}
+				return
+			}
+			if msg != nil {
+				q.handle(runner, rs.route, msg)
+			}
 		}()
 	}
 }
 
-// fetchOne asks the consumer for one task that is available now.
-func fetchOne(c jetstream.Consumer) (jetstream.Msg, error) {
-	b, err := c.FetchNoWait(1)
+// hotWait is how long a fetch woken by a publish waits for the message to
+// be stored (an fsync) before calling the route empty.
+const hotWait = 200 * time.Millisecond
+
+// fetchOne asks the consumer for one task that is available now (or,
+// when hot, within hotWait). The caller holds a free slot for it, so a
+// message delivered at any time during the wait has somewhere to run.
+func fetchOne(c jetstream.Consumer, hot bool) (jetstream.Msg, error) {
+	var b jetstream.MessageBatch
+	var err error
+	if hot {
+		b, err = c.Fetch(1, jetstream.FetchMaxWait(hotWait))
+	} else {
+		b, err = c.FetchNoWait(1)
+	}
 	if err != nil {
 		return nil, err
 	}

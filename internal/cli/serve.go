@@ -1,0 +1,363 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/loomrt/loom/internal/api"
+	"github.com/loomrt/loom/internal/queue"
+	"github.com/loomrt/loom/runtime"
+)
+
+// serveOptions are the flags of loomd serve.
+type serveOptions struct {
+	g               *globalOptions
+	data            string
+	listen          string
+	token           string
+	concurrency     int
+	natsURLs        []string
+	natsListen      string
+	natsToken       string
+	natsCreds       string
+	natsDomain      string
+	shutdownTimeout time.Duration
+	ackWait         time.Duration
+	maxAttempts     int
+	watch           bool
+	reloadDebounce  time.Duration
+	timeout         time.Duration
+}
+
+func (a *App) newServeCmd(g *globalOptions) *cobra.Command {
+	o := &serveOptions{g: g}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the daemon: serve tasks from the durable queue through the plugins (the default command)",
+		Long: `Run the loomd daemon. It keeps a durable task queue (NATS JetStream, embedded
+in the process with its store under --data, or an external NATS with --nats),
+runs queued tasks through the plugins with --concurrency tasks in flight,
+answers the HTTP API on --listen (docs/api.md), and reloads plugins when
+their folders change.
+
+Every flag can also be set with a LOOM_* environment variable (--nats-listen
+is LOOM_NATS_LISTEN) or in the --config file. SIGTERM or SIGINT stops taking
+tasks and lets the running ones finish for up to --shutdown-timeout; a second
+signal forces the exit, and forced tasks run again later.`,
+		Example: `  loomd --plugins examples/plugins
+  loomd serve --data /var/lib/loomd --listen 0.0.0.0:7070 --token "$TOKEN"
+  loomd serve --nats-listen 127.0.0.1:4222            # let other daemons join
+  loomd serve --nats nats://127.0.0.1:4222 --data ./b  # join it`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.runServe(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.data, "data", "loom-data", "data directory: the embedded NATS JetStream store (fsync on every write)")
+	f.StringVar(&o.listen, "listen", api.DefaultAddr, "HTTP API address; anything but loopback requires --token")
+	f.StringVar(&o.token, "token", "", "bearer token the HTTP API requires (required off loopback)")
+	f.IntVar(&o.concurrency, "concurrency", 8, "tasks in flight at once")
+	f.StringSliceVar(&o.natsURLs, "nats", nil, "external NATS URL(s), comma-separated, instead of the embedded server")
+	f.StringVar(&o.natsListen, "nats-listen", "", "expose the embedded NATS server on this address (e.g. 127.0.0.1:4222) so other daemons can join with --nats")
+	f.StringVar(&o.natsToken, "nats-token", "", "NATS token: required from clients of --nats-listen, sent to --nats")
+	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS credentials file (JWT and nkey) for --nats")
+	f.StringVar(&o.natsDomain, "nats-domain", "", "JetStream domain (embedded server's own, or the one to reach through a leafnode)")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight tasks may run after SIGTERM/SIGINT before they are interrupted")
+	f.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "a running task silent this long (its daemon died) is redelivered; heartbeats every third of it")
+	f.IntVar(&o.maxAttempts, "max-attempts", 5, "attempts after infrastructure failures (runner errors, dead daemons) before a task fails")
+	f.BoolVar(&o.watch, "watch", true, "reload plugins when files under --plugins change")
+	f.DurationVar(&o.reloadDebounce, "reload-debounce", 200*time.Millisecond, "quiet time after the last plugin file change before reloading")
+	f.DurationVar(&o.timeout, "timeout", 0, "deadline for each hook, overriding the plugin definitions' timeouts (default: theirs, or 10m)")
+	return cmd
+}
+
+// runtimeRunner runs queued tasks through the runtime.
+type runtimeRunner struct{ rt *runtime.Runtime }
+
+func (r runtimeRunner) Run(ctx context.Context, task []byte) ([]byte, int, error) {
+	res, err := r.rt.Run(ctx, task)
+	if err != nil {
+		return nil, 0, err
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return nil, 0, fmt.Errorf("encoding the result: %w", err)
+	}
+	return b, res.Status, nil
+}
+
+// routesOf lists the queue routes of the loaded plugin types.
+func routesOf(types []runtime.TypeInfo) []queue.Route {
+	out := make([]queue.Route, 0, len(types))
+	for _, t := range types {
+		out = append(out, queue.Route{Family: string(t.Family), Type: t.Name})
+	}
+	return out
+}
+
+func (a *App) runServe(ctx context.Context, o *serveOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	start := time.Now()
+	logger, err := a.newLogger(o.g.log)
+	if err != nil {
+		return err
+	}
+	if o.concurrency < 1 {
+		return usageErr(fmt.Errorf("--concurrency %d: must be at least 1", o.concurrency))
+	}
+	if o.shutdownTimeout < 0 {
+		return usageErr(fmt.Errorf("--shutdown-timeout %v: must not be negative", o.shutdownTimeout))
+	}
+	sigs := a.Signals
+	if sigs == nil {
+		c := make(chan os.Signal, 2)
+		signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(c)
+		sigs = c
+	}
+
+	metrics := api.NewMetrics()
+	qcfg := queue.Config{
+		DataDir:      o.data,
+		URLs:         o.natsURLs,
+		Token:        o.natsToken,
+		ListenAddr:   o.natsListen,
+		Domain:       o.natsDomain,
+		AckWait:      o.ackWait,
+		MaxAttempts:  o.maxAttempts,
+		Logger:       logger.With("component", "queue"),
+		OnTransition: metrics.Observe,
+	}
+	if len(o.natsURLs) > 0 {
+		qcfg.DataDir = ""
+	}
+	if o.natsCreds != "" {
+		qcfg.NATSOptions = append(qcfg.NATSOptions, nats.UserCredentials(o.natsCreds))
+	}
+
+	rt, err := a.newRuntime(ctx, o.g, runtimeConfig{timeout: o.timeout, logger: logger.With("component", "runtime")})
+	if err != nil {
+		return err
+	}
+	rtClosed := false
+	defer func() {
+		if !rtClosed {
+			rt.Close()
+		}
+	}()
+
+	q, err := queue.Open(ctx, qcfg)
+	if err != nil {
+		return usageErr(err)
+	}
+	defer q.Close()
+
+	srv, err := api.New(api.Config{Addr: o.listen, Token: o.token, Queue: q, Plugins: rt, Metrics: metrics,
+		Logger: logger.With("component", "api")})
+	if err != nil {
+		return usageErr(err)
+	}
+	if err := q.SetTypes(ctx, routesOf(rt.Types())); err != nil {
+		logger.Error("some plugin types cannot be served", "err", err)
+	}
+	if err := srv.Start(); err != nil {
+		return usageErr(err)
+	}
+
+	serveCtx, stopServing := context.WithCancel(ctx)
+	defer stopServing()
+	served := make(chan error, 1)
+	go func() { served <- q.Serve(serveCtx, runtimeRunner{rt}, o.concurrency) }()
+
+	var stopWatch func()
+	if o.watch {
+		stopWatch, err = watchPlugins(o.g.pluginsDir, o.reloadDebounce, logger, func() { a.reload(ctx, rt, q, logger) })
+		if err != nil {
+			logger.Warn("hot reload is off: cannot watch the plugins directory", "dir", o.g.pluginsDir, "err", err)
+		}
+	}
+	attrs := []any{"api", "http://" + srv.Addr(), "queue", q.Mode(), "types", len(rt.Types()), "concurrency", o.concurrency,
+		"startup", time.Since(start).Round(time.Microsecond)}
+	if q.Mode() == "embedded" {
+		attrs = append(attrs, "data", o.data)
+	}
+	if u := q.ClientURL(); u != "" {
+		attrs = append(attrs, "nats", u)
+	}
+	logger.Info("loomd serving", attrs...)
+
+	var sig os.Signal
+	select {
+	case sig = <-sigs:
+	case err := <-served:
+		if err != nil {
+			logger.Error("the worker loop stopped", "err", err)
+		}
+		return fmt.Errorf("serving the queue: %w", err)
+	case <-ctx.Done():
+	}
+
+	// Shutdown: stop pulling, let in-flight tasks finish, then close.
+	logger.Info("shutting down: no new tasks; waiting for tasks in flight", "signal", fmt.Sprint(sig), "timeout", o.shutdownTimeout)
+	if stopWatch != nil {
+		stopWatch()
+	}
+	stopServing()
+	forced := false
+	timer := time.NewTimer(o.shutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-served:
+	case <-timer.C:
+		logger.Warn("shutdown timeout reached: interrupting tasks in flight; they will run again")
+		q.AbortRunning()
+		forced = waitOrSignal(served, sigs, 10*time.Second)
+	case <-sigs:
+		logger.Warn("second signal: forcing the exit; interrupted tasks will run again")
+		q.AbortRunning()
+		forced = true
+		waitOrSignal(served, nil, 2*time.Second)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	rt.Close()
+	rtClosed = true
+	if err := q.Close(); err != nil {
+		logger.Error("closing the queue", "err", err)
+	}
+	if forced {
+		logger.Warn("loomd stopped (forced)")
+		return silentExit(ExitFailure)
+	}
+	logger.Info("loomd stopped")
+	return nil
+}
+
+// waitOrSignal waits for done, a signal, or d; it reports whether it gave
+// up before done.
+func waitOrSignal(done <-chan error, sigs <-chan os.Signal, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return false
+	case <-sigs:
+		return true
+	case <-t.C:
+		return true
+	}
+}
+
+// reload rescans the plugins and makes the queue consumers follow the
+// types.
+func (a *App) reload(ctx context.Context, rt *runtime.Runtime, q *queue.Queue, logger *slog.Logger) {
+	start := time.Now()
+	rep, err := rt.Reload(ctx)
+	if err != nil {
+		logger.Error("plugin reload failed; the loaded plugins keep serving", "err", err)
+		return
+	}
+	if err := q.SetTypes(ctx, routesOf(rt.Types())); err != nil {
+		logger.Error("some plugin types cannot be served", "err", err)
+	}
+	if rep.Changed() || len(rep.Kept) > 0 {
+		logger.Info("plugins reloaded", "added", rep.Added, "updated", rep.Updated, "removed", rep.Removed,
+			"kept_old_version", rep.Kept, "errors", len(rep.Errors), "took", time.Since(start).Round(time.Microsecond))
+	}
+}
+
+// watchPlugins calls reload, debounced, whenever something under dir
+// changes. fsnotify is not recursive, so every folder is watched, and new
+// folders are added as they appear.
+func watchPlugins(dir string, debounce time.Duration, logger *slog.Logger, reload func()) (stop func(), err error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("starting the file watcher: %w", err)
+	}
+	addTree := func(root string) {
+		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			if p != root && strings.HasPrefix(d.Name(), ".") {
+				return filepath.SkipDir
+			}
+			if err := w.Add(p); err != nil {
+				logger.Warn("cannot watch a plugin folder; changes in it need a restart", "dir", p, "err", err)
+			}
+			return nil
+		})
+	}
+	if err := w.Add(dir); err != nil {
+		_ = w.Close()
+		return nil, fmt.Errorf("watching %s: %w", dir, err)
+	}
+	addTree(dir)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var timer *time.Timer
+		var fire <-chan time.Time
+		for {
+			select {
+			case <-done:
+				if timer != nil {
+					timer.Stop()
+				}
+				return
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				if ev.Has(fsnotify.Create) {
+					if st, err := os.Stat(ev.Name); err == nil && st.IsDir() {
+						addTree(ev.Name)
+					}
+				}
+				if timer == nil {
+					timer = time.NewTimer(debounce)
+				} else {
+					timer.Reset(debounce)
+				}
+				fire = timer.C
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				logger.Warn("plugin file watcher error; reloading to be safe", "err", err)
+				reload()
+			case <-fire:
+				fire = nil
+				reload()
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(done)
+			_ = w.Close()
+			wg.Wait()
+		})
+	}, nil
+}

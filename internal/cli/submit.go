@@ -1,0 +1,236 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/loomrt/loom/internal/api"
+	"github.com/loomrt/loom/internal/queue"
+)
+
+// clientOptions are the flags of the commands that talk to a running
+// loomd over its HTTP API.
+type clientOptions struct {
+	server string
+	token  string
+}
+
+func (o *clientOptions) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.server, "server", "http://"+api.DefaultAddr, "URL of the loomd HTTP API")
+	fs.StringVar(&o.token, "token", "", "bearer token of the loomd HTTP API")
+}
+
+// apiClient calls a loomd's HTTP API.
+type apiClient struct {
+	base  string
+	token string
+	hc    *http.Client
+}
+
+func (o *clientOptions) client() (*apiClient, error) {
+	s := strings.TrimRight(o.server, "/")
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	if _, err := url.Parse(s); err != nil {
+		return nil, usageErr(fmt.Errorf("--server %q: %w", o.server, err))
+	}
+	return &apiClient{base: s, token: o.token, hc: &http.Client{}}, nil
+}
+
+// apiError is an error answer from loomd.
+type apiError struct {
+	code int
+	msg  string
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("loomd answered %d: %s", e.code, e.msg) }
+
+// do sends a request and decodes a 2xx JSON answer into out.
+func (c *apiClient) do(ctx context.Context, method, path string, body []byte, out any) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return usageErr(fmt.Errorf("building the request: %w", err))
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("calling loomd at %s: %w (is it running? start it with 'loomd serve', or set --server / LOOM_SERVER)", c.base, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("reading loomd's answer: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e api.Error
+		if json.Unmarshal(data, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(data))
+		}
+		return &apiError{code: resp.StatusCode, msg: e.Error}
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("decoding loomd's answer: %w", err)
+		}
+	}
+	return nil
+}
+
+// clientErr maps an API error to the exit codes of loomd run: 2 for bad
+// input (400, 404, 401), 1 otherwise.
+func clientErr(err error) error {
+	var ae *apiError
+	if errors.As(err, &ae) && (ae.code == http.StatusBadRequest || ae.code == http.StatusNotFound ||
+		ae.code == http.StatusUnauthorized || ae.code == http.StatusRequestEntityTooLarge) {
+		return usageErr(err)
+	}
+	return err
+}
+
+// waitTask long-polls until the task is finished or timeout (0: no limit)
+// passes.
+func (c *apiClient) waitTask(ctx context.Context, id string, timeout time.Duration) (api.Task, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	for {
+		poll := 60 * time.Second
+		if dl, ok := ctx.Deadline(); ok {
+			poll = min(poll, max(time.Until(dl), time.Millisecond))
+		}
+		var t api.Task
+		err := c.do(ctx, "GET", "/v1/tasks/"+url.PathEscape(id)+"?wait="+poll.String(), nil, &t)
+		if err != nil {
+			if ctx.Err() != nil {
+				return t, fmt.Errorf("task %s is not finished after %v; check later with 'loomd task wait %s'", id, timeout, id)
+			}
+			return t, err
+		}
+		if t.State.Terminal() {
+			return t, nil
+		}
+		if ctx.Err() != nil {
+			return t, fmt.Errorf("task %s is still %s after %v; check later with 'loomd task wait %s'", id, t.State, timeout, id)
+		}
+	}
+}
+
+type submitOptions struct {
+	client  clientOptions
+	file    string
+	wait    bool
+	timeout time.Duration
+}
+
+func (a *App) newSubmitCmd(g *globalOptions) *cobra.Command {
+	o := &submitOptions{}
+	cmd := &cobra.Command{
+		Use:   "submit TASK.json",
+		Short: "Queue a Coopr task on a running loomd (- reads stdin) and print {taskId, state}",
+		Long: `Queue a Coopr task on a running loomd through its HTTP API. Without taskId the
+task gets a new one. Submitting an id loomd already knows runs nothing again.
+
+Prints {"taskId": ..., "state": ...}. With --wait it waits for the task to
+finish and prints its result JSON, with loomd run's exit status: 0 when the
+status is 0, 1 when the task failed, 2 for a malformed task or bad flags.`,
+		Example: `  loomd submit examples/tasks/install.json
+  loomd submit --wait task.json --server http://10.0.0.5:7070 --token "$LOOM_TOKEN"
+  cat task.json | loomd submit -`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.file = args[0]
+			return a.runSubmit(cmd.Context(), o)
+		},
+	}
+	o.client.addFlags(cmd.Flags())
+	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait for the task to finish and print its result")
+	cmd.Flags().DurationVar(&o.timeout, "wait-timeout", 0, "with --wait, give up after this long (exit 1; the task keeps going)")
+	return cmd
+}
+
+func (a *App) runSubmit(ctx context.Context, o *submitOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	var data []byte
+	var err error
+	if o.file == "-" {
+		data, err = io.ReadAll(a.In)
+	} else {
+		data, err = os.ReadFile(o.file)
+	}
+	if err != nil {
+		return usageErr(fmt.Errorf("reading the task: %w", err))
+	}
+	c, err := o.client.client()
+	if err != nil {
+		return err
+	}
+	var sub api.SubmitResponse
+	if err := c.do(ctx, "POST", "/v1/tasks", data, &sub); err != nil {
+		return clientErr(err)
+	}
+	if !o.wait {
+		return a.printJSON(sub)
+	}
+	t, err := c.waitTask(ctx, sub.TaskID, o.timeout)
+	if err != nil {
+		return clientErr(err)
+	}
+	return a.printResult(t)
+}
+
+// printResult prints a finished task's Coopr result JSON and returns the
+// exit status of loomd run.
+func (a *App) printResult(t api.Task) error {
+	res := t.Result
+	if len(res) == 0 { // failed without running to the end (gave up after retries)
+		res, _ = json.Marshal(map[string]any{"taskId": t.TaskID, "status": 1, "message": t.Error})
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, res, "", "  "); err != nil {
+		buf.Reset()
+		buf.Write(res)
+	}
+	fmt.Fprintf(a.Out, "%s\n", buf.Bytes())
+	if t.State != queue.Succeeded {
+		if t.Error != "" {
+			fmt.Fprintf(a.Err, "loomd: task %s failed: %s\n", t.TaskID, t.Error)
+		}
+		return silentExit(ExitFailure)
+	}
+	return nil
+}
+
+func (a *App) printJSON(v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the output: %w", err)
+	}
+	fmt.Fprintf(a.Out, "%s\n", b)
+	return nil
+}
