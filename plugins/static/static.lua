@@ -110,6 +110,22 @@ function StaticProvider:load_inventory(fields)
   return inv, path
 end
 
+-- check_credentials fails CREATE, before the host is claimed, when the
+-- inventory gives a host no usable credentials.
+function StaticProvider:check_credentials(h, fields, path)
+  local function set(v) return v ~= nil and v ~= "" end
+  if h.key_file ~= nil then
+    local file = h.key_file:sub(1, 1) == "/" and h.key_file or (self.env.work_dir .. "/" .. h.key_file)
+    if not fs.exists(file) then
+      self:fail("config", "host %s in %s: key_file %s does not exist (relative paths are relative to %s)", h.id, path,
+        h.key_file, self.env.work_dir)
+    end
+  elseif not (set(h.password) or set(h.key) or set(fields.ssh_password) or set(fields.ssh_key)) then
+    self:fail("config", "host %s in %s has no password, key or key_file, and the ssh_password/ssh_key fields are "
+      .. "empty", h.id, path)
+  end
+end
+
 -- matches: every requested label must be on the host with the same value.
 -- "*" (or "any") on either side matches anything; a list on the host
 -- side matches any of its values.
@@ -202,16 +218,10 @@ function StaticProvider:ssh_auth(host, fields)
     fs.write(file, key, { mode = "0600" })
     auth.identityfile = self.env.work_dir .. "/" .. file
   elseif key_file then
+    -- check_credentials made sure it exists when the host was claimed.
     auth.identityfile = key_file:sub(1, 1) == "/" and key_file or (self.env.work_dir .. "/" .. key_file)
-    if not fs.exists(auth.identityfile) then
-      self:fail("config", "host %s: key_file %s does not exist (paths are relative to %s)", host.id, key_file,
-        self.env.work_dir)
-    end
-  elseif password then
-    auth.password = password
   else
-    self:fail("config", "host %s has no password, key or key_file in the inventory, and the ssh_password/ssh_key "
-      .. "fields are empty", host.id)
+    auth.password = password
   end
   -- Loom addition: sshd on another port. The shell automator reads it.
   if host.port ~= 22 then auth.port = host.port end
@@ -243,6 +253,8 @@ function StaticProvider:create(input)
         st.matching = st.matching + 1
         local c = claims[h.id]
         if c == nil then
+          -- Raising here leaves claims.json as it was: nothing is claimed.
+          self:check_credentials(h, input.fields, path)
           claims[h.id] = {
             node_id = node,
             task_id = self.task.taskId,

@@ -390,8 +390,11 @@ func TestCredentials(t *testing.T) {
 	// Nothing at all: a clear error naming the host.
 	mustOK(t, "DELETE n3", e.delete("n3", "default"))
 	r = e.create("n4", map[string]any{"flavor": "c", "image": ""}, nil)
-	if r.Status == 0 || !strings.Contains(r.Message, "host default has no password, key or key_file") {
+	if r.Status == 0 || !strings.Contains(r.Message, "host default in inventory.json has no password, key or key_file") {
 		t.Errorf("CREATE without credentials: %d %q", r.Status, r.Message)
+	}
+	if _, held := readClaims(t, e)["default"]; held {
+		t.Errorf("a CREATE that failed on the inventory still claimed the host")
 	}
 	// DELETE removes the written key.
 	mustOK(t, "DELETE n1", e.delete("n1", "inline"))
@@ -413,15 +416,20 @@ func TestInventoryErrors(t *testing.T) {
 	if r.Status == 0 || !strings.Contains(r.Message, "cannot read the inventory inventory.json") {
 		t.Errorf("missing inventory: %q", r.Message)
 	}
-	e.writeInventory(map[string]any{"hosts": []any{map[string]any{"address": "10.0.0.1"}, map[string]any{"port": 22}}})
+	e.writeInventory(map[string]any{"hosts": []any{map[string]any{"address": "10.0.0.1", "password": "pw"}, map[string]any{"port": 22}}})
 	r = e.create("n1", nil, nil)
 	if r.Status == 0 || !strings.Contains(r.Message, "host #2: \"address\" is required") {
 		t.Errorf("bad inventory: %q", r.Message)
 	}
-	e.writeInventory(map[string]any{"hosts": []any{map[string]any{"address": "10.0.0.1"}, map[string]any{"address": "10.0.0.1"}}})
+	e.writeInventory(map[string]any{"hosts": []any{map[string]any{"address": "10.0.0.1", "password": "pw"}, map[string]any{"address": "10.0.0.1"}}})
 	r = e.create("n1", nil, nil)
 	if r.Status == 0 || !strings.Contains(r.Message, "is used twice") {
 		t.Errorf("duplicate host: %q", r.Message)
+	}
+	e.writeInventory(map[string]any{"hosts": []any{map[string]any{"address": "10.0.0.1", "key_file": "keys/missing.pem", "labels": map[string]any{"flavor": "*", "image": "*"}}}})
+	r = e.create("n1", nil, nil)
+	if r.Status == 0 || !strings.Contains(r.Message, "key_file keys/missing.pem does not exist") {
+		t.Errorf("missing key file: %q", r.Message)
 	}
 }
 
