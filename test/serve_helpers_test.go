@@ -1,0 +1,381 @@
+package test
+
+// Helpers for the loomd serve reliability tests (serve_test.go): a test
+// plugin, daemons as real processes, and HTTP calls to their API.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/loomrt/loom/internal/api"
+	"github.com/loomrt/loom/internal/queue"
+)
+
+// noopLua is the test automator: every hook logs "start <taskId>", sleeps
+// config.sleep seconds when set, and returns its VERSION.
+const noopLua = `local loom = require("loom")
+local time = require("loom.time")
+NoopAutomator = loom.Automator:extend("NoopAutomator")
+local VERSION = "%s"
+local function step(self, input)
+  log.info("start " .. self.task.taskId)
+  local s = self.task.config.sleep
+  if s then time.sleep(s) end
+  self.result.result.version = VERSION
+end
+for _, h in ipairs({"bootstrap", "install", "configure", "init", "start", "stop", "remove"}) do
+  NoopAutomator[h] = step
+end
+return NoopAutomator
+`
+
+// writePlugin writes automator type typ, answering version, into dir.
+func writePlugin(t *testing.T, pluginsDir, typ, version string) {
+	t.Helper()
+	dir := filepath.Join(pluginsDir, typ)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	def := fmt.Sprintf(`{"name": %q, "main": "main.lua", "automatortypes": [%q], %q: {"name": %q, "classname": "NoopAutomator", "parameters": {}}}`,
+		typ, typ, typ, typ)
+	writeAtomic(t, filepath.Join(dir, "plugin.json"), def)
+	writeAtomic(t, filepath.Join(dir, "main.lua"), fmt.Sprintf(noopLua, version))
+}
+
+// writeAtomic replaces a file in one rename, as editors and deploy tools do.
+func writeAtomic(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(filepath.Dir(path)), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// noopTask is an INSTALL task for automator type typ.
+func noopTask(id, typ string, sleep float64) string {
+	s := ""
+	if sleep > 0 {
+		s = fmt.Sprintf(`"sleep": %g, `, sleep)
+	}
+	idf := ""
+	if id != "" {
+		idf = fmt.Sprintf(`"taskId": %q, `, id)
+	}
+	return fmt.Sprintf(`{%s"taskName": "INSTALL", "config": {%s"service": {"name": "web", "action": {"type": %q}}}}`, idf, s, typ)
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// daemon is a loomd serve process.
+type daemon struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	addr  string
+	log   string
+	token string
+	done  chan struct{}
+	code  int
+}
+
+// startDaemon runs loomd serve in dir (plugins in dir/plugins, data in
+// dir/data unless args say otherwise) and waits until its API answers.
+func startDaemon(t *testing.T, dir, logName string, env []string, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{t: t, addr: freePort(t), log: filepath.Join(dir, logName), done: make(chan struct{})}
+	full := append([]string{"serve", "--listen", d.addr, "--log-format", "json",
+		"--plugins", filepath.Join(dir, "plugins"), "--data", filepath.Join(dir, "data"),
+		"--work-dir", filepath.Join(dir, "work")}, args...)
+	if hasFlag(args, "--config") {
+		full = append([]string{"serve", "--log-format", "json"}, args...)
+		d.addr = ""
+	}
+	f, err := os.OpenFile(d.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.cmd = exec.Command(loomdBin, full...)
+	d.cmd.Dir = dir
+	d.cmd.Env = append([]string{"HOME=" + dir, "PATH=" + os.Getenv("PATH")}, env...)
+	d.cmd.Stdout, d.cmd.Stderr = f, f
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := d.cmd.Wait()
+		f.Close()
+		d.code = d.cmd.ProcessState.ExitCode()
+		_ = err
+		close(d.done)
+	}()
+	t.Cleanup(func() { d.kill9() })
+	if d.addr == "" {
+		d.addr = d.waitLogAddr()
+	}
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "LOOM_TOKEN="); ok {
+			d.token = v
+		}
+	}
+	end := time.Now().Add(deadline)
+	for {
+		if code, _ := d.call("GET", "/healthz", ""); code == http.StatusOK {
+			return d
+		}
+		select {
+		case <-d.done:
+			t.Fatalf("loomd exited with %d before answering:\n%s", d.code, d.logTail())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(end) {
+			t.Fatalf("loomd did not answer within %v:\n%s", deadline, d.logTail())
+		}
+	}
+}
+
+// waitLogAddr reads the API address from the "loomd serving" log line.
+func (d *daemon) waitLogAddr() string {
+	end := time.Now().Add(deadline)
+	for time.Now().Before(end) {
+		for _, l := range d.logLines() {
+			if l["msg"] == "loomd serving" {
+				return strings.TrimPrefix(fmt.Sprint(l["api"]), "http://")
+			}
+		}
+		select {
+		case <-d.done:
+			d.t.Fatalf("loomd exited with %d:\n%s", d.code, d.logTail())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	d.t.Fatalf("no \"loomd serving\" line within %v:\n%s", deadline, d.logTail())
+	return ""
+}
+
+func (d *daemon) url() string { return "http://" + d.addr }
+
+func (d *daemon) call(method, path, body string) (int, []byte) {
+	req, err := http.NewRequest(method, d.url()+path, strings.NewReader(body))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if d.token != "" {
+		req.Header.Set("Authorization", "Bearer "+d.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, []byte(err.Error())
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// submit posts a task and fails the test unless loomd accepted it.
+func (d *daemon) submit(body string) api.SubmitResponse {
+	d.t.Helper()
+	code, b := d.call("POST", "/v1/tasks", body)
+	if code != http.StatusAccepted && code != http.StatusOK {
+		d.t.Fatalf("POST /v1/tasks = %d %s", code, b)
+	}
+	var r api.SubmitResponse
+	if err := json.Unmarshal(b, &r); err != nil {
+		d.t.Fatalf("decoding %s: %v", b, err)
+	}
+	return r
+}
+
+func (d *daemon) task(id string) api.Task {
+	d.t.Helper()
+	code, b := d.call("GET", "/v1/tasks/"+id, "")
+	if code != http.StatusOK {
+		d.t.Fatalf("GET /v1/tasks/%s = %d %s", id, code, b)
+	}
+	var task api.Task
+	if err := json.Unmarshal(b, &task); err != nil {
+		d.t.Fatalf("decoding %s: %v", b, err)
+	}
+	return task
+}
+
+// wait long-polls until the task is finished, up to the test deadline.
+func (d *daemon) wait(id string) api.Task {
+	d.t.Helper()
+	end := time.Now().Add(deadline)
+	for {
+		code, b := d.call("GET", "/v1/tasks/"+id+"?wait=10s", "")
+		var task api.Task
+		if code == http.StatusOK && json.Unmarshal(b, &task) == nil && task.State.Terminal() {
+			return task
+		}
+		if time.Now().After(end) {
+			d.t.Fatalf("task %s not finished within %v: %d %s\n%s", id, deadline, code, b, d.logTail())
+		}
+	}
+}
+
+// list returns the tasks in state (all with "").
+func (d *daemon) list(state queue.State) []api.Task {
+	d.t.Helper()
+	code, b := d.call("GET", "/v1/tasks?limit=0&state="+string(state), "")
+	if code != http.StatusOK {
+		d.t.Fatalf("GET /v1/tasks = %d %s", code, b)
+	}
+	var l api.ListResponse
+	if err := json.Unmarshal(b, &l); err != nil {
+		d.t.Fatalf("decoding the list: %v", err)
+	}
+	return l.Tasks
+}
+
+// waitFor polls cond until it holds, up to the test deadline.
+func (d *daemon) waitFor(what string, cond func() bool) {
+	d.t.Helper()
+	end := time.Now().Add(deadline)
+	for !cond() {
+		if time.Now().After(end) {
+			d.t.Fatalf("%s: not within %v\n%s", what, deadline, d.logTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (d *daemon) kill9() {
+	if d.cmd.Process != nil {
+		_ = d.cmd.Process.Kill()
+	}
+	<-d.done
+}
+
+func (d *daemon) signal(s os.Signal) { _ = d.cmd.Process.Signal(s) }
+
+// exitCode waits for the process to exit.
+func (d *daemon) exitCode() int {
+	d.t.Helper()
+	select {
+	case <-d.done:
+		return d.code
+	case <-time.After(deadline):
+		d.t.Fatalf("loomd did not exit within %v:\n%s", deadline, d.logTail())
+		return -1
+	}
+}
+
+func (d *daemon) term() int {
+	d.signal(syscall.SIGTERM)
+	return d.exitCode()
+}
+
+// logLines parses the daemon's JSON log.
+func (d *daemon) logLines() []map[string]any {
+	data, err := os.ReadFile(d.log)
+	if err != nil {
+		return nil
+	}
+	var out []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (d *daemon) logTail() string {
+	data, _ := os.ReadFile(d.log)
+	if len(data) > 4000 {
+		data = data[len(data)-4000:]
+	}
+	return string(data)
+}
+
+// starts counts the "start <id>" lines the test plugin logged, per task,
+// across the given log files.
+func starts(t *testing.T, logs ...string) map[string]int {
+	t.Helper()
+	n := map[string]int{}
+	for _, path := range logs {
+		d := &daemon{log: path}
+		for _, l := range d.logLines() {
+			if id, ok := strings.CutPrefix(fmt.Sprint(l["msg"]), "start "); ok {
+				n[id]++
+			}
+		}
+	}
+	return n
+}
+
+// submitMany posts bodies from a few goroutines at once.
+func (d *daemon) submitMany(bodies []string) {
+	d.t.Helper()
+	var wg sync.WaitGroup
+	ch := make(chan string)
+	errs := make(chan string, len(bodies))
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range ch {
+				if code, resp := d.call("POST", "/v1/tasks", b); code != http.StatusAccepted {
+					errs <- fmt.Sprintf("%d %s", code, resp)
+				}
+			}
+		}()
+	}
+	for _, b := range bodies {
+		ch <- b
+	}
+	close(ch)
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		d.t.Fatalf("submitting: %s", e)
+	}
+}
+
+// gjson returns the value at path in a JSON document, as a string ("" when
+// absent).
+func gjson(t *testing.T, data []byte, path ...string) string {
+	t.Helper()
+	var v any
+	if json.Unmarshal(data, &v) != nil {
+		return ""
+	}
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return ""
+		}
+		v = m[p]
+	}
+	if v == nil {
+		return ""
+	}
+	return fmt.Sprint(v)
+}
