@@ -105,9 +105,12 @@ func serviceAction(name, script, args string) map[string]any {
 }
 
 // checkNoLeftovers fails when the node keeps task data: anything in the
-// cache dir's run/, or a file under the cache dir, /tmp or the SSH users'
-// homes holding one of the secrets (secrets[0] must be unique to the test). skip lists local (provisioner-side)
-// dirs that share this machine's /tmp.
+// cache dir's run/, a file under the cache dir holding one of the secrets,
+// or a file under /tmp or the SSH users' homes holding secrets[0]. Those
+// are shared with other test processes, which may well hold the shared
+// test password, so they are searched for secrets[0] only: a value unique
+// to this test that exists nowhere but in its tasks. skip lists local
+// (provisioner-side) dirs on this same machine.
 func checkNoLeftovers(t *testing.T, secrets []string, skip ...string) {
 	t.Helper()
 	if entries, err := os.ReadDir(filepath.Join(defaultCacheDir, "run")); err == nil && len(entries) > 0 {
@@ -117,16 +120,13 @@ func checkNoLeftovers(t *testing.T, secrets []string, skip ...string) {
 		}
 		t.Errorf("task data left in %s/run: %v", defaultCacheDir, names)
 	}
-	for _, root := range []string{defaultCacheDir, "/home/" + sshdtest.User, "/home/" + sshdtest.NoPasswdUser} {
-		if hits := filesContaining(root, secrets, skip...); len(hits) > 0 {
-			t.Errorf("files on the node hold task secrets: %v", hits)
-		}
+	if hits := filesContaining(defaultCacheDir, secrets, skip...); len(hits) > 0 {
+		t.Errorf("files in the cache dir hold task secrets: %v", hits)
 	}
-	// /tmp is shared with other test processes (which may well hold the
-	// shared test password), so it is searched for the first secret only:
-	// a value unique to this test that exists nowhere but in its tasks.
-	if hits := filesContaining(os.TempDir(), secrets[:1], skip...); len(hits) > 0 {
-		t.Errorf("files in %s hold task secrets: %v", os.TempDir(), hits)
+	for _, root := range []string{os.TempDir(), "/home/" + sshdtest.User, "/home/" + sshdtest.NoPasswdUser} {
+		if hits := filesContaining(root, secrets[:1], skip...); len(hits) > 0 {
+			t.Errorf("files under %s hold task secrets: %v", root, hits)
+		}
 	}
 }
 
@@ -410,4 +410,24 @@ func testNodeLifecycle(t *testing.T, auth string) {
 		"SSH credential": secret, "provider secret": providerSecret, "key material": keyLine,
 	})
 	checkNoLeftovers(t, []string{providerSecret, secret}, e.home, e.work, srv.Dir, impostor.Dir, filepath.Dir(e2eBin))
+}
+
+// TestLeftoverCheckFindsSecrets keeps the secret search honest: a planted
+// secret is found, and a skipped dir is skipped.
+func TestLeftoverCheckFindsSecrets(t *testing.T) {
+	root := t.TempDir()
+	secret := "planted-" + randToken(t)
+	for _, p := range []string{"a/b/task.json", "skipped/task.json"} {
+		full := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(`{"api_password":"`+secret+`"}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hits := filesContaining(root, []string{secret}, filepath.Join(root, "skipped"))
+	if len(hits) != 1 || hits[0] != filepath.Join(root, "a/b/task.json") {
+		t.Fatalf("filesContaining found %v", hits)
+	}
 }
