@@ -281,7 +281,9 @@ func (r *runner) run(ctx context.Context) (*execResult, error) {
 			timedOut, timeoutC = true, nil
 			r.terminate()
 		case <-ctxDone:
+			// The hook is out of time: stop the command quickly.
 			ctxErr, ctxDone = ctx.Err(), nil
+			r.spec.grace = min(r.spec.grace, time.Second)
 			r.terminate()
 		case <-r.phaseC:
 			r.advance()

@@ -1,8 +1,10 @@
 package ssh
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	lua "github.com/yuin/gopher-lua"
 
@@ -188,4 +190,18 @@ func TestExecSudo(t *testing.T) {
 // luaQuoteString makes a Lua string literal.
 func luaQuoteString(s string) string {
 	return "[==[" + s + "]==]"
+}
+
+func TestExecHonoursHookDeadline(t *testing.T) {
+	e := newEnv(t, sshdtest.Config{}, nil)
+	e.run(`c = conn()`)
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	e.h.Ctx = ctx
+	et := e.luaErr(`c:exec("sleep 3640")`)
+	wantKind(t, et, "timeout", "hook deadline", e.addr())
+	eventually(t, "no sleep 3640 left", func() bool { return len(sshdtest.ProcessesMatching("sleep 3640")) == 0 })
+	// Waiting for a connection is bounded by the deadline too.
+	et = e.luaErr(`conn(USER, {reuse=false})`)
+	wantKind(t, et, "timeout")
 }

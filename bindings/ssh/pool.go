@@ -63,8 +63,6 @@ type pconn struct {
 
 	dead    chan struct{} // closed when the transport is gone
 	deadErr error         // why; set before dead is closed
-
-	tarOK atomic.Int32 // 0 unknown, 1 remote has tar, -1 it does not
 }
 
 func newPool(opts Options) *pool {
