@@ -183,15 +183,22 @@ func compilePlugin(dir, defFile string, defData []byte, def *Definition) (*plugi
 	h.Write(defData)
 	var errs []*LoadError
 	var files []string
-	walkErr := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	// A plugin folder may itself be a symlink (operators link folders into
+	// the plugins dir); walk what it points to, but name files under dir.
+	walkRoot := dir
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		walkRoot = r
+	}
+	walkErr := filepath.WalkDir(walkRoot, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && path != dir && strings.HasPrefix(d.Name(), ".") {
+		if d.IsDir() && path != walkRoot && strings.HasPrefix(d.Name(), ".") {
 			return filepath.SkipDir
 		}
 		if !d.IsDir() && strings.HasSuffix(d.Name(), ".lua") {
-			files = append(files, path)
+			rel, _ := filepath.Rel(walkRoot, path)
+			files = append(files, filepath.Join(dir, rel))
 		}
 		return nil
 	})

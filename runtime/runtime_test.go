@@ -401,3 +401,19 @@ func TestExposeHostValues(t *testing.T) {
 type greeter struct{}
 
 func (greeter) Greet(name string) string { return "hello, " + name }
+
+// TestSymlinkedPluginFolder: a plugin folder linked into the plugins dir
+// loads like any other.
+func TestSymlinkedPluginFolder(t *testing.T) {
+	real := t.TempDir()
+	luatest.WritePlugin(t, real, luatest.Plugin{Name: "linked", Family: "provider", Classname: "L",
+		Files: map[string]string{"l.lua": `L = {} function L:create() self.result.result.ok = true end`}})
+	dir := t.TempDir()
+	if err := os.Symlink(filepath.Join(real, "linked"), filepath.Join(dir, "linked")); err != nil {
+		t.Fatal(err)
+	}
+	rt := luatest.NewRuntime(t, runtime.Options{PluginsDir: dir})
+	if r := luatest.Run(t, rt, luatest.Task("CREATE", "linked", nil)); r.Result["ok"] != true {
+		t.Fatalf("%+v %v", r, rt.LoadErrors())
+	}
+}
