@@ -189,9 +189,6 @@ func (r *REPL) Run(ctx context.Context) error {
 				// The input ended inside a statement: report its error.
 				r.evalAndPrint(ctx, strings.Join(pending, "\n"))
 			}
-			if r.opts.Interactive {
-				fmt.Fprintln(r.out)
-			}
 			return r.result()
 		}
 		if len(pending) == 0 {
