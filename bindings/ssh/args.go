@@ -197,8 +197,8 @@ func (f *fields) function(key string) *lua.LFunction {
 	}
 }
 
-// strings reads a list of strings; a single string is a one-item list.
-func (f *fields) strings(key string) []string {
+// stringList reads a list of strings; a single string is a one-item list.
+func (f *fields) stringList(key string) []string {
 	switch v := f.value(key).(type) {
 	case *lua.LNilType:
 		return nil

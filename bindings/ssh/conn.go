@@ -288,7 +288,7 @@ func connExec(L *lua.LState) int {
 		raiseCallback(L, err)
 	}
 	if check && (res.exitCode != 0 || res.timedOut) {
-		kind, what := "command", "exited with status "+itoa(res.exitCode)
+		kind, what := "command", "exited with status "+strconv.Itoa(res.exitCode)
 		if res.signal != "" {
 			what += " (signal " + res.signal + ")"
 		}
@@ -350,5 +350,3 @@ func (m *module) sudoOption(f *fields, key string) *sudoSpec {
 		return nil
 	}
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

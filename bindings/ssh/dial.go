@@ -139,7 +139,6 @@ func (p *pool) dialOnce(ctx context.Context, cfg *connConfig, key string, b *Bin
 		Auth:              cfg.authMethods(),
 		HostKeyCallback:   v.callback,
 		HostKeyAlgorithms: v.algorithms(),
-		Timeout:           cfg.connectTimeout,
 	}
 	sc, chans, reqs, err := ssh.NewClientConn(conn, cfg.addr(), config)
 	timer.Stop()

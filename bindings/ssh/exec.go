@@ -138,7 +138,7 @@ func randToken() string {
 	return hex.EncodeToString(b)
 }
 
-func (r *runner) commandLine() (string, error) {
+func (r *runner) commandLine() string {
 	spec := r.spec
 	keys := make([]string, 0, len(spec.env))
 	for k := range spec.env {
@@ -154,7 +154,7 @@ func (r *runner) commandLine() (string, error) {
 				fmt.Fprintf(&prefix, "export %s=%s; ", k, Quote(spec.env[k]))
 			}
 		}
-		return prefix.String() + spec.cmd, nil
+		return prefix.String() + spec.cmd
 	}
 	for _, k := range keys {
 		fmt.Fprintf(&prefix, "export %s=%s; ", k, Quote(spec.env[k]))
@@ -165,7 +165,7 @@ func (r *runner) commandLine() (string, error) {
 	if spec.sudo.password != "" {
 		auth = "-S -p " + Quote(string(r.ctl.prompt))
 	}
-	return fmt.Sprintf("sudo %s -u %s -- sh -c %s", auth, Quote(spec.sudo.user), Quote(inner)), nil
+	return fmt.Sprintf("sudo %s -u %s -- sh -c %s", auth, Quote(spec.sudo.user), Quote(inner))
 }
 
 // event is something a stream reader saw.
@@ -192,10 +192,7 @@ func (r *runner) run(ctx context.Context) (*execResult, error) {
 			return nil, r.cfg.connError("command", "the server refused a pty: %v", err)
 		}
 	}
-	line, err := r.commandLine()
-	if err != nil {
-		return nil, err
-	}
+	line := r.commandLine()
 	stdoutR, err1 := r.sess.StdoutPipe()
 	stderrR, err2 := r.sess.StderrPipe()
 	stdinW, err3 := r.sess.StdinPipe()

@@ -58,8 +58,8 @@ func (hk hostKeyConfig) hash() string {
 func (m *module) parseHostKeyConfig(t *lua.LTable, where string) (hostKeyConfig, error) {
 	f := newFields(t, where)
 	hk := hostKeyConfig{policy: f.str("policy")}
-	pins := f.strings("pinned")
-	files := f.strings("known_hosts")
+	pins := f.stringList("pinned")
+	files := f.stringList("known_hosts")
 	if err := f.done(); err != nil {
 		return hk, err
 	}

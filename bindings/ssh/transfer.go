@@ -153,10 +153,21 @@ func (b *Binding) put(ctx context.Context, cfg *connConfig, key string, logger *
 		return n, s.fail("upload to", dst, err)
 	}
 	if ps.owner != "" || ps.group != "" {
-		if err := b.chown(ctx, cfg, key, logger, target, ps.owner, ps.group, nil); err != nil {
-			cleanup()
-			return n, err
+		// chown needs an exec. Free the SFTP session first: holding it
+		// while waiting for another could starve a full connection.
+		s.done()
+		cmd := "chown " + Quote(ownerSpec(ps.owner, ps.group)) + " -- " + Quote(target)
+		if ps.atomic {
+			cmd += " && mv -f -- " + Quote(target) + " " + Quote(dst)
 		}
+		res, err := b.run(ctx, cfg, key, logger, execSpec{cmd: cmd, maxCapture: 64 << 10})
+		if err == nil && res.exitCode != 0 {
+			err = cfg.connError("permission", "chown %s %s failed: %s (use sudo=true)", ownerSpec(ps.owner, ps.group), dst, shorten(string(res.stderr)))
+		}
+		if err != nil && ps.atomic {
+			b.removeRemote(ctx, cfg, key, logger, target)
+		}
+		return n, err
 	}
 	if ps.atomic {
 		if _, ok := s.HasExtension("posix-rename@openssh.com"); ok {
@@ -179,9 +190,9 @@ func (b *Binding) putSudo(ctx context.Context, cfg *connConfig, key string, logg
 	if err != nil {
 		return 0, s.fail("creating a temp file", tmp, err)
 	}
-	defer s.Remove(tmp)
 	if err := s.Chmod(tmp, 0o600); err != nil {
 		f.Close()
+		s.Remove(tmp)
 		return 0, s.fail("chmod", tmp, err)
 	}
 	n, err := f.ReadFrom(src)
@@ -189,8 +200,11 @@ func (b *Binding) putSudo(ctx context.Context, cfg *connConfig, key string, logg
 		err = cerr
 	}
 	if err != nil {
+		s.Remove(tmp)
 		return n, s.fail("upload to", tmp, err)
 	}
+	// Free the SFTP session before the sudo exec needs one.
+	s.done()
 	dst := ps.remote
 	stage := dst
 	if ps.atomic {
@@ -215,13 +229,22 @@ func (b *Binding) putSudo(ctx context.Context, cfg *connConfig, key string, logg
 		sc.WriteString("mv -f \"$stage\" \"$dst\"\n")
 	}
 	res, err := b.run(ctx, cfg, key, logger, execSpec{cmd: sc.String(), sudo: ps.sudo, maxCapture: 64 << 10})
+	if err == nil && res.exitCode != 0 {
+		err = cfg.connError("io", "installing %s with sudo failed (exit %d): %s", dst, res.exitCode, shorten(string(res.stderr)))
+	}
 	if err != nil {
-		return n, err
+		// The script's trap removes the temp file, unless sudo never ran it.
+		b.removeRemote(ctx, cfg, key, logger, tmp)
 	}
-	if res.exitCode != 0 {
-		return n, cfg.connError("io", "installing %s with sudo failed (exit %d): %s", dst, res.exitCode, shorten(string(res.stderr)))
+	return n, err
+}
+
+// removeRemote deletes a temp file as the login user, best effort (the
+// operation that made it already failed and is what gets reported).
+func (b *Binding) removeRemote(ctx context.Context, cfg *connConfig, key string, logger *slog.Logger, p string) {
+	if _, err := b.run(ctx, cfg, key, logger, execSpec{cmd: "rm -f -- " + Quote(p), maxCapture: 4 << 10}); err != nil {
+		logger.Warn("ssh: could not remove a temp file", "conn", cfg.String(), "path", p, "err", err)
 	}
-	return n, nil
 }
 
 // ownerSpec is chown's "user:group", "user" or ":group".

@@ -250,3 +250,45 @@ func compareTrees(t testing.TB, local, remote string) {
 		}
 	}
 }
+
+// A sudo write needs an SFTP session and then an exec session. Ten at once
+// on one host (8 session slots in all) must not starve each other.
+func TestConcurrentSudoWrites(t *testing.T) {
+	e := newEnv(t, sshdtest.Config{}, nil)
+	const n = 10
+	base := "/etc/loom-conc-" + randToken()
+	t.Cleanup(func() {
+		m, _ := filepath.Glob(base + "-*")
+		for _, f := range m {
+			os.Remove(f)
+		}
+	})
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		L := e.newState()
+		L.SetGlobal("DST", lua.LString(fmt.Sprintf("%s-%d", base, i)))
+		go func() {
+			if err := L.DoString(`conn(NPUSER):write(DST, "x", {sudo=true, mode="0600"})`); err != nil {
+				errs <- fmt.Errorf("%s", describe(err))
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		checkFile(t, fmt.Sprintf("%s-%d", base, i), "x", 0o600, "root", "root")
+	}
+	// chown as a plain user fails, and leaves no stage file behind.
+	dir := remoteDir(t, e.srv.User)
+	e.L.SetGlobal("DIR", lua.LString(dir))
+	et := e.luaErr(`conn():write(DIR .. "/f", "x", {owner="root"})`)
+	wantKind(t, et, "permission", "chown")
+	if m, _ := filepath.Glob(filepath.Join(dir, ".*")); len(m) != 0 {
+		t.Fatalf("stage files left: %v", m)
+	}
+}
