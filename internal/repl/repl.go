@@ -299,7 +299,6 @@ func (r *REPL) watchSignals(src lineSource) func() {
 
 func (r *REPL) onSignal(sig os.Signal, src lineSource) {
 	r.sigMu.Lock()
-	defer r.sigMu.Unlock()
 	term := sig != os.Interrupt
 	if term {
 		r.quit = true
@@ -310,12 +309,19 @@ func (r *REPL) onSignal(sig os.Signal, src lineSource) {
 			cause = errTerminated
 		}
 		r.cancel(cause)
+		r.sigMu.Unlock()
 		return
 	}
 	// Idle: an interactive prompt reads Ctrl-C itself (raw mode), so a
 	// stray SIGINT is ignored; a pipe has no prompt to return to.
-	if term || !r.opts.Interactive {
+	stop := term || !r.opts.Interactive
+	if stop {
 		r.quit = true
+	}
+	r.sigMu.Unlock()
+	if stop {
+		// Outside the lock: closing waits for the reader, which may be
+		// checking quitRequested.
 		src.Close()
 	}
 }

@@ -259,3 +259,60 @@ func TestSignalInterrupts(t *testing.T) {
 	}
 	pw.Close()
 }
+
+// TestSignalInterruptsHook cancels a hook that :run is running, and the
+// session goes on.
+func TestSignalInterruptsHook(t *testing.T) {
+	pr, pw := io.Pipe()
+	sigs := make(chan os.Signal, 1)
+	r, out, errb := newREPL(t, Options{In: pr, Signals: sigs, Type: "hello"})
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	stop := time.Now().Add(time.Minute)
+	waitOut := func(want string) {
+		t.Helper()
+		for !strings.Contains(out.String(), want) {
+			if time.Now().After(stop) {
+				t.Fatalf("no %q in stdout:\n%s\nstderr:\n%s", want, out, errb)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	in := ":task ../../examples/tasks/install.json\nfunction HelloAutomator:start() while true do end end\n=\"defined\"\n"
+	if _, err := io.WriteString(pw, in); err != nil {
+		t.Fatal(err)
+	}
+	waitOut(`"defined"`)
+	if _, err := io.WriteString(pw, ":run start\n"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		r.sigMu.Lock()
+		running := r.cancel != nil
+		r.sigMu.Unlock()
+		if running {
+			break
+		}
+		if time.Now().After(stop) {
+			t.Fatal("the hook never started")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	sigs <- os.Interrupt
+	if _, err := io.WriteString(pw, "=self.task.taskId\n"); err != nil {
+		t.Fatal(err)
+	}
+	waitOut(`"00000042-001-004"`)
+	if !strings.Contains(errb.String(), "task cancelled") || !strings.Contains(errb.String(), "Ctrl-C") {
+		t.Errorf("stderr lacks the cancelled hook:\n%s", errb)
+	}
+	pw.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrFailed) {
+			t.Errorf("Run = %v, want ErrFailed (the hook was interrupted)", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not return at EOF")
+	}
+}
