@@ -41,6 +41,7 @@ type serveOptions struct {
 	watch           bool
 	reloadDebounce  time.Duration
 	timeout         time.Duration
+	fsync           string
 }
 
 func (a *App) newServeCmd(g *globalOptions) *cobra.Command {
@@ -82,6 +83,7 @@ signal forces the exit, and forced tasks run again later.`,
 	f.IntVar(&o.maxAttempts, "max-attempts", 5, "attempts after infrastructure failures (runner errors, dead daemons) before a task fails")
 	f.BoolVar(&o.watch, "watch", true, "reload plugins when files under --plugins change")
 	f.DurationVar(&o.reloadDebounce, "reload-debounce", 200*time.Millisecond, "quiet time after the last plugin file change before reloading")
+	f.StringVar(&o.fsync, "fsync", "always", "embedded store fsync policy: \"always\" (every write; survives power loss) or an interval such as 1s (faster; a crash of the machine may lose that much)")
 	f.DurationVar(&o.timeout, "timeout", 0, "deadline for each hook, overriding the plugin definitions' timeouts (default: theirs, or 10m)")
 	return cmd
 }
@@ -133,6 +135,14 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		sigs = c
 	}
 
+	var syncInterval time.Duration
+	if o.fsync != "always" {
+		d, err := time.ParseDuration(o.fsync)
+		if err != nil || d <= 0 {
+			return usageErr(fmt.Errorf("--fsync %q: want \"always\" or a positive duration such as 1s", o.fsync))
+		}
+		syncInterval = d
+	}
 	metrics := api.NewMetrics()
 	qcfg := queue.Config{
 		DataDir:      o.data,
@@ -142,6 +152,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		Domain:       o.natsDomain,
 		AckWait:      o.ackWait,
 		MaxAttempts:  o.maxAttempts,
+		SyncInterval: syncInterval,
 		Logger:       logger.With("component", "queue"),
 		OnTransition: metrics.Observe,
 	}

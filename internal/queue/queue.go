@@ -37,11 +37,16 @@ import (
 // Names of the JetStream assets.
 const (
 	StreamName    = "LOOM_TASKS"
-	StateBucket   = "LOOM_STATE"
+	StateBucket   = "LOOM_STATE" // shards are LOOM_STATE_0 .. LOOM_STATE_<StateShards-1>
 	OutputBucket  = "LOOM_OUTPUT"
 	subjectPrefix = "loom.task."
 	keyPrefix     = "task."
 )
+
+// StateShards is how many KV buckets hold the task records. Each bucket is
+// a stream whose writes (each fsynced) are serialised; records are spread
+// over several so that concurrent tasks' writes fsync in parallel.
+const StateShards = 4
 
 // Queue is a connection to the task queue. Its methods are safe for
 // concurrent use.
@@ -52,9 +57,9 @@ type Queue struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	stream jetstream.Stream
-	kv     jetstream.KeyValue
+	kvs    [StateShards]jetstream.KeyValue
 	obj    jetstream.ObjectStore
-	watch  jetstream.KeyWatcher
+	watch  []jetstream.KeyWatcher
 
 	maxValue int // results above this size go to the object store
 
@@ -155,7 +160,8 @@ func startServer(cfg Config) (*server.Server, error) {
 		JetStream:          true,
 		JetStreamDomain:    cfg.Domain,
 		StoreDir:           dir,
-		SyncAlways:         true,
+		SyncAlways:         cfg.SyncInterval == 0,
+		SyncInterval:       cfg.SyncInterval,
 		JetStreamMaxMemory: 256 << 20,
 		JetStreamMaxStore:  cfg.MaxStore,
 		DontListen:         true,
@@ -210,15 +216,18 @@ func (q *Queue) provision(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("creating stream %s: %w", StreamName, err)
 	}
-	q.kv, err = q.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      StateBucket,
-		Description: "loomd task state records, key task.<id>",
-		History:     8,
-		Storage:     jetstream.FileStorage,
-		Replicas:    q.cfg.Replicas,
-	})
-	if err != nil {
-		return fmt.Errorf("creating kv bucket %s: %w", StateBucket, err)
+	for i := range q.kvs {
+		name := fmt.Sprintf("%s_%d", StateBucket, i)
+		q.kvs[i], err = q.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      name,
+			Description: fmt.Sprintf("loomd task state records, key task.<id>, shard %d of %d", i, StateShards),
+			History:     8,
+			Storage:     jetstream.FileStorage,
+			Replicas:    q.cfg.Replicas,
+		})
+		if err != nil {
+			return fmt.Errorf("creating kv bucket %s: %w", name, err)
+		}
 	}
 	q.obj, err = q.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket:      OutputBucket,
@@ -297,7 +306,7 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 		TaskName: t.TaskName,
 		Created:  time.Now().UTC(),
 	}
-	rev, err := q.kv.Create(ctx, keyPrefix+t.TaskID, mustJSON(rec))
+	rev, err := q.kvFor(t.TaskID).Create(ctx, keyPrefix+t.TaskID, mustJSON(rec))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyExists):
 		cur, gerr := q.Get(ctx, t.TaskID)
@@ -337,7 +346,7 @@ func (q *Queue) get(ctx context.Context, id string) (Record, error) {
 	if validID(id) != nil {
 		return Record{}, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	e, err := q.kv.Get(ctx, keyPrefix+id)
+	e, err := q.kvFor(id).Get(ctx, keyPrefix+id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
@@ -345,6 +354,16 @@ func (q *Queue) get(ctx context.Context, id string) (Record, error) {
 		return Record{}, fmt.Errorf("reading the record of task %s: %w", id, err)
 	}
 	return decodeRecord(e)
+}
+
+// kvFor is the state bucket that holds task id's record (FNV-1a).
+func (q *Queue) kvFor(id string) jetstream.KeyValue {
+	h := uint32(2166136261)
+	for i := 0; i < len(id); i++ {
+		h ^= uint32(id[i])
+		h *= 16777619
+	}
+	return q.kvs[h%StateShards]
 }
 
 func decodeRecord(e jetstream.KeyValueEntry) (Record, error) {
@@ -366,9 +385,30 @@ type Filter struct {
 // List returns the records that match f, newest first. Results stored in
 // the object store are not loaded: use Get for one task's result.
 func (q *Queue) List(ctx context.Context, f Filter) ([]Record, error) {
-	w, err := q.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	var out []Record
+	for _, kv := range q.kvs {
+		recs, err := q.listShard(ctx, kv, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, recs...)
+	}
+	slices.SortFunc(out, func(a, b Record) int {
+		if c := b.Created.Compare(a.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(b.TaskID, a.TaskID)
+	})
+	if f.Limit > 0 && len(out) > f.Limit {
+		out = out[:f.Limit]
+	}
+	return out, nil
+}
+
+func (q *Queue) listShard(ctx context.Context, kv jetstream.KeyValue, f Filter) ([]Record, error) {
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("listing task records: %w", err)
+		return nil, fmt.Errorf("listing task records in %s: %w", kv.Bucket(), err)
 	}
 	defer func() { _ = w.Stop() }()
 	var out []Record
@@ -381,15 +421,6 @@ func (q *Queue) List(ctx context.Context, f Filter) ([]Record, error) {
 				return nil, errors.New("listing task records: the watch closed early; try again")
 			}
 			if e == nil { // all current values delivered
-				slices.SortFunc(out, func(a, b Record) int {
-					if c := b.Created.Compare(a.Created); c != 0 {
-						return c
-					}
-					return strings.Compare(b.TaskID, a.TaskID)
-				})
-				if f.Limit > 0 && len(out) > f.Limit {
-					out = out[:f.Limit]
-				}
 				return out, nil
 			}
 			rec, err := decodeRecord(e)
@@ -451,43 +482,47 @@ func (q *Queue) Wait(ctx context.Context, id string) (Record, error) {
 }
 
 // startWatch follows every record change, to wake waiters.
-// The watch lives as long as the queue, not as Open's context.
+// The watches live as long as the queue, not as Open's context.
 func (q *Queue) startWatch() error {
-	w, err := q.kv.Watch(context.Background(), keyPrefix+">", jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
-	if err != nil {
-		return fmt.Errorf("watching task records: %w", err)
-	}
-	q.watch = w
-	q.watchWG.Add(1)
-	go func() {
-		defer q.watchWG.Done()
-		for e := range w.Updates() {
-			if e == nil {
-				continue
-			}
-			id := strings.TrimPrefix(e.Key(), keyPrefix)
-			q.mu.Lock()
-			ws := q.waiters[id]
-			if len(ws) == 0 {
-				q.mu.Unlock()
-				continue
-			}
-			rec, err := decodeRecord(e)
-			if err != nil {
-				q.mu.Unlock()
-				continue
-			}
-			for _, ch := range ws {
-				select { // keep only the newest record in the buffer
-				case <-ch:
-				default:
-				}
-				ch <- rec
-			}
-			q.mu.Unlock()
+	for _, kv := range q.kvs {
+		w, err := kv.Watch(context.Background(), keyPrefix+">", jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+		if err != nil {
+			return fmt.Errorf("watching task records in %s: %w", kv.Bucket(), err)
 		}
-	}()
+		q.watch = append(q.watch, w)
+		q.watchWG.Add(1)
+		go func() {
+			defer q.watchWG.Done()
+			for e := range w.Updates() {
+				if e != nil {
+					q.wake(e)
+				}
+			}
+		}()
+	}
 	return nil
+}
+
+// wake hands a record change to the waiters of its task.
+func (q *Queue) wake(e jetstream.KeyValueEntry) {
+	id := strings.TrimPrefix(e.Key(), keyPrefix)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ws := q.waiters[id]
+	if len(ws) == 0 {
+		return
+	}
+	rec, err := decodeRecord(e)
+	if err != nil {
+		return
+	}
+	for _, ch := range ws {
+		select { // keep only the newest record in the buffer
+		case <-ch:
+		default:
+		}
+		ch <- rec
+	}
 }
 
 // Depth counts the tasks in the stream (queued or running) by route,
@@ -555,8 +590,8 @@ func (q *Queue) Close() error {
 func (q *Queue) shutdown() {
 	q.abort()
 	q.w.stop()
-	if q.watch != nil {
-		_ = q.watch.Stop()
+	for _, w := range q.watch {
+		_ = w.Stop()
 	}
 	if q.nc != nil {
 		_ = q.nc.FlushTimeout(2 * time.Second)

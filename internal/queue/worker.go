@@ -276,6 +276,9 @@ func (q *Queue) Serve(ctx context.Context, runner Runner, concurrency int) error
 	defer func() { _ = adv.Unsubscribe() }()
 
 	slots := make(chan struct{}, concurrency)
+	// A task's outcome is recorded and acked after its slot is freed, by
+	// at most this many finishers; when they fall behind, slots wait.
+	finishers := make(chan struct{}, 4*concurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ticker := time.NewTicker(q.cfg.PollInterval)
@@ -305,7 +308,19 @@ func (q *Queue) Serve(ctx context.Context, runner Runner, concurrency int) error
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-slots }()
+			held := true
+			defer func() {
+				if held {
+					<-slots
+				}
+			}()
+			// finish trades the run slot for a finisher slot.
+			finish := func() (done func()) {
+				finishers <- struct{}{}
+				held = false
+				<-slots
+				return func() { <-finishers }
+			}
 			q.w.mu.Lock()
 			cons := rs.cons
 			q.w.mu.Unlock()
@@ -326,7 +341,7 @@ func (q *Queue) Serve(ctx context.Context, runner Runner, concurrency int) error
 				return
 			}
 			if msg != nil {
-				q.handle(runner, rs.route, msg)
+				q.handle(runner, rs.route, msg, finish)
 			}
 		}()
 	}
@@ -334,7 +349,7 @@ func (q *Queue) Serve(ctx context.Context, runner Runner, concurrency int) error
 
 // hotWait is how long a fetch woken by a publish waits for the message to
 // be stored (an fsync) before calling the route empty.
-const hotWait = 200 * time.Millisecond
+const hotWait = 50 * time.Millisecond
 
 // fetchOne asks the consumer for one task that is available now (or,
 // when hot, within hotWait). The caller holds a free slot for it, so a
@@ -375,7 +390,10 @@ func (q *Queue) recreate(ctx context.Context, rs *routeState) {
 // outcome, ack. Whatever happens, it leaves the message either acked
 // (finished for good), nakked (another attempt) or untouched (another
 // worker owns it now).
-func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg) {
+//
+// finish is called once the runner returned: it frees the run slot (the
+// next task may start) while the outcome is written and acked.
+func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish func() (done func())) {
 	ctx := context.Background()
 	meta, err := msg.Metadata()
 	if err != nil {
@@ -424,6 +442,7 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg) {
 	aborted := q.abortCtx.Err() != nil
 	close(hbDone)
 	cancel()
+	defer finish()()
 
 	now := time.Now().UTC()
 	next := rec
@@ -578,9 +597,9 @@ func (q *Queue) claim(ctx context.Context, log *slog.Logger, id string, route Ro
 // record that does not exist yet, creates it).
 func (q *Queue) write(ctx context.Context, cur, next Record) (uint64, error) {
 	if cur.Revision == 0 {
-		return q.kv.Create(ctx, keyPrefix+next.TaskID, mustJSON(next))
+		return q.kvFor(next.TaskID).Create(ctx, keyPrefix+next.TaskID, mustJSON(next))
 	}
-	return q.kv.Update(ctx, keyPrefix+next.TaskID, mustJSON(next), cur.Revision)
+	return q.kvFor(next.TaskID).Update(ctx, keyPrefix+next.TaskID, mustJSON(next), cur.Revision)
 }
 
 func isConflict(err error) bool {

@@ -1,0 +1,253 @@
+// Command daemon benchmarks a built loomd serve end to end, as a user sees
+// it: through the HTTP API of a real process with its embedded NATS
+// (file store, fsync on every write). docs/benchmarks.md ("Daemon and
+// queue") records its figures and the command line.
+//
+//	go build -o /tmp/loomd ./cmd/loomd
+//	go run ./bench/daemon -loomd /tmp/loomd
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const pluginLua = `local loom = require("loom")
+Noop = loom.Automator:extend("Noop")
+local VERSION = "%s"
+function Noop:install(input) self.result.result.version = VERSION end
+return Noop
+`
+
+func main() {
+	bin := flag.String("loomd", "loomd", "loomd binary")
+	plugins := flag.Int("plugins", 50, "plugin folders to load")
+	tasks := flag.Int("tasks", 5000, "no-op tasks for the throughput run")
+	clients := flag.Int("clients", 32, "concurrent API clients in the throughput run")
+	concurrency := flag.Int("concurrency", 8, "loomd --concurrency")
+	samples := flag.Int("samples", 300, "sequential tasks for the latency run")
+	reloads := flag.Int("reloads", 5, "hot reloads to time")
+	keep := flag.Bool("keep", false, "keep the temp dir")
+	fsync := flag.String("fsync", "always", "loomd --fsync")
+	flag.Parse()
+	if err := run(*bin, *plugins, *tasks, *clients, *concurrency, *samples, *reloads, *keep, *fsync); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads int, keep bool, fsync string) error {
+	dir, err := os.MkdirTemp("", "loomd-bench-")
+	if err != nil {
+		return err
+	}
+	if !keep {
+		defer os.RemoveAll(dir)
+	}
+	for i := range nPlugins {
+		if err := writePlugin(dir, fmt.Sprintf("noop%02d", i), "v0"); err != nil {
+			return err
+		}
+	}
+	addr, err := freePort()
+	if err != nil {
+		return err
+	}
+	base := "http://" + addr
+	args := []string{"serve", "--plugins", filepath.Join(dir, "plugins"), "--data", filepath.Join(dir, "data"),
+		"--work-dir", filepath.Join(dir, "work"), "--listen", addr, "--concurrency", fmt.Sprint(concurrency), "--log-level", "warn", "--fsync", fsync}
+	cmd := exec.Command(bin, args...)
+	logf, err := os.Create(filepath.Join(dir, "loomd.log"))
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: nClients * 2}}
+
+	// 1. Start until the API answers.
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	for {
+		resp, err := hc.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Since(start) > 30*time.Second {
+			return fmt.Errorf("loomd did not answer within 30s; see %s", logf.Name())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	fmt.Printf("start with %d plugin folders until /healthz answers: %.1f ms\n", nPlugins, ms(time.Since(start)))
+
+	// 2. Idle RSS with the plugins loaded.
+	time.Sleep(2 * time.Second)
+	fmt.Printf("idle RSS with %d plugins loaded: %.1f MiB\n", nPlugins, rssMiB(cmd.Process.Pid))
+
+	// 3. Latency of one task: POST, then GET ?wait until the result.
+	var lat []time.Duration
+	for i := range nSamples {
+		t0 := time.Now()
+		if _, err := submitAndWait(hc, base, fmt.Sprintf("lat-%d", i), "noop00"); err != nil {
+			return err
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	slices.Sort(lat)
+	fmt.Printf("submit-to-result latency, %d sequential no-op tasks: p50 %.2f ms, p90 %.2f ms, p99 %.2f ms\n",
+		nSamples, ms(lat[len(lat)/2]), ms(lat[len(lat)*9/10]), ms(lat[len(lat)*99/100]))
+
+	// 4. Throughput: nClients clients each submit and wait for results.
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, nClients)
+	t0 := time.Now()
+	for range nClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(nTasks) {
+					return
+				}
+				if _, err := submitAndWait(hc, base, fmt.Sprintf("tp-%d", i), fmt.Sprintf("noop%02d", int(i)%nPlugins)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(t0)
+	close(errs)
+	for err := range errs {
+		return err
+	}
+	fmt.Printf("throughput, %d no-op tasks over %d types, %d API clients (submit, run, result seen), --concurrency %d --fsync %s: %.0f tasks/s (%.2f s)\n",
+		nTasks, nPlugins, nClients, concurrency, fsync, float64(nTasks)/el.Seconds(), el.Seconds())
+	fmt.Printf("RSS after the runs: %.1f MiB\n", rssMiB(cmd.Process.Pid))
+
+	// 5. Hot reload: change a plugin, then submit until the new version serves.
+	var rl []time.Duration
+	for r := 1; r <= nReloads; r++ {
+		want := fmt.Sprintf("v%d", r)
+		t0 := time.Now()
+		if err := writePlugin(dir, "noop00", want); err != nil {
+			return err
+		}
+		for i := 0; ; i++ {
+			got, err := submitAndWait(hc, base, fmt.Sprintf("rl-%d-%d", r, i), "noop00")
+			if err != nil {
+				return err
+			}
+			if got == want {
+				break
+			}
+			if time.Since(t0) > 30*time.Second {
+				return fmt.Errorf("reload %d: still %s after 30s", r, got)
+			}
+		}
+		rl = append(rl, time.Since(t0))
+		time.Sleep(300 * time.Millisecond)
+	}
+	slices.Sort(rl)
+	fmt.Printf("hot reload, plugin file written until a new task runs the new version (%d reloads): median %.0f ms, max %.0f ms\n",
+		nReloads, ms(rl[len(rl)/2]), ms(rl[len(rl)-1]))
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func writePlugin(dir, typ, version string) error {
+	p := filepath.Join(dir, "plugins", typ)
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		return err
+	}
+	def := fmt.Sprintf(`{"name": %q, "main": "main.lua", "automatortypes": [%q], %q: {"name": %q, "classname": "Noop", "parameters": {}}}`, typ, typ, typ, typ)
+	if err := os.WriteFile(filepath.Join(p, "plugin.json"), []byte(def), 0o644); err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "main.lua.tmp")
+	if err := os.WriteFile(tmp, []byte(fmt.Sprintf(pluginLua, version)), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(p, "main.lua"))
+}
+
+// submitAndWait posts one task, long-polls its result, and returns the
+// version the plugin reported.
+func submitAndWait(hc *http.Client, base, id, typ string) (string, error) {
+	body := fmt.Sprintf(`{"taskId": %q, "taskName": "INSTALL", "config": {"service": {"name": "web", "action": {"type": %q}}}}`, id, typ)
+	resp, err := hc.Post(base+"/v1/tasks", "application/json", strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return "", fmt.Errorf("POST %s: %d %s", id, resp.StatusCode, b)
+	}
+	resp, err = hc.Get(base + "/v1/tasks/" + id + "?wait=30s")
+	if err != nil {
+		return "", err
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var t struct {
+		State  string `json:"state"`
+		Result struct {
+			Result struct {
+				Version string `json:"version"`
+			} `json:"result"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(b, &t); err != nil || t.State != "succeeded" {
+		return "", fmt.Errorf("task %s: %s", id, b)
+	}
+	return t.Result.Result.Version, nil
+}
+
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func rssMiB(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			var kb float64
+			fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
+			return kb / 1024
+		}
+	}
+	return -1
+}

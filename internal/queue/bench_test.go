@@ -1,0 +1,60 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// BenchmarkSubmitRunWait measures the queue alone, in process: 32 clients
+// each Submit a no-op task and Wait for its result, with 8 worker slots on
+// the embedded server (file store, fsync on every write).
+func BenchmarkSubmitRunWait(b *testing.B) {
+	q, err := Open(context.Background(), Config{DataDir: b.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer q.Close()
+	run := RunnerFunc(func(context.Context, []byte) ([]byte, int, error) { return []byte(`{"status":0}`), 0, nil })
+	if err := q.SetTypes(context.Background(), []Route{shell}); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = q.Serve(ctx, run, 8); close(done) }()
+	defer func() { cancel(); <-done }()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for range benchClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				rec, _, err := q.Submit(context.Background(), task(fmt.Sprintf("b-%d", i), "shell"))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := q.Wait(context.Background(), rec.TaskID); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
+}
+
+const benchClients = 32
