@@ -6,6 +6,8 @@ import (
 	"sort"
 
 	lua "github.com/yuin/gopher-lua"
+
+	"github.com/loomrt/loom/bindings/luaval"
 )
 
 // Error is a structured error raised into Lua as a table, so a plugin can
@@ -20,8 +22,8 @@ type Error struct {
 	Kind    string
 	Message string
 	// Fields are extra keys copied into the Lua table, e.g. command,
-	// stdout, stderr, exit_code for a command error. Values must be
-	// strings, bools, numbers, nil, or nested map[string]any / []any.
+	// stdout, stderr, exit_code for a command error, converted with
+	// luaval.FromGo.
 	Fields map[string]any
 }
 
@@ -48,7 +50,7 @@ func ErrorTable(L *lua.LState, e *Error) *lua.LTable {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		t.RawSetString(k, goToLua(L, e.Fields[k]))
+		t.RawSetString(k, luaval.FromGo(L, e.Fields[k]))
 	}
 	mt := L.NewTypeMetatable(errorMeta)
 	if mt.RawGetString("__tostring") == lua.LNil {
@@ -72,46 +74,6 @@ func Raise(L *lua.LState, err error) {
 		e = &Error{Kind: "error", Message: err.Error()}
 	}
 	L.Error(ErrorTable(L, e), 1)
-}
-
-// goToLua converts the small set of Go values allowed in Error.Fields.
-func goToLua(L *lua.LState, v any) lua.LValue {
-	switch x := v.(type) {
-	case nil:
-		return lua.LNil
-	case string:
-		return lua.LString(x)
-	case []byte:
-		return lua.LString(x)
-	case bool:
-		return lua.LBool(x)
-	case int:
-		return lua.LNumber(x)
-	case int64:
-		return lua.LNumber(x)
-	case float64:
-		return lua.LNumber(x)
-	case map[string]any:
-		t := L.CreateTable(0, len(x))
-		for k, vv := range x {
-			t.RawSetString(k, goToLua(L, vv))
-		}
-		return t
-	case []any:
-		t := L.CreateTable(len(x), 0)
-		for _, vv := range x {
-			t.Append(goToLua(L, vv))
-		}
-		return t
-	case []string:
-		t := L.CreateTable(len(x), 0)
-		for _, vv := range x {
-			t.Append(lua.LString(vv))
-		}
-		return t
-	default:
-		return lua.LString(fmt.Sprint(x))
-	}
 }
 
 func joinErrors(errs []error) error { return errors.Join(errs...) }
