@@ -9,6 +9,7 @@ package bindingstest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -129,4 +130,21 @@ func Run(t testing.TB, L *lua.LState, code string) {
 	if err := L.DoString(code); err != nil {
 		t.Fatalf("lua: %v", err)
 	}
+}
+
+// ErrorMessage returns the message of a Lua error: the message field of a
+// binding's error table, or the error text otherwise.
+func ErrorMessage(err error) string {
+	if err == nil {
+		return ""
+	}
+	var ae *lua.ApiError
+	if errors.As(err, &ae) {
+		if t, ok := ae.Object.(*lua.LTable); ok {
+			kind, _ := t.RawGetString("kind").(lua.LString)
+			msg, _ := t.RawGetString("message").(lua.LString)
+			return string(kind) + ": " + string(msg)
+		}
+	}
+	return err.Error()
 }

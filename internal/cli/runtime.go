@@ -35,12 +35,12 @@ func (o *sshOptions) addFlags(fs *pflag.FlagSet) {
 func (a *App) newBindings(g *globalOptions, logger *slog.Logger) *bindings.Registry {
 	return bindings.NewRegistry(logb.New(), jsonb.New(), fsb.New(), timeb.New(),
 		httpb.New(httpb.Options{UserAgent: "loomd/" + a.Version}),
-		sshb.New(a.sshBindingOptions(g)))
+		sshb.New(a.sshBindingOptions(g, logger)))
 }
 
 // sshBindingOptions: trust the --known-hosts files (or ~/.ssh/known_hosts)
 // plus loomd's own <work-dir>/known_hosts, where TOFU records keys.
-func (a *App) sshBindingOptions(g *globalOptions) sshb.Options {
+func (a *App) sshBindingOptions(g *globalOptions, logger *slog.Logger) sshb.Options {
 	known := append([]string(nil), g.ssh.knownHosts...)
 	if len(known) == 0 {
 		if home := a.Getenv("HOME"); home != "" {
@@ -53,6 +53,7 @@ func (a *App) sshBindingOptions(g *globalOptions) sshb.Options {
 		TOFUFile:      own,
 		AllowTOFU:     g.ssh.allowTOFU,
 		AllowInsecure: g.ssh.allowInsecure,
+		Logger:        logger.With("component", "ssh"),
 	}
 }
 
