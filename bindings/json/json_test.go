@@ -21,9 +21,9 @@ func TestEncodeDecode(t *testing.T) {
 		assert(json.encode({x = 1}, {indent = "  "}) == '{\n  "x": 1\n}')
 	`)
 	for code, want := range map[string]string{
-		`require("loom.json").decode("{bad")`:                      "config: json.decode: decoding JSON at line 1",
+		`require("loom.json").decode("{bad")`:                        "config: json.decode: decoding JSON at line 1",
 		`local t = {} t.t = t return require("loom.json").encode(t)`: "cycle",
-		`require("loom.json").encode({f = print})`:                  "cannot encode a function",
+		`require("loom.json").encode({f = print})`:                   "cannot encode a function",
 	} {
 		if msg := bindingstest.ErrorMessage(L.DoString(code)); !strings.Contains(msg, want) {
 			t.Errorf("%s: got %q, want %q", code, msg, want)

@@ -37,11 +37,11 @@ func TestDecodeErrors(t *testing.T) {
 	L := lua.NewState()
 	defer L.Close()
 	for in, want := range map[string]string{
-		`{"a":}`:               "line 1, column 6",
-		"{\n\"a\": tru}":       "line 2",
-		`[1,2`:                 "end of input",
-		`{"a":1} x`:            "after top-level value",
-		`"ctl` + "\x01" + `"`:  "control character",
+		`{"a":}`:              "line 1, column 6",
+		"{\n\"a\": tru}":      "line 2",
+		`[1,2`:                "end of input",
+		`{"a":1} x`:           "after top-level value",
+		`"ctl` + "\x01" + `"`: "control character",
 		strings.Repeat("[", 100) + strings.Repeat("]", 100): "deeper than",
 	} {
 		_, err := Decode(L, []byte(in), Limits{})

@@ -2,8 +2,8 @@ package cli
 
 import (
 	"context"
-	"path/filepath"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -11,9 +11,9 @@ import (
 	"github.com/loomrt/loom/bindings"
 	fsb "github.com/loomrt/loom/bindings/fs"
 	httpb "github.com/loomrt/loom/bindings/http"
-	sshb "github.com/loomrt/loom/bindings/ssh"
 	jsonb "github.com/loomrt/loom/bindings/json"
 	logb "github.com/loomrt/loom/bindings/log"
+	sshb "github.com/loomrt/loom/bindings/ssh"
 	timeb "github.com/loomrt/loom/bindings/time"
 	"github.com/loomrt/loom/runtime"
 )

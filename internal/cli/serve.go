@@ -42,6 +42,7 @@ type serveOptions struct {
 	reloadDebounce  time.Duration
 	timeout         time.Duration
 	fsync           string
+	replicas        int
 }
 
 func (a *App) newServeCmd(g *globalOptions) *cobra.Command {
@@ -77,6 +78,7 @@ signal forces the exit, and forced tasks run again later.`,
 	f.StringVar(&o.natsListen, "nats-listen", "", "expose the embedded NATS server on this address (e.g. 127.0.0.1:4222) so other daemons can join with --nats")
 	f.StringVar(&o.natsToken, "nats-token", "", "NATS token: required from clients of --nats-listen, sent to --nats")
 	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS credentials file (JWT and nkey) for --nats")
+	f.IntVar(&o.replicas, "replicas", 1, "replicas of the stream and buckets on an external NATS cluster (1, 3 or 5)")
 	f.StringVar(&o.natsDomain, "nats-domain", "", "JetStream domain (embedded server's own, or the one to reach through a leafnode)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight tasks may run after SIGTERM/SIGINT before they are interrupted")
 	f.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "a running task silent this long (its daemon died) is redelivered; heartbeats every third of it")
@@ -153,6 +155,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		AckWait:      o.ackWait,
 		MaxAttempts:  o.maxAttempts,
 		SyncInterval: syncInterval,
+		Replicas:     o.replicas,
 		Logger:       logger.With("component", "queue"),
 		OnTransition: metrics.Observe,
 	}
