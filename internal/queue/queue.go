@@ -72,6 +72,8 @@ type Queue struct {
 
 	noHeartbeat bool // tests: let a running task's delivery expire
 
+	unlock func() // releases the data directory
+
 	abortCtx context.Context // cancelled to abort running tasks
 	abort    context.CancelFunc
 	watchWG  sync.WaitGroup
@@ -117,6 +119,11 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 	}
 	url := strings.Join(cfg.URLs, ",")
 	if len(cfg.URLs) == 0 {
+		unlock, err := lockDataDir(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		q.unlock = unlock
 		srv, err := startServer(cfg)
 		if err != nil {
 			return nil, err
@@ -601,6 +608,9 @@ func (q *Queue) shutdown() {
 	if q.srv != nil {
 		q.srv.Shutdown()
 		q.srv.WaitForShutdown()
+	}
+	if q.unlock != nil {
+		q.unlock()
 	}
 }
 

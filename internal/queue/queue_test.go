@@ -632,6 +632,14 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
+func TestDataDirIsLocked(t *testing.T) {
+	cfg := testConfig(t)
+	open(t, cfg)
+	if _, err := Open(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "in use by another loomd") {
+		t.Fatalf("second Open on the same data dir: %v, want a refusal", err)
+	}
+}
+
 func TestNewIDSortsAndIsValid(t *testing.T) {
 	a := NewID()
 	time.Sleep(2 * time.Millisecond)
