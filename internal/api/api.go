@@ -87,12 +87,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Queue == nil {
 		return nil, errors.New("api: no queue to serve")
 	}
-	host, _, err := net.SplitHostPort(cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("api listen address %q: %w (want host:port, e.g. 127.0.0.1:7070)", cfg.Addr, err)
-	}
-	if !queue.IsLoopback(host) && cfg.Token == "" {
-		return nil, fmt.Errorf("api listen address %q is reachable from other machines: set a bearer token (--token or LOOM_TOKEN), or listen on 127.0.0.1", cfg.Addr)
+	if err := CheckAddr(cfg.Addr, cfg.Token); err != nil {
+		return nil, err
 	}
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = 5 * time.Minute
@@ -110,6 +106,19 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger}
 	s.handler = s.routes()
 	return s, nil
+}
+
+// CheckAddr applies the auth rule to a listen address: loopback needs no
+// token, anything else does. Callers use it to fail before doing work.
+func CheckAddr(addr, token string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("api listen address %q: %w (want host:port, e.g. 127.0.0.1:7070)", addr, err)
+	}
+	if !queue.IsLoopback(host) && token == "" {
+		return fmt.Errorf("api listen address %q is reachable from other machines: set a bearer token (--token or LOOM_TOKEN), or listen on 127.0.0.1", addr)
+	}
+	return nil
 }
 
 // Handler is the API's handler, auth included.

@@ -137,6 +137,9 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		sigs = c
 	}
 
+	if err := api.CheckAddr(o.listen, o.token); err != nil {
+		return usageErr(err)
+	}
 	var syncInterval time.Duration
 	if o.fsync != "always" {
 		d, err := time.ParseDuration(o.fsync)
