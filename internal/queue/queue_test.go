@@ -640,6 +640,20 @@ func TestDataDirIsLocked(t *testing.T) {
 	}
 }
 
+// A consumer deleted behind the daemon's back (by an operator) is created
+// again, and its tasks run.
+func TestDeletedConsumerIsRecreated(t *testing.T) {
+	q := open(t, testConfig(t))
+	serve(t, q, newCounter(nil), 2, shell)
+	if err := q.js.DeleteConsumer(context.Background(), StreamName, shell.consumerName()); err != nil {
+		t.Fatal(err)
+	}
+	submit(t, q, task("rc-1", "shell"))
+	if got := wait(t, q, "rc-1"); got.State != Succeeded {
+		t.Fatalf("rc-1 = %s after the consumer was deleted, want succeeded", got.State)
+	}
+}
+
 func TestNewIDSortsAndIsValid(t *testing.T) {
 	a := NewID()
 	time.Sleep(2 * time.Millisecond)

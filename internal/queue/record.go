@@ -23,20 +23,21 @@ const (
 )
 
 // States lists every state, in lifecycle order.
-var States = []State{Queued, Running, Succeeded, Failed}
+func States() []State { return []State{Queued, Running, Succeeded, Failed} }
 
 // Terminal reports whether a task in state s is finished for good.
 func (s State) Terminal() bool { return s == Succeeded || s == Failed }
 
 // ParseState checks a state name, for filters given by users.
 func ParseState(s string) (State, error) {
-	for _, st := range States {
+	all := States()
+	for _, st := range all {
 		if string(st) == s {
 			return st, nil
 		}
 	}
-	names := make([]string, len(States))
-	for i, st := range States {
+	names := make([]string, len(all))
+	for i, st := range all {
 		names[i] = string(st)
 	}
 	return "", fmt.Errorf("unknown task state %q (want one of %s)", s, strings.Join(names, ", "))

@@ -331,7 +331,7 @@ func (q *Queue) Serve(ctx context.Context, runner Runner, concurrency int) error
 					lastErr.Store(now)
 					q.log.Warn("pulling a task failed; retrying", "type", rs.route.String(), "err", err)
 				}
-				if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+				if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, nats.ErrNoResponders) {
 					q.recreate(ctx, rs)
 				}
 				select { // back off while holding the slot
