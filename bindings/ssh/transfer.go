@@ -12,6 +12,8 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -277,28 +279,31 @@ type dirStats struct {
 
 // dirEntry is one local item of an upload_dir.
 type dirEntry struct {
-	rel  string // slash-separated, relative to the root
-	info fs.FileInfo
-	link string // symlink target
+	rel   string // slash-separated, relative to the remote dir
+	local string // the local path
+	info  fs.FileInfo
+	link  string // symlink target
 }
 
 // walkLocal lists a local tree without following symlinks (they travel
-// as symlinks), so nothing outside the checked root is ever read.
-func walkLocal(root string) ([]dirEntry, error) {
+// as symlinks), so nothing outside the checked root is ever read. With a
+// prefix, the entries land under prefix/ and the root itself is an entry
+// (prefix, with the root's mode), so an empty tree still arrives.
+func walkLocal(root, prefix string) ([]dirEntry, error) {
 	var out []dirEntry
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		rel, err := filepath.Rel(root, p)
-		if err != nil || rel == "." {
+		if err != nil || (rel == "." && prefix == "") {
 			return err
 		}
 		info, err := d.Info()
 		if err != nil {
 			return err
 		}
-		e := dirEntry{rel: filepath.ToSlash(rel), info: info}
+		e := dirEntry{rel: path.Join(prefix, filepath.ToSlash(rel)), local: p, info: info}
 		switch {
 		case info.Mode()&fs.ModeSymlink != 0:
 			if e.link, err = os.Readlink(p); err != nil {
@@ -315,7 +320,7 @@ func walkLocal(root string) ([]dirEntry, error) {
 }
 
 // writeTar streams the entries as a tar archive.
-func writeTar(w io.Writer, root string, entries []dirEntry) (dirStats, error) {
+func writeTar(w io.Writer, entries []dirEntry) (dirStats, error) {
 	st := dirStats{method: "tar"}
 	tw := tar.NewWriter(w)
 	for _, e := range entries {
@@ -338,7 +343,7 @@ func writeTar(w io.Writer, root string, entries []dirEntry) (dirStats, error) {
 		case e.link != "":
 			st.links++
 		default:
-			f, err := os.Open(filepath.Join(root, filepath.FromSlash(e.rel)))
+			f, err := os.Open(e.local)
 			if err != nil {
 				return st, err
 			}
@@ -357,15 +362,48 @@ func writeTar(w io.Writer, root string, entries []dirEntry) (dirStats, error) {
 // errNoTar means the host has no tar (exit 127 with our marker).
 var errNoTar = errors.New("no tar on the host")
 
-const noTarMarker = "loom: no tar on this host"
+const (
+	noTarMarker   = "loom: no tar on this host"
+	extractMarker = "loom: extraction failed"
+)
 
-// putDirTar streams the tree into `tar -x` on the host.
-func (b *Binding) putDirTar(ctx context.Context, cfg *connConfig, key string, logger *slog.Logger, root string, entries []dirEntry, remote string, owner, group string, sudo *sudoSpec) (dirStats, error) {
-	cmd := fmt.Sprintf("command -v tar >/dev/null 2>&1 || { echo %s >&2; exit 127; }; mkdir -p -- %s && tar -xpf - --no-same-owner -C %s",
-		Quote(noTarMarker), Quote(remote), Quote(remote))
+// tarCommand is the remote side of a tar upload: extract into remote
+// (chown -R when asked), then run after, if any, in the same shell with
+// stdin from /dev/null. A failed extraction prints extractMarker, so it
+// is told apart from a failed after.
+func tarCommand(remote, owner, group, after string) string {
+	extract := fmt.Sprintf("mkdir -p -- %s && tar -xpf - --no-same-owner -C %s", Quote(remote), Quote(remote))
 	if owner != "" || group != "" {
-		cmd += " && chown -R " + Quote(ownerSpec(owner, group)) + " -- " + Quote(remote)
+		extract += " && chown -R " + Quote(ownerSpec(owner, group)) + " -- " + Quote(remote)
 	}
+	cmd := fmt.Sprintf("command -v tar >/dev/null 2>&1 || { echo %s >&2; exit 127; }; { %s; } || { s=$?; echo %s >&2; exit $s; }",
+		Quote(noTarMarker), extract, Quote(extractMarker))
+	if after != "" {
+		cmd += "\n{\n" + after + "\n} </dev/null"
+	}
+	return cmd
+}
+
+// withoutMarker drops our marker line from a command's stderr.
+func withoutMarker(stderr []byte, marker string) string {
+	return strings.TrimSpace(strings.Replace(string(stderr), marker+"\n", "", 1))
+}
+
+// afterError reports a failed opts.after like conn:exec's check = true.
+func afterError(cfg *connConfig, remote, after string, res *execResult) *bindings.Error {
+	stderr := withoutMarker(res.stderr, extractMarker)
+	e := cfg.connError("command", "upload_dir into %s: the after command exited with status %d: %s", remote, res.exitCode, shorten(stderr))
+	e.Fields["command"] = after
+	e.Fields["stdout"] = string(res.stdout)
+	e.Fields["stderr"] = stderr
+	e.Fields["exit_code"] = res.exitCode
+	return e
+}
+
+// putDirTar streams the entries into `tar -x` on the host, then runs
+// after (if any) in the same command.
+func (b *Binding) putDirTar(ctx context.Context, cfg *connConfig, key string, logger *slog.Logger, entries []dirEntry, remote string, owner, group string, sudo *sudoSpec, after string) (dirStats, error) {
+	cmd := tarCommand(remote, owner, group, after)
 	pr, pw := io.Pipe()
 	type tarDone struct {
 		st  dirStats
@@ -374,7 +412,7 @@ func (b *Binding) putDirTar(ctx context.Context, cfg *connConfig, key string, lo
 	done := make(chan tarDone, 1)
 	go func() {
 		bw := bufio.NewWriterSize(pw, 256<<10) // few large channel writes, not one per header
-		st, err := writeTar(bw, root, entries)
+		st, err := writeTar(bw, entries)
 		if err == nil {
 			err = bw.Flush()
 		}
@@ -391,7 +429,10 @@ func (b *Binding) putDirTar(ctx context.Context, cfg *connConfig, key string, lo
 		return td.st, errNoTar
 	}
 	if res.exitCode != 0 {
-		return td.st, cfg.connError("io", "extracting into %s failed (exit %d): %s", remote, res.exitCode, shorten(string(res.stderr)))
+		if after != "" && !strings.Contains(string(res.stderr), extractMarker) {
+			return td.st, afterError(cfg, remote, after, res)
+		}
+		return td.st, cfg.connError("io", "extracting into %s failed (exit %d): %s", remote, res.exitCode, shorten(withoutMarker(res.stderr, extractMarker)))
 	}
 	if td.err != nil {
 		return td.st, bindings.Errorf("io", "upload_dir: reading the local tree: %v", td.err)
@@ -401,7 +442,7 @@ func (b *Binding) putDirTar(ctx context.Context, cfg *connConfig, key string, lo
 
 // putDirSFTP is the fallback: dirs first, then 8 files in flight, then
 // symlinks, and dir modes and times last (children change dir mtimes).
-func (b *Binding) putDirSFTP(ctx context.Context, cfg *connConfig, key string, logger *slog.Logger, root string, entries []dirEntry, remote string) (dirStats, error) {
+func (b *Binding) putDirSFTP(ctx context.Context, cfg *connConfig, key string, logger *slog.Logger, entries []dirEntry, remote string) (dirStats, error) {
 	st := dirStats{method: "sftp"}
 	s, err := b.sftp(ctx, cfg, key, logger)
 	if err != nil {
@@ -438,7 +479,7 @@ func (b *Binding) putDirSFTP(ctx context.Context, cfg *connConfig, key string, l
 		go func() {
 			defer wg.Done()
 			for e := range work {
-				n, err := putFileSFTP(s, filepath.Join(root, filepath.FromSlash(e.rel)), path.Join(remote, e.rel), e.info)
+				n, err := putFileSFTP(s, e.local, path.Join(remote, e.rel), e.info)
 				mu.Lock()
 				st.files++
 				st.bytes += n
@@ -695,11 +736,12 @@ func connWrite(L *lua.LState) int {
 // connUploadDir is conn:upload_dir(local, remote, opts).
 func connUploadDir(L *lua.LState) int {
 	c := checkConn(L, 1, "upload_dir", false)
-	localArg := checkString(L, 2, "conn:upload_dir", "local dir")
+	sources := uploadSources(L)
 	remote := checkString(L, 3, "conn:upload_dir", "remote dir")
 	f := newFields(optTable(L, 4, "conn:upload_dir"), "conn:upload_dir")
 	method := f.str("method")
 	owner, group := f.str("owner"), f.str("group")
+	after := f.str("after")
 	sudo := c.m.sudoOption(f, "sudo")
 	if err := f.done(); err != nil {
 		bindings.Raise(L, err)
@@ -716,22 +758,27 @@ func connUploadDir(L *lua.LState) int {
 	if !path.IsAbs(remote) {
 		bindings.Raise(L, bindings.Errorf("config", "conn:upload_dir: remote path %q must be absolute", remote))
 	}
-	root, err := resolveLocal(c.m.h, localArg, false)
-	if err != nil {
-		bindings.Raise(L, err)
-	}
-	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
-		bindings.Raise(L, bindings.Errorf("io", "conn:upload_dir: %q is not a directory", localArg))
-	}
-	entries, err := walkLocal(root)
-	if err != nil {
-		bindings.Raise(L, bindings.Errorf("io", "conn:upload_dir: reading %q: %v", localArg, err))
+	var entries []dirEntry
+	for _, src := range sources {
+		root, err := resolveLocal(c.m.h, src.local, false)
+		if err != nil {
+			bindings.Raise(L, err)
+		}
+		if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
+			bindings.Raise(L, bindings.Errorf("io", "conn:upload_dir: %q is not a directory", src.local))
+		}
+		es, err := walkLocal(root, src.name)
+		if err != nil {
+			bindings.Raise(L, bindings.Errorf("io", "conn:upload_dir: reading %q: %v", src.local, err))
+		}
+		entries = append(entries, es...)
 	}
 	start := time.Now()
 	h := c.m.h
 	var st dirStats
+	var err error
 	if method != "sftp" {
-		st, err = c.m.b.putDirTar(h.Context(), c.cfg, c.key, h.Logger(), root, entries, remote, owner, group, sudo)
+		st, err = c.m.b.putDirTar(h.Context(), c.cfg, c.key, h.Logger(), entries, remote, owner, group, sudo, after)
 		if errors.Is(err, errNoTar) {
 			if method == "tar" || (sudo != nil && sudo.user != c.cfg.user) {
 				bindings.Raise(L, c.cfg.connError("io", "conn:upload_dir: the host has no tar"))
@@ -742,7 +789,7 @@ func connUploadDir(L *lua.LState) int {
 		}
 	}
 	if method == "sftp" {
-		if st, err = c.m.b.putDirSFTP(h.Context(), c.cfg, c.key, h.Logger(), root, entries, remote); err != nil {
+		if st, err = c.m.b.putDirSFTP(h.Context(), c.cfg, c.key, h.Logger(), entries, remote); err != nil {
 			bindings.Raise(L, err)
 		}
 		if owner != "" || group != "" {
@@ -750,13 +797,65 @@ func connUploadDir(L *lua.LState) int {
 				bindings.Raise(L, err)
 			}
 		}
+		if after != "" {
+			res, err := c.m.b.run(h.Context(), c.cfg, c.key, h.Logger(), execSpec{cmd: "{\n" + after + "\n} </dev/null", maxCapture: 256 << 10})
+			if err != nil {
+				bindings.Raise(L, err)
+			}
+			if res.exitCode != 0 {
+				bindings.Raise(L, afterError(c.cfg, remote, after, res))
+			}
+		}
 	}
-	h.Logger().Debug("ssh upload_dir", "conn", c.cfg.String(), "local", localArg, "remote", remote,
+	h.Logger().Debug("ssh upload_dir", "conn", c.cfg.String(), "sources", len(sources), "remote", remote,
 		"files", st.files, "method", st.method)
 	return pushTransfer(L, st.bytes, start, map[string]lua.LValue{
 		"files": lua.LNumber(st.files), "dirs": lua.LNumber(st.dirs), "links": lua.LNumber(st.links),
 		"method": lua.LString(st.method),
 	})
+}
+
+// uploadSource is one local tree of an upload_dir: name "" lands in the
+// remote dir itself, any other name in remote/name.
+type uploadSource struct{ name, local string }
+
+// validSourceName: one path component, no dot-only names.
+var validSourceName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]*$`)
+
+// uploadSources reads upload_dir's first argument: a local dir, or a
+// table {name = local dir, ...} sent as one tar stream (names sorted).
+func uploadSources(L *lua.LState) []uploadSource {
+	switch v := L.Get(2).(type) {
+	case lua.LString:
+		return []uploadSource{{local: string(v)}}
+	case *lua.LTable:
+		var out []uploadSource
+		var bad error
+		v.ForEach(func(k, lv lua.LValue) {
+			name, ok1 := k.(lua.LString)
+			local, ok2 := lv.(lua.LString)
+			switch {
+			case bad != nil:
+			case !ok1 || !validSourceName.MatchString(string(name)):
+				bad = bindings.Errorf("config", "conn:upload_dir: source name %s: want a plain file name (letters, digits, '.', '_', '-')", k.String())
+			case !ok2 || local == "":
+				bad = bindings.Errorf("config", "conn:upload_dir: source %q: want a local dir path, got %s", string(name), lv.Type())
+			default:
+				out = append(out, uploadSource{name: string(name), local: string(local)})
+			}
+		})
+		if bad != nil {
+			bindings.Raise(L, bad)
+		}
+		if len(out) == 0 {
+			bindings.Raise(L, bindings.Errorf("config", "conn:upload_dir: the table of local dirs is empty"))
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+		return out
+	default:
+		bindings.Raise(L, bindings.Errorf("config", "conn:upload_dir: local dir: want a path or a table {name = path, ...}, got %s", v.Type()))
+		return nil
+	}
 }
 
 // connDownload is conn:download(remote, local, opts).

@@ -292,3 +292,50 @@ func TestConcurrentSudoWrites(t *testing.T) {
 		t.Fatalf("stage files left: %v", m)
 	}
 }
+
+// Several local trees travel as one tar stream (one exec), each into
+// remote/<name>, and opts.after runs in that same command once they are
+// extracted; a failing after raises "command" with its stderr.
+func TestUploadDirSourcesAfter(t *testing.T) {
+	e := newEnv(t, sshdtest.Config{}, nil)
+	for _, m := range []string{"tar", "sftp"} {
+		t.Run(m, func(t *testing.T) {
+			local := filepath.Join(e.h.Work, "multi-"+m)
+			makeTree(t, filepath.Join(local, "a"), 500)
+			if err := os.MkdirAll(filepath.Join(local, "empty"), 0o750); err != nil {
+				t.Fatal(err)
+			}
+			os.Chmod(filepath.Join(local, "empty"), 0o750)
+			dir := remoteDir(t, e.srv.User)
+			e.L.SetGlobal("DST", lua.LString(dir+"/stage"))
+			e.L.SetGlobal("LOCAL", lua.LString("multi-"+m))
+			before := e.b.pool.sessionsOpened.Load()
+			e.run(`r = conn():upload_dir({a = LOCAL .. "/a", e = LOCAL .. "/empty"}, DST, {method = "` + m + `",
+				after = "set -e\nmv " .. ssh.quote(DST .. "/a") .. " " .. ssh.quote(DST .. "/moved") .. "\ncat >" .. ssh.quote(DST .. "/stdin")})`)
+			if m == "tar" {
+				if n := e.b.pool.sessionsOpened.Load() - before; n != 1 {
+					t.Errorf("upload_dir with two sources and after used %d sessions, want 1", n)
+				}
+			}
+			if e.eval("r.files") != lua.LNumber(500) || e.eval("r.dirs") != lua.LNumber(82) {
+				t.Errorf("result: files %v dirs %v", e.eval("r.files"), e.eval("r.dirs"))
+			}
+			compareTrees(t, filepath.Join(local, "a"), dir+"/stage/moved")
+			if fi, err := os.Stat(dir + "/stage/e"); err != nil || fi.Mode().Perm() != 0o750 {
+				t.Errorf("the empty source: %v %v", fi, err)
+			}
+			if b, err := os.ReadFile(dir + "/stage/stdin"); err != nil || len(b) != 0 {
+				t.Errorf("after's stdin was not /dev/null: %q %v", b, err)
+			}
+			et := e.luaErr(`conn():upload_dir({a = LOCAL .. "/empty"}, DST, {method = "` + m + `", after = "echo nope >&2; exit 3"})`)
+			wantKind(t, et, "command", "after", "status 3", "nope")
+			if et.RawGetString("exit_code") != lua.LNumber(3) || et.RawGetString("stderr").String() != "nope" {
+				t.Errorf("after error fields: exit_code %v stderr %q", et.RawGetString("exit_code"), et.RawGetString("stderr").String())
+			}
+		})
+	}
+	wantKind(t, e.luaErr(`conn():upload_dir({["../x"] = "multi-tar"}, "/tmp/x")`), "config", "source name")
+	wantKind(t, e.luaErr(`conn():upload_dir({}, "/tmp/x")`), "config", "empty")
+	// A failed extraction is still "io", not the after command's fault.
+	wantKind(t, e.luaErr(`conn():upload_dir({a = "multi-tar/empty"}, "/proc/loom-no", {after = "true"})`), "io", "extracting")
+}
