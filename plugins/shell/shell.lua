@@ -10,8 +10,9 @@
 -- What Loom does differently from Coopr (issue 3 §5), and why:
 --   * every step of a hook runs on ONE pooled SSH connection: Coopr opened
 --     8 TCP+SSH handshakes per bootstrap, which dominated its run time;
---   * resources travel as one tar stream per directory (conn:upload_dir),
---     not a local tarball + scp + untar per resource;
+--   * resources travel as ONE tar stream for all directories
+--     (conn:upload_dir), swapped into place by the same command, not a
+--     local tarball + scp + untar per resource;
 --   * the host key is verified: ssh.from_input pins config.ssh_host_keys
 --     (recorded by the provider at CONFIRM), otherwise loomd's known_hosts
 --     apply (strict). Coopr connected with verification off;
@@ -257,25 +258,24 @@ local function check_cache_dir(dir)
   return (dir:gsub("/+$", ""))
 end
 
--- ship copies scripts/, archives/ and lib/ into <cache> on the node: each
--- directory as a tar stream into a staging dir, then one command swaps the
--- staging dirs in, so a script never sees a half-copied tree and files
--- removed from the resources disappear from the node too.
+-- ship copies scripts/, archives/ and lib/ into <cache> on the node in
+-- ONE command: a single tar stream carrying the three trees goes into a
+-- staging dir, then the same shell swaps the staging dirs in, so a script
+-- never sees a half-copied tree and files removed from the resources
+-- disappear from the node too.
 function ShellAutomator:ship(input, cache)
   local sudo = self:sudo(input)
   local token = ("%s.%d.%d"):format((tostring(self.task.taskId):gsub("[^%w%-]", "_")), os.time(), math.random(1e9))
   local staging = cache .. "/.incoming." .. token
-  local shipped = {}
+  local sources, shipped = {}, {}
   for _, name in ipairs(RESOURCES) do
     -- A resource type with nothing synced has no dir; Coopr skipped it too.
     if fs.exists(name) then
-      local st = self:remote(input, "shipping " .. name .. "/", "upload_dir", name, staging .. "/" .. name,
-        { sudo = sudo })
-      shipped[#shipped + 1] = ("%s (%d files)"):format(name, st.files)
+      sources[name] = name
+      shipped[#shipped + 1] = name
     end
   end
-  self:remote(input, "shipping the shell library", "upload_dir", self.env.plugin_dir .. "/lib", staging .. "/lib",
-    { sudo = sudo })
+  sources.lib = self.env.plugin_dir .. "/lib"
   shipped[#shipped + 1] = "lib"
 
   local q = ssh.quote
@@ -288,15 +288,16 @@ function ShellAutomator:ship(input, cache)
     "  rm -rf \"$cache/$d.old\"",
     "  if [ -e \"$cache/$d\" ]; then mv \"$cache/$d\" \"$cache/$d.old\"; fi",
     "  mv \"$new/$d\" \"$cache/$d\"",
-    "  rm -rf \"$cache/$d.old\"",
     "done",
+    "rm -rf \"$cache/scripts.old\" \"$cache/archives.old\" \"$cache/lib.old\"",
     "rmdir \"$new\"",
     -- Staging dirs of BOOTSTRAPs that were interrupted.
     "for old in \"$cache\"/.incoming.*; do [ -e \"$old\" ] && rm -rf \"$old\"; done",
     "mkdir -p \"$cache/run\"; chmod 0700 \"$cache/run\"",
   }, "\n")
-  self:remote(input, "installing the shipped files in " .. cache, "exec", swap, { sudo = sudo, check = true })
-  return shipped
+  local st = self:remote(input, "shipping " .. table.concat(shipped, ", ") .. " to " .. cache, "upload_dir", sources,
+    staging, { sudo = sudo, after = swap })
+  return ("%s (%d files)"):format(table.concat(shipped, ", "), st.files)
 end
 
 function ShellAutomator:bootstrap(input)
@@ -307,8 +308,8 @@ function ShellAutomator:bootstrap(input)
   end
   cache = self:try(input, "checking the cache dir", check_cache_dir, cache)
   local shipped = self:ship(input, cache)
-  log.info("shipped %s to %s:%s", table.concat(shipped, ", "), tostring(input.ipaddress), cache)
-  self.result.stdout = ("shipped %s to %s"):format(table.concat(shipped, ", "), cache)
+  log.info("shipped %s to %s:%s", shipped, tostring(input.ipaddress), cache)
+  self.result.stdout = ("shipped %s to %s"):format(shipped, cache)
   self.result.status = 0
 end
 

@@ -18,8 +18,14 @@
 
 set -u
 
-lib=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd) || exit 125
-cache=$(dirname -- "$lib")
+# Every fork counts here (this runs for each action): the automator passes
+# an absolute path, so the dirs come from parameter expansion.
+case $0 in
+/?*/*) lib=${0%/*} ;;
+*) lib=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd) || exit 125 ;;
+esac
+cache=${lib%/*}
+[ -n "$cache" ] || cache=/
 run="$cache/run"
 
 if [ $# -lt 1 ]; then
@@ -28,7 +34,9 @@ if [ $# -lt 1 ]; then
 fi
 
 umask 077
-if ! mkdir -p -- "$run" || ! chmod 0700 -- "$run"; then
+# BOOTSTRAP leaves run/ at 0700; create it (0700 through the umask) when a
+# node lost it. The task data itself goes into a fresh 0700 mktemp dir.
+if [ ! -d "$run" ] && { ! mkdir -p -- "$run" || ! chmod 0700 -- "$run"; }; then
 	echo "loom-wrapper: cannot create $run; re-run BOOTSTRAP or check the cache dir's owner" >&2
 	exit 125
 fi
