@@ -5,6 +5,7 @@
 //
 //	go build -o /tmp/loomd ./cmd/loomd
 //	go run ./bench/daemon -loomd /tmp/loomd
+//	go run ./bench/daemon -ceiling     # the task stream alone, no loomd
 package main
 
 import (
@@ -43,7 +44,15 @@ func main() {
 	reloads := flag.Int("reloads", 5, "hot reloads to time")
 	keep := flag.Bool("keep", false, "keep the temp dir")
 	fsync := flag.String("fsync", "always", "loomd --fsync")
+	ceiling := flag.Bool("ceiling", false, "measure only one work-queue stream with fsync on every write (no loomd): the ceiling the task stream sets")
 	flag.Parse()
+	if *ceiling {
+		if err := streamCeiling(*tasks, *clients, *concurrency); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*bin, *plugins, *tasks, *clients, *concurrency, *samples, *reloads, *keep, *fsync); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// streamCeiling measures the part of a task's path that one work-queue
+// stream serialises, without loomd: an embedded server with fsync on every
+// write (as loomd's default), nPubs goroutines publishing with a message id
+// and waiting for the ack (the submissions), and `workers` goroutines that
+// each Fetch(1) and DoubleAck (the run slots). Every task costs the stream
+// two fsynced writes, the message and the tombstone its ack leaves.
+func streamCeiling(nTasks, nPubs, workers int) error {
+	dir, err := os.MkdirTemp("", "loomd-ceiling-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: dir, SyncAlways: true, DontListen: true, NoSigs: true, NoLog: true})
+	if err != nil {
+		return err
+	}
+	srv.Start()
+	defer srv.Shutdown()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		return fmt.Errorf("embedded server not ready")
+	}
+	nc, err := nats.Connect(srv.ClientURL(), nats.InProcessServer(srv))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage}); err != nil {
+		return err
+	}
+	cons, err := js.CreateConsumer(ctx, "T", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "t.x"})
+	if err != nil {
+		return err
+	}
+	var next, done atomic.Int64
+	var pubErr atomic.Value
+	var pubs, work sync.WaitGroup
+	t0 := time.Now()
+	for range nPubs {
+		pubs.Add(1)
+		go func() {
+			defer pubs.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(nTasks) {
+					return
+				}
+				if _, err := js.Publish(ctx, "t.x", []byte(`{"taskId":"x"}`), jetstream.WithMsgID(fmt.Sprint(i))); err != nil {
+					pubErr.Store(err)
+					done.Add(1)
+				}
+			}
+		}()
+	}
+	for range workers {
+		work.Add(1)
+		go func() {
+			defer work.Done()
+			for done.Load() < int64(nTasks) {
+				b, err := cons.Fetch(1, jetstream.FetchMaxWait(50*time.Millisecond))
+				if err != nil {
+					continue
+				}
+				for m := range b.Messages() {
+					_ = m.DoubleAck(ctx)
+					done.Add(1)
+				}
+			}
+		}()
+	}
+	pubs.Wait()
+	pubT := time.Since(t0)
+	work.Wait()
+	el := time.Since(t0)
+	if err, _ := pubErr.Load().(error); err != nil {
+		return err
+	}
+	fmt.Printf("one work-queue stream alone, fsync on every write, %d publishers, %d Fetch(1)+DoubleAck workers: %.0f tasks/s published+consumed+acked (%.0f/s published)\n",
+		nPubs, workers, float64(nTasks)/el.Seconds(), float64(nTasks)/pubT.Seconds())
+	return nil
+}
