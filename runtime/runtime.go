@@ -41,6 +41,9 @@ type Options struct {
 	// Timeout, when set, overrides every definition's timeouts
 	// (loomd run --timeout).
 	Timeout time.Duration
+	// LoadTimeout bounds running a plugin's top-level code when a VM is
+	// provisioned. Default 10 seconds.
+	LoadTimeout time.Duration
 	// PoolSize is the number of warm idle VMs kept per plugin type.
 	// Default 8.
 	PoolSize int
@@ -146,6 +149,9 @@ func New(opts Options) (*Runtime, error) {
 	}
 	if opts.PoolSize <= 0 {
 		opts.PoolSize = 8
+	}
+	if opts.LoadTimeout <= 0 {
+		opts.LoadTimeout = 10 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -417,3 +417,16 @@ func TestSymlinkedPluginFolder(t *testing.T) {
 		t.Fatalf("%+v %v", r, rt.LoadErrors())
 	}
 }
+
+// TestLoopAtLoadTime: a plugin whose top-level code never returns is
+// reported, and does not hang Load.
+func TestLoopAtLoadTime(t *testing.T) {
+	dir := t.TempDir()
+	luatest.WritePlugin(t, dir, luatest.Plugin{Name: "spin", Family: "provider", Classname: "S",
+		Files: map[string]string{"s.lua": "S = {}\nwhile true do end\n"}})
+	rt := luatest.NewRuntime(t, runtime.Options{PluginsDir: dir, LoadTimeout: 200 * time.Millisecond})
+	errs := rt.LoadErrors()
+	if len(errs) != 1 || !strings.Contains(errs[0].Message, "loop forever") {
+		t.Fatalf("%v", errs)
+	}
+}

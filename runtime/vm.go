@@ -76,8 +76,19 @@ func newVM(rt *Runtime, pt *pluginType) (*vm, error) {
 	}
 	v.autoviv = newAutovivMeta(L)
 
-	if err := v.provision(); err != nil {
+	// Load-time code runs under a deadline too: a plugin that loops at its
+	// top level must not hang Load or a hot reload.
+	ctx, cancel := context.WithTimeout(context.Background(), rt.opts.LoadTimeout)
+	defer cancel()
+	L.SetContext(ctx)
+	err := v.provision()
+	L.RemoveContext()
+	if err != nil {
 		L.Close()
+		if ctx.Err() != nil {
+			return nil, &LoadError{Plugin: pt.plugin.def.Name, Type: pt.name, File: pt.plugin.defFile,
+				Message: fmt.Sprintf("loading took longer than %s: does a top-level statement loop forever?", rt.opts.LoadTimeout)}
+		}
 		return nil, err
 	}
 	v.instMeta = L.CreateTable(0, 1)
