@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -35,12 +34,6 @@ func (rt *Runtime) Run(ctx context.Context, data []byte) (*Result, error) {
 // their results; it stops at the first that fails.
 func (rt *Runtime) RunTask(ctx context.Context, task *Task) (*Result, error) {
 	return rt.runTaskWith(ctx, task, rt.logger)
-}
-
-// RunTaskWithLogger is RunTask with the plugin's logs sent to logger
-// instead of the runtime's (the REPL shows them as they happen).
-func (rt *Runtime) RunTaskWithLogger(ctx context.Context, task *Task, logger *slog.Logger) (*Result, error) {
-	return rt.runTaskWith(ctx, task, logger)
 }
 
 func (rt *Runtime) runTaskWith(ctx context.Context, task *Task, logger *slog.Logger) (*Result, error) {
@@ -467,6 +460,3 @@ func (v *vm) applyParameters(fields *lua.LTable) string {
 	}
 	return strings.Join(problems, "; ")
 }
-
-// IsInvalidTask reports whether err means the task itself is malformed.
-func IsInvalidTask(err error) bool { return errors.Is(err, ErrInvalidTask) }
