@@ -208,21 +208,3 @@ func (t *TypeDef) main(d *Definition) string {
 	}
 	return d.Main
 }
-
-// sensitiveFields lists the names of fields flagged sensitive, whose
-// values the runtime redacts from logs and error messages.
-func (t *TypeDef) sensitiveFields() []string {
-	var out []string
-	for _, g := range t.Parameters {
-		if g == nil {
-			continue
-		}
-		for name, f := range g.Fields {
-			if f != nil && (f.Sensitive || f.Type == "password") {
-				out = append(out, name)
-			}
-		}
-	}
-	sort.Strings(out)
-	return out
-}

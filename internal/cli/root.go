@@ -90,7 +90,7 @@ environment, which wins over the file.`,
 	root.SetOut(a.Out)
 	root.SetErr(a.Err)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usageErr(fmt.Errorf("%w\nRun '%s --help' for usage.", err, c.CommandPath()))
+		return usageErr(fmt.Errorf("%w (see '%s --help')", err, c.CommandPath()))
 	})
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.configFile, "config", "", "YAML or TOML file holding any of these settings (keys are flag names)")
