@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -428,5 +430,34 @@ func TestLoopAtLoadTime(t *testing.T) {
 	errs := rt.LoadErrors()
 	if len(errs) != 1 || !strings.Contains(errs[0].Message, "loop forever") {
 		t.Fatalf("%v", errs)
+	}
+}
+
+// TestREPLLocalsPersist: a line declaring a local keeps it for the next
+// line, as an author at the prompt expects.
+func TestREPLLocalsPersist(t *testing.T) {
+	rt := luatest.NewRuntime(t, runtime.Options{PluginsDir: t.TempDir()})
+	s, err := rt.NewSession("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, line := range []string{"local a, b = 1, 2", "local function twice(x) return 2 * x end", "local c", "local t = {\n n = 3 }"} {
+		if _, err := s.Eval(ctx, line, discard); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+	}
+	vals, err := s.Eval(ctx, "twice(a + b) + t.n", discard)
+	if err != nil || len(vals) != 1 || vals[0].String() != "9" {
+		t.Fatalf("got %v %v", vals, err)
+	}
+	if vals, _ := s.Eval(ctx, "c == nil", discard); vals[0].String() != "true" {
+		t.Fatalf("local c: %v", vals)
+	}
+	// Locals inside a multi-statement line stay local to it.
+	if vals, _ := s.Eval(ctx, "do local hidden = 1 end return hidden", discard); vals[0].String() != "nil" {
+		t.Fatalf("block local leaked: %v", vals)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
@@ -198,9 +199,19 @@ func isUnfinishedString(msg string) bool {
 // compileREPL compiles "return <code>" when it parses, so bare expressions
 // print their values, and the code as statements otherwise. A leading "="
 // is Lua's classic REPL shorthand for return.
+//
+// A line that starts with a local declaration ("local x = 1", "local
+// function f") declares a global instead: each line is its own chunk, so a
+// local would vanish before the next prompt, which is never what an author
+// debugging a plugin wants.
 func compileREPL(code string) (*lua.FunctionProto, error) {
 	if len(code) > 0 && code[0] == '=' {
 		code = code[1:]
+	}
+	if g := globalizeLocal(code); g != code {
+		if proto, lerr := compileChunk([]byte(g), "repl"); lerr == nil {
+			return proto, nil
+		}
 	}
 	if proto, lerr := compileChunk([]byte("return "+code), "repl"); lerr == nil {
 		return proto, nil
@@ -210,6 +221,26 @@ func compileREPL(code string) (*lua.FunctionProto, error) {
 		return nil, fmt.Errorf("%s", lerr.Message)
 	}
 	return proto, nil
+}
+
+var (
+	replLocalFunc = regexp.MustCompile(`^(\s*)local\s+function\s+`)
+	replLocalVars = regexp.MustCompile(`^(\s*)local\s+([A-Za-z_][A-Za-z0-9_]*(?:\s*,\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*(=|$|;)`)
+)
+
+// globalizeLocal rewrites a leading "local" declaration of a REPL line.
+func globalizeLocal(code string) string {
+	if m := replLocalFunc.FindStringSubmatchIndex(code); m != nil {
+		return code[:m[3]] + "function " + code[m[1]:]
+	}
+	if m := replLocalVars.FindStringSubmatch(code); m != nil {
+		rest := code[len(m[0]):]
+		if m[3] == "=" {
+			return m[1] + m[2] + " =" + rest
+		}
+		return m[1] + m[2] + " = nil" + m[3] + rest
+	}
+	return code
 }
 
 // Run calls a hook on the current task and returns its result. With an
