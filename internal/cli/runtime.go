@@ -9,12 +9,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/loomrt/loom/bindings"
-	fsb "github.com/loomrt/loom/bindings/fs"
 	httpb "github.com/loomrt/loom/bindings/http"
-	jsonb "github.com/loomrt/loom/bindings/json"
-	logb "github.com/loomrt/loom/bindings/log"
 	sshb "github.com/loomrt/loom/bindings/ssh"
-	timeb "github.com/loomrt/loom/bindings/time"
+	"github.com/loomrt/loom/bindings/std"
 	"github.com/loomrt/loom/runtime"
 )
 
@@ -33,9 +30,10 @@ func (o *sshOptions) addFlags(fs *pflag.FlagSet) {
 
 // newBindings builds the registry of Lua modules loomd gives plugins.
 func (a *App) newBindings(g *globalOptions, logger *slog.Logger) *bindings.Registry {
-	return bindings.NewRegistry(logb.New(), jsonb.New(), fsb.New(), timeb.New(),
-		httpb.New(httpb.Options{UserAgent: "loomd/" + a.Version}),
-		sshb.New(a.sshBindingOptions(g, logger)))
+	return std.New(std.Options{
+		HTTP: httpb.Options{UserAgent: "loomd/" + a.Version},
+		SSH:  a.sshBindingOptions(g, logger),
+	})
 }
 
 // sshBindingOptions: trust the --known-hosts files (or ~/.ssh/known_hosts)

@@ -20,12 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/loomrt/loom/bindings"
-	fsb "github.com/loomrt/loom/bindings/fs"
-	jsonb "github.com/loomrt/loom/bindings/json"
-	logb "github.com/loomrt/loom/bindings/log"
-	sshb "github.com/loomrt/loom/bindings/ssh"
-	timeb "github.com/loomrt/loom/bindings/time"
+	"github.com/loomrt/loom/bindings/std"
 	"github.com/loomrt/loom/internal/sshdtest"
 	loomrt "github.com/loomrt/loom/runtime"
 )
@@ -89,9 +84,8 @@ func newRuntime(work string) (*loomrt.Runtime, error) {
 		PluginsDir: plugins,
 		WorkDir:    work,
 		Tenant:     tenant,
-		Bindings: bindings.NewRegistry(logb.New(), jsonb.New(), fsb.New(), timeb.New(),
-			sshb.New(sshb.Options{})),
-		Timeout: 60 * time.Second,
+		Bindings:   std.New(std.Options{}),
+		Timeout:    60 * time.Second,
 	})
 	if err != nil {
 		return nil, err
