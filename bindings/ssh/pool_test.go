@@ -96,36 +96,7 @@ func TestConnectionStorm(t *testing.T) {
 	// get every one of 100 private connections through.
 	e := newEnv(t, sshdtest.Config{}, nil)
 	const n = 100
-	states := make([]*lua.LState, n)
-	for i := range states {
-		states[i] = e.newState()
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for _, L := range states {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := L.DoString(`local c = conn(USER, {reuse=false}); assert(c:exec("true").ok); c:close()`); err != nil {
-				errs <- fmt.Errorf("%s", describe(err))
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	failures := 0
-	for err := range errs {
-		failures++
-		if failures <= 3 {
-			t.Error(err)
-		}
-	}
-	if failures > 0 {
-		t.Fatalf("%d of %d connections failed", failures, n)
-	}
-	if got := e.srv.Accepted(); got != n {
-		t.Fatalf("sshd accepted %d logins, want %d", got, n)
-	}
+	runPrivateConnections(t, e, n, nil)
 	t.Logf("storm stats: %v", e.b.Stats())
 }
 
@@ -314,5 +285,46 @@ func (p *freezingProxy) close() {
 	defer p.mu.Unlock()
 	for _, c := range p.conns {
 		c.Close()
+	}
+}
+
+// runPrivateConnections opens n private connections at once, each in its
+// own VM, runs `true` on each, and checks that every one succeeded and
+// that sshd logged exactly n logins. during, when set, runs while the
+// connections are being made.
+func runPrivateConnections(t *testing.T, e *env, n int, during func()) {
+	t.Helper()
+	states := make([]*lua.LState, n)
+	for i := range states {
+		states[i] = e.newState()
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for _, L := range states {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := L.DoString(`local c = conn(USER, {reuse=false}); assert(c:exec("true").ok); c:close()`); err != nil {
+				errs <- fmt.Errorf("%s", describe(err))
+			}
+		}()
+	}
+	if during != nil {
+		during()
+	}
+	wg.Wait()
+	close(errs)
+	failures := 0
+	for err := range errs {
+		failures++
+		if failures <= 3 {
+			t.Error(err)
+		}
+	}
+	if failures > 0 {
+		t.Fatalf("%d of %d connections failed; stats %v", failures, n, e.b.Stats())
+	}
+	if got := e.srv.Accepted(); got != n {
+		t.Fatalf("sshd accepted %d logins, want %d", got, n)
 	}
 }
