@@ -29,9 +29,3 @@ bench:
 stubs:
 	$(GO) run ./cmd/loomd stubs --out stdlib/types
 	$(GO) run ./cmd/loomd stubs --markdown > docs/bindings/reference.md
-
-# Regenerate the LuaLS stubs and the generated binding reference from the
-# bindings' specs (a test fails when they are stale).
-stubs:
-	$(GO) run ./cmd/loomd stubs --out stdlib/types
-	$(GO) run ./cmd/loomd stubs --markdown > docs/bindings/reference.md
