@@ -47,6 +47,11 @@ type Config struct {
 	// MaxAttempts bounds how many times a task is started after
 	// infrastructure failures (runner errors, daemons dying); default 5.
 	MaxAttempts int
+	// MaxCrashes bounds how many attempts of one task may kill the worker
+	// running it (a Runner error wrapping ErrWorkerCrashed) before the task
+	// fails for good with error kind "crash"; default 2. A poison task
+	// thus cannot crash-loop the workers.
+	MaxCrashes int
 	// RetryDelay is the delay before the second attempt after a runner
 	// error; it doubles for every later attempt, up to a minute. Default 1s.
 	RetryDelay time.Duration
@@ -111,6 +116,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5
 	}
+	if c.MaxCrashes == 0 {
+		c.MaxCrashes = 2
+	}
 	if c.RetryDelay == 0 {
 		c.RetryDelay = time.Second
 	}
@@ -147,6 +155,9 @@ func (c Config) validate() error {
 	}
 	if c.AckWait < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("ack wait %v is too short: use at least 100ms (default 30s)", c.AckWait))
+	}
+	if c.MaxCrashes < 1 {
+		errs = append(errs, fmt.Errorf("max crashes %d: must be at least 1", c.MaxCrashes))
 	}
 	if c.MaxAttempts < 1 {
 		errs = append(errs, fmt.Errorf("max attempts %d: must be at least 1", c.MaxAttempts))

@@ -335,6 +335,32 @@ func TestInfraFailureRetriedThenFailed(t *testing.T) {
 	waitDepth(t, q, 0)
 }
 
+func TestWorkerCrashesFailTaskWithKindCrash(t *testing.T) {
+	q := open(t, testConfig(t)) // MaxAttempts 3, MaxCrashes 2 (default)
+	c := newCounter(func(_ context.Context, id string, n int) ([]byte, int, error) {
+		return nil, 0, fmt.Errorf("%w: worker for \"shell\" died: signal: segmentation fault (run %d)", ErrWorkerCrashed, n)
+	})
+	serve(t, q, c, 1, shell)
+	submit(t, q, task("crasher", "shell"))
+
+	got := wait(t, q, "crasher")
+	if got.State != Failed || got.Crashes != 2 || !strings.HasPrefix(got.Error, "crash: ") || !strings.Contains(got.Error, "(run 2)") {
+		t.Fatalf("record = %+v, want failed with 2 crashes and the last cause", got)
+	}
+	if n := c.count("crasher"); n != 2 {
+		t.Errorf("the poison task ran %d times, want 2", n)
+	}
+	var res struct {
+		Status int `json:"status"`
+		Error  struct {
+			Kind string `json:"kind"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(got.Result, &res); err != nil || res.Status != 1 || res.Error.Kind != "crash" {
+		t.Errorf("result = %s (%v), want status 1 and error kind crash", got.Result, err)
+	}
+}
+
 func TestUnknownTypeWaitsUntilServed(t *testing.T) {
 	q := open(t, testConfig(t))
 	c := newCounter(nil)

@@ -47,9 +47,12 @@ func ParseState(s string) (State, error) {
 // "task.<id>". Revision is the KV revision the record was read at; it is
 // what fences a stale writer out.
 type Record struct {
-	TaskID   string          `json:"taskId"`
-	State    State           `json:"state"`
-	Attempts int             `json:"attempts"`
+	TaskID   string `json:"taskId"`
+	State    State  `json:"state"`
+	Attempts int    `json:"attempts"`
+	// Crashes counts the attempts whose run killed the worker process
+	// running it (see ErrWorkerCrashed).
+	Crashes  int             `json:"crashes,omitempty"`
 	Owner    string          `json:"owner,omitempty"`
 	Family   string          `json:"family"`
 	Type     string          `json:"type"`

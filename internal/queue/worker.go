@@ -24,6 +24,13 @@ type Runner interface {
 	Run(ctx context.Context, task []byte) (result []byte, status int, err error)
 }
 
+// ErrWorkerCrashed is wrapped by a Runner error when the task's run killed
+// the worker process running it (out of memory, a fatal runtime error, a
+// signal). The queue counts such deaths per task in Record.Crashes and
+// fails the task with error kind "crash" after Config.MaxCrashes of them,
+// instead of retrying a poison task forever.
+var ErrWorkerCrashed = errors.New("worker crashed")
+
 // RunnerFunc adapts a function to Runner.
 type RunnerFunc func(ctx context.Context, task []byte) ([]byte, int, error)
 
@@ -454,6 +461,19 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 		if q.commit(ctx, log, rec, next) {
 			_ = msg.Nak()
 		}
+	case runErr != nil && errors.Is(runErr, ErrWorkerCrashed) && rec.Crashes+1 >= q.cfg.MaxCrashes:
+		next.Crashes++
+		st := 1
+		next.State = Failed
+		next.Finished = &now
+		next.Status = &st
+		next.Error = fmt.Sprintf("crash: the task killed its worker %d times; the last time: %v", next.Crashes, runErr)
+		next.Result = mustJSON(map[string]any{"taskId": id, "status": st, "message": next.Error,
+			"error": map[string]any{"kind": "crash", "message": runErr.Error(), "crashes": next.Crashes}})
+		if q.commit(ctx, log, rec, next) {
+			log.Error("task failed for good: it kept killing its worker", "crashes", next.Crashes, "err", runErr)
+			_ = msg.TermWithReason("worker crashes")
+		}
 	case runErr != nil && rec.Attempts >= q.cfg.MaxAttempts:
 		next.State = Failed
 		next.Finished = &now
@@ -465,6 +485,9 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 	case runErr != nil:
 		next.State = Queued
 		next.Error = fmt.Sprintf("attempt %d failed: %v; retrying", rec.Attempts, runErr)
+		if errors.Is(runErr, ErrWorkerCrashed) {
+			next.Crashes++
+		}
 		if q.commit(ctx, log, rec, next) {
 			log.Warn("task attempt failed; retrying", "err", runErr, "delay", q.cfg.backoff(rec.Attempts))
 			_ = msg.NakWithDelay(q.cfg.backoff(rec.Attempts))
