@@ -10,7 +10,7 @@ import (
 )
 
 // Definition is a plugin's JSON definition, in Coopr's format plus Loom's
-// optional additions (main, timeouts, permissions).
+// optional additions (main, timeouts, permissions, limits).
 //
 //	{"name": "mycloud", "description": "...",
 //	 "providertypes": ["mycloud"],
@@ -18,7 +18,8 @@ import (
 //	             "parameters": {"admin": {"fields": {...}, "required": [[...]]}},
 //	             "resourceTypes": {"ssh_keys": {"format": "file", "permissions": "0400"}}},
 //	 "main": "mycloud.lua", "timeouts": {"default": "10m", "confirm": "30m"},
-//	 "permissions": {"http": ["api.mycloud.example"]}}
+//	 "permissions": {"http": ["api.mycloud.example"]},
+//	 "limits": {"memory": "512MiB"}}
 type Definition struct {
 	Name           string   `json:"name"`
 	Description    string   `json:"description,omitempty"`
@@ -26,11 +27,20 @@ type Definition struct {
 	AutomatorTypes []string `json:"automatortypes,omitempty"`
 	// Types holds the per-type objects, keyed by type name.
 	Types map[string]*TypeDef `json:"-"`
-	// Main, Timeouts and Permissions apply to every type unless the type's
-	// own object overrides them.
+	// Main, Timeouts, Permissions and Limits apply to every type unless
+	// the type's own object overrides them.
 	Main        string            `json:"main,omitempty"`
 	Timeouts    map[string]string `json:"timeouts,omitempty"`
 	Permissions *PermissionsDef   `json:"permissions,omitempty"`
+	Limits      *LimitsDef        `json:"limits,omitempty"`
+}
+
+// LimitsDef bounds the resources of a plugin's hooks.
+type LimitsDef struct {
+	// Memory is the memory budget of one hook run, such as "512MiB" or
+	// "1GiB" (see ParseSize). loomd serve enforces it in the worker
+	// process running the hook; empty means the daemon's --plugin-memory.
+	Memory string `json:"memory,omitempty"`
 }
 
 // TypeDef is one declared provider or automator type.
@@ -43,6 +53,7 @@ type TypeDef struct {
 	Main          string                     `json:"main,omitempty"`
 	Timeouts      map[string]string          `json:"timeouts,omitempty"`
 	Permissions   *PermissionsDef            `json:"permissions,omitempty"`
+	Limits        *LimitsDef                 `json:"limits,omitempty"`
 	// Raw is the type's object as written, which is what a Coopr server
 	// receives when the plugin type is registered.
 	Raw json.RawMessage `json:"-"`
@@ -122,6 +133,9 @@ func parseDefinition(data []byte) (*Definition, error) {
 			if err := validateTimeouts(td.Timeouts); err != nil {
 				return fmt.Errorf("type %q: %w", name, err)
 			}
+			if err := td.Limits.validate(); err != nil {
+				return fmt.Errorf("type %q: %w", name, err)
+			}
 			d.Types[name] = td
 		}
 		return nil
@@ -136,6 +150,9 @@ func parseDefinition(data []byte) (*Definition, error) {
 		return nil, fmt.Errorf("declares no types: providertypes and automatortypes are both empty")
 	}
 	if err := validateTimeouts(d.Timeouts); err != nil {
+		return nil, err
+	}
+	if err := d.Limits.validate(); err != nil {
 		return nil, err
 	}
 	return &d, nil
@@ -207,4 +224,30 @@ func (t *TypeDef) main(d *Definition) string {
 		return t.Main
 	}
 	return d.Main
+}
+
+func (l *LimitsDef) validate() error {
+	if l == nil || l.Memory == "" {
+		return nil
+	}
+	n, err := ParseSize(l.Memory)
+	if err != nil {
+		return fmt.Errorf("limits.memory: %w", err)
+	}
+	if n < MinMemoryLimit {
+		return fmt.Errorf("limits.memory %q: below the minimum of %s (a worker process needs that much to start)", l.Memory, FormatSize(MinMemoryLimit))
+	}
+	return nil
+}
+
+// memoryLimit is the type's limits.memory in bytes, or 0 for the
+// daemon's default.
+func (t *TypeDef) memoryLimit(d *Definition) int64 {
+	for _, l := range []*LimitsDef{t.Limits, d.Limits} {
+		if l != nil && l.Memory != "" {
+			n, _ := ParseSize(l.Memory)
+			return n
+		}
+	}
+	return 0
 }

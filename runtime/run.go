@@ -150,6 +150,23 @@ func (rt *Runtime) hookTimeout(pt *pluginType, hook string) time.Duration {
 	return pt.def.timeout(pt.plugin.def, hook, rt.opts.DefaultTimeout)
 }
 
+// TaskTimeout is the longest the task may run: the sum of the deadlines
+// of the hooks it runs (one per type; BOOTSTRAP runs several), or 0 when
+// a type is not loaded. A supervisor running tasks out of process uses it
+// as a backstop.
+func (rt *Runtime) TaskTimeout(task *Task) time.Duration {
+	snap := rt.snap.Load()
+	var total time.Duration
+	for _, name := range task.Types() {
+		pt, ok := snap.types[name]
+		if !ok {
+			return 0
+		}
+		total += rt.hookTimeout(pt, task.Hook())
+	}
+	return total
+}
+
 // ensureWorkDir creates the type's work dir once per version, and again
 // if it disappeared, without a stat on every task.
 func (pt *pluginType) ensureWorkDir(dir string) error {

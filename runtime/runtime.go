@@ -113,6 +113,9 @@ type TypeInfo struct {
 	Version     string   `json:"version"`
 	Hooks       []string `json:"hooks"`
 	Missing     []string `json:"missing_hooks,omitempty"`
+	// MemoryLimit is the definition's limits.memory in bytes; 0 means
+	// the daemon's default.
+	MemoryLimit int64 `json:"memory_limit,omitempty"`
 	// Definition as written, for registering the type with a Coopr server.
 	Raw []byte `json:"-"`
 }
@@ -387,6 +390,7 @@ func (rt *Runtime) Types() []TypeInfo {
 			Description: pt.plugin.def.Description, Dir: pt.plugin.display,
 			Definition: pt.plugin.defFile, Classname: pt.def.Classname,
 			Version: pt.plugin.version, Hooks: pt.hooks, Missing: pt.missing, Raw: pt.def.Raw,
+			MemoryLimit: pt.def.memoryLimit(pt.plugin.def),
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
