@@ -1,0 +1,22 @@
+//go:build !linux
+
+package worker
+
+import "fmt"
+
+// CgroupEnv names the environment variable through which the daemon
+// passes a cgroup v2 directory for workers (Linux only).
+const CgroupEnv = "LOOM_WORKER_CGROUP"
+
+func applyMemoryLimit(mode string, budget int64) (string, error) {
+	if mode == "none" {
+		return "none", nil
+	}
+	// Off Linux only the watchdog bounds a hook's memory.
+	return "watchdog only", nil
+}
+
+// PrepareCgroup is not available off Linux.
+func PrepareCgroup() (string, error) { return "", fmt.Errorf("cgroups need Linux") }
+
+func oomKilled(string, int) bool { return false }

@@ -1,0 +1,152 @@
+// Package worker runs plugin hooks in child loomd processes, so that a
+// hook that exhausts its memory budget, or crashes its process, fails
+// only its own task and never the daemon.
+//
+// The parent (loomd serve) keeps a Supervisor: one pool of worker
+// processes per plugin type, each process running one hook at a time
+// under an OS memory limit. A worker process (the hidden `loomd worker`
+// command) loads the plugins, then serves Frames on an inherited unix
+// socket (file descriptor 3) with Child.Serve.
+//
+// # Wire protocol
+//
+// Frames travel in both directions on one stream socket. Each frame is a
+// 4-byte big-endian length followed by that many bytes of JSON: an object
+// with a protocol version "v" (Version) and a "type" naming its kind. A
+// peer ignores frames of a type it does not know, and fields it does not
+// know, so kinds and fields can be added without breaking older peers; a
+// change that old peers would misread takes a new Version.
+//
+//	child  -> parent  hello   {"v":1,"type":"hello","pid":123,"types":{"shell":"3f2a..."}}
+//	parent -> child   run     {"v":1,"type":"run","id":7,"task":{...Coopr task...}}
+//	parent -> child   cancel  {"v":1,"type":"cancel","id":7,"reason":"shutdown"}
+//	child  -> parent  log     {"v":1,"type":"log","id":7,"log":{"level":"INFO","msg":"...","attrs":{...}}}
+//	child  -> parent  result  {"v":1,"type":"result","id":7,"status":0,"result":{...Coopr result...}}
+//	child  -> parent  result  {"v":1,"type":"result","id":7,"error":{"kind":"not_found","message":"..."}}
+//	either            ping    {"v":1,"type":"ping","id":9}  answered by  pong {"v":1,"type":"pong","id":9}
+//
+// A result frame with "retire": true tells the parent the worker exits
+// after it (after a memory failure, its heap is not worth keeping).
+package worker
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// Version is the wire protocol version this package speaks.
+const Version = 1
+
+// MaxFrame bounds one frame, so a peer cannot make the other allocate
+// without limit. A result larger than this fails its task.
+const MaxFrame = 32 << 20
+
+// Frame types.
+const (
+	TypeHello  = "hello"
+	TypeRun    = "run"
+	TypeCancel = "cancel"
+	TypeResult = "result"
+	TypeLog    = "log"
+	TypePing   = "ping"
+	TypePong   = "pong"
+)
+
+// Frame is one message between parent and worker. Which fields are set
+// depends on Type (see the package documentation).
+type Frame struct {
+	V    int    `json:"v"`
+	Type string `json:"type"`
+	// ID names the run a run, cancel, result or log frame belongs to, or
+	// the ping a pong answers.
+	ID uint64 `json:"id,omitempty"`
+
+	// Task is the Coopr task JSON of a run frame.
+	Task json.RawMessage `json:"task,omitempty"`
+	// Reason says why a run is cancelled (shutdown, task cancelled, ...).
+	Reason string `json:"reason,omitempty"`
+
+	// Result is the Coopr result JSON of a finished run and Status its
+	// status; Error is set instead when the task could not run at all.
+	Result json.RawMessage `json:"result,omitempty"`
+	Status int             `json:"status,omitempty"`
+	Error  *RunError       `json:"error,omitempty"`
+	// Retire: the worker exits after this result.
+	Retire bool `json:"retire,omitempty"`
+
+	// Log is a log record of a log frame.
+	Log *LogRecord `json:"log,omitempty"`
+
+	// PID and Types (type name -> loaded version) describe a worker in
+	// its hello frame.
+	PID   int               `json:"pid,omitempty"`
+	Types map[string]string `json:"types,omitempty"`
+}
+
+// LogRecord is a log line a worker sends to the parent's logger.
+type LogRecord struct {
+	Level string         `json:"level"`
+	Msg   string         `json:"msg"`
+	Attrs map[string]any `json:"attrs,omitempty"`
+}
+
+// Conn reads and writes frames on a stream. Writes are serialised, so
+// any goroutine may send; reads belong to one goroutine.
+type Conn struct {
+	rw  io.ReadWriter
+	wmu sync.Mutex
+	hdr [4]byte
+}
+
+// NewConn wraps a stream (a unix socket) in a frame codec.
+func NewConn(rw io.ReadWriter) *Conn { return &Conn{rw: rw} }
+
+// ErrFrameTooLarge is returned for a frame over MaxFrame.
+var ErrFrameTooLarge = errors.New("worker frame too large")
+
+// Send writes one frame, stamping it with Version.
+func (c *Conn) Send(f *Frame) error {
+	f.V = Version
+	b, err := json.Marshal(f)
+	if err != nil {
+		return fmt.Errorf("encoding a %s frame: %w", f.Type, err)
+	}
+	if len(b) > MaxFrame {
+		return fmt.Errorf("%w: a %s frame of %d bytes (max %d)", ErrFrameTooLarge, f.Type, len(b), MaxFrame)
+	}
+	buf := make([]byte, 4, 4+len(b))
+	binary.BigEndian.PutUint32(buf, uint32(len(b)))
+	buf = append(buf, b...)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_, err = c.rw.Write(buf)
+	return err
+}
+
+// Recv reads the next frame. It returns io.EOF when the peer closed the
+// stream between frames.
+func (c *Conn) Recv() (*Frame, error) {
+	if _, err := io.ReadFull(c.rw, c.hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(c.hdr[:])
+	if n > MaxFrame {
+		return nil, fmt.Errorf("%w: %d bytes announced (max %d)", ErrFrameTooLarge, n, MaxFrame)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c.rw, b); err != nil {
+		return nil, fmt.Errorf("reading a frame of %d bytes: %w", n, io.ErrUnexpectedEOF)
+	}
+	f := &Frame{}
+	if err := json.Unmarshal(b, f); err != nil {
+		return nil, fmt.Errorf("decoding a frame: %w", err)
+	}
+	if f.V != Version {
+		return nil, fmt.Errorf("worker protocol version %d, want %d (parent and worker are different loomd builds?)", f.V, Version)
+	}
+	return f, nil
+}

@@ -1,0 +1,717 @@
+package worker
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/loomrt/loom/runtime"
+)
+
+// TypeSpec is one plugin type the supervisor runs workers for.
+type TypeSpec struct {
+	Name    string
+	Version string
+	// Memory is the budget of one hook run in bytes (the definition's
+	// limits.memory, else the daemon's default).
+	Memory int64
+}
+
+// Config configures a Supervisor.
+type Config struct {
+	// Command returns the command that starts a worker process for the
+	// type (for loomd: its own binary with the hidden worker command).
+	// The supervisor adds the connection as file descriptor 3 and reads
+	// the process's stderr.
+	Command func(spec TypeSpec) *exec.Cmd
+	// Logger receives the workers' logs and the supervisor's own.
+	Logger *slog.Logger
+	// MaxWorkers bounds the worker processes kept: when starting one more
+	// would pass it, an idle worker of another type is stopped first.
+	// Default 8 (loomd serve: --concurrency).
+	MaxWorkers int
+	// IdleTimeout stops workers idle this long; default 5 minutes.
+	IdleTimeout time.Duration
+	// StartTimeout bounds a worker's start (loading the plugins);
+	// default 30s.
+	StartTimeout time.Duration
+	// CancelGrace is how long a worker may take to stop a cancelled hook
+	// before it is killed; default 2s.
+	CancelGrace time.Duration
+	// DeadlineGrace is how long past the task's own deadline (the
+	// timeout argument of Run) a worker may stay silent before it is
+	// killed and the task fails with kind "timeout"; default 5s.
+	DeadlineGrace time.Duration
+	// CgroupDir, when set, is where workers create their cgroups
+	// (PrepareCgroup); the supervisor passes it in CgroupEnv.
+	CgroupDir string
+}
+
+// Supervisor runs tasks in worker processes: one pool per plugin type,
+// one hook at a time per worker. It is safe for concurrent use.
+type Supervisor struct {
+	cfg   Config
+	log   *slog.Logger
+	runID atomic.Uint64
+
+	mu     sync.Mutex
+	specs  map[string]TypeSpec
+	pools  map[string]*pool
+	total  int // live worker processes, busy or idle, including starting
+	closed bool
+
+	stats     Stats
+	stopReap  chan struct{}
+	reapDone  chan struct{}
+	closeOnce sync.Once
+}
+
+// Stats are the supervisor's counters.
+type Stats struct {
+	Started int64 `json:"workers_started"`
+	Died    int64 `json:"workers_died"`
+	OOM     int64 `json:"workers_oom"`
+	Live    int   `json:"workers_live"`
+	Idle    int   `json:"workers_idle"`
+}
+
+// pool holds the idle workers of one type version.
+type pool struct {
+	spec  TypeSpec
+	idle  []*proc
+	stale bool // the type was reloaded or removed: workers retire after their run
+}
+
+// New starts a supervisor. Call SetTypes before Run, and Close at the end.
+func New(cfg Config) *Supervisor {
+	if cfg.MaxWorkers <= 0 {
+		cfg.MaxWorkers = 8
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 5 * time.Minute
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = 30 * time.Second
+	}
+	if cfg.CancelGrace <= 0 {
+		cfg.CancelGrace = 2 * time.Second
+	}
+	if cfg.DeadlineGrace <= 0 {
+		cfg.DeadlineGrace = 5 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s := &Supervisor{cfg: cfg, log: log, specs: map[string]TypeSpec{}, pools: map[string]*pool{},
+		stopReap: make(chan struct{}), reapDone: make(chan struct{})}
+	go s.reapIdle()
+	return s
+}
+
+// SetTypes declares the plugin types and versions. Workers of a type
+// whose version or memory budget changed, or that is gone, finish their
+// run in flight and exit; new runs start new workers.
+func (s *Supervisor) SetTypes(specs []TypeSpec) {
+	s.mu.Lock()
+	var stop []*proc
+	next := make(map[string]TypeSpec, len(specs))
+	for _, sp := range specs {
+		next[sp.Name] = sp
+	}
+	for name, p := range s.pools {
+		if sp, ok := next[name]; ok && sp == p.spec {
+			continue
+		}
+		p.stale = true
+		stop = append(stop, p.idle...)
+		s.total -= len(p.idle)
+		p.idle = nil
+		delete(s.pools, name)
+	}
+	s.specs = next
+	s.mu.Unlock()
+	for _, w := range stop {
+		s.retire(w, "its plugin type was reloaded")
+	}
+}
+
+// ErrClosed is returned by Run after Close.
+var ErrClosed = errors.New("worker supervisor closed")
+
+// Run runs one task of plugin type typ in a worker and returns its Coopr
+// result JSON and status, like an in-process run. timeout is the task's
+// own deadline (runtime.TaskTimeout), enforced in the worker; when the
+// worker has not answered DeadlineGrace after it, it is killed and the
+// task fails with error kind "timeout". Errors: a *RunError when the
+// worker could not run the task (matching runtime.ErrPluginNotFound,
+// ErrCancelled...), a *DeathError (ErrDied) when the worker died of
+// something else than its memory budget, or a start failure. A worker
+// dying of its memory budget is a failed result with error kind
+// "memory", not an error.
+func (s *Supervisor) Run(ctx context.Context, typ string, task []byte, timeout time.Duration) ([]byte, int, error) {
+	w, err := s.acquire(ctx, typ)
+	if err != nil {
+		return nil, 0, err
+	}
+	id := s.runID.Add(1)
+	taskID := ""
+	if t, err := runtime.ParseTask(task); err == nil {
+		taskID = t.TaskID
+	}
+	w.setRun(id, taskID)
+	if err := w.conn.Send(&Frame{Type: TypeRun, ID: id, Task: task}); err != nil {
+		<-w.dead
+		return s.died(w, id, taskID)
+	}
+
+	var backstop <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout + s.cfg.DeadlineGrace)
+		defer t.Stop()
+		backstop = t.C
+	}
+	var grace <-chan time.Time
+	var timedOut bool
+	done := ctx.Done()
+	for {
+		var f *Frame
+		select {
+		case f = <-w.results:
+		case <-w.dead:
+			// A worker that retires sends its result, then exits: the
+			// result is in the channel before dead is closed.
+			select {
+			case f = <-w.results:
+			default:
+			}
+		case <-done:
+			done = nil
+			_ = w.conn.Send(&Frame{Type: TypeCancel, ID: id, Reason: fmt.Sprint(context.Cause(ctx))})
+			grace = time.After(s.cfg.CancelGrace)
+			continue
+		case <-backstop:
+			backstop = nil
+			timedOut = true
+			_ = w.conn.Send(&Frame{Type: TypeCancel, ID: id, Reason: "deadline passed"})
+			grace = time.After(s.cfg.CancelGrace)
+			continue
+		case <-grace:
+			s.log.Warn("worker did not stop a cancelled hook in time; killing it", "pid", w.pid, "type", typ, "task", taskID,
+				"grace", s.cfg.CancelGrace)
+			w.kill()
+			<-w.dead
+			s.forget(w)
+			return s.abandoned(w, ctx, timedOut, timeout, taskID, typ)
+		}
+		if f == nil { // dead, without an answer
+			if grace != nil {
+				// We asked it to stop and it died on the way: the run was
+				// cancelled or timed out, not crashed.
+				s.forget(w)
+				return s.abandoned(w, ctx, timedOut, timeout, taskID, typ)
+			}
+			return s.died(w, id, taskID)
+		}
+		if f.ID != id {
+			continue // a late answer to an earlier, abandoned run
+		}
+		w.setRun(0, "")
+		s.release(w, f.Retire)
+		if f.Error != nil {
+			if f.Error.Kind == KindCancelled && ctx.Err() != nil {
+				return nil, 0, fmt.Errorf("%w: %s (%v)", runtime.ErrCancelled, f.Error.Message, context.Cause(ctx))
+			}
+			return nil, 0, f.Error
+		}
+		return f.Result, f.Status, nil
+	}
+}
+
+// abandoned is the outcome of a run whose worker had to be stopped.
+func (s *Supervisor) abandoned(w *proc, ctx context.Context, timedOut bool, timeout time.Duration, taskID, typ string) ([]byte, int, error) {
+	if !timedOut {
+		return nil, 0, fmt.Errorf("%w: task %s (%s): %v; its worker (pid %d) was stopped", runtime.ErrCancelled, taskID, typ, context.Cause(ctx), w.pid)
+	}
+	msg := fmt.Sprintf("task %s (%s) did not stop at its deadline of %s; its worker (pid %d) was killed", taskID, typ, timeout, w.pid)
+	return resultJSON(taskID, typ, w.spec.Version, msg, map[string]any{"kind": "timeout", "message": msg})
+}
+
+// died is the outcome of a run whose worker died under it.
+func (s *Supervisor) died(w *proc, id uint64, taskID string) ([]byte, int, error) {
+	s.forget(w)
+	de := w.death()
+	s.log.Error("worker died running a task", "pid", w.pid, "type", w.spec.Name, "task", taskID, "cause", de.Cause, "oom", de.OOM)
+	if de.OOM {
+		msg := de.Error() + ": the hook needed more memory than its budget (raise limits.memory in the plugin definition, or loomd serve --plugin-memory)"
+		return resultJSON(taskID, w.spec.Name, w.spec.Version, msg, map[string]any{"kind": "memory", "message": msg, "limit_bytes": w.spec.Memory})
+	}
+	return nil, 0, de
+}
+
+func resultJSON(taskID, typ, version, msg string, errObj map[string]any) ([]byte, int, error) {
+	res := &runtime.Result{TaskID: taskID, Status: 1, Message: msg, Stderr: msg, Error: errObj, Plugin: typ + "@" + version}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return nil, 0, fmt.Errorf("encoding a result: %w", err)
+	}
+	return b, 1, nil
+}
+
+// acquire returns an idle worker of the type, or starts one.
+func (s *Supervisor) acquire(ctx context.Context, typ string) (*proc, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	spec, ok := s.specs[typ]
+	if !ok {
+		s.mu.Unlock()
+		return nil, &RunError{Kind: KindNotFound, Message: fmt.Sprintf("%v: no loaded plugin serves type %q", runtime.ErrPluginNotFound, typ)}
+	}
+	p := s.pools[typ]
+	if p == nil {
+		p = &pool{spec: spec}
+		s.pools[typ] = p
+	}
+	for len(p.idle) > 0 {
+		w := p.idle[len(p.idle)-1]
+		p.idle = p.idle[:len(p.idle)-1]
+		select {
+		case <-w.dead:
+			s.total--
+			continue
+		default:
+		}
+		s.mu.Unlock()
+		return w, nil
+	}
+	var evict *proc
+	if s.total >= s.cfg.MaxWorkers {
+		evict = s.oldestIdleLocked()
+	}
+	s.total++
+	s.stats.Started++
+	s.mu.Unlock()
+	if evict != nil {
+		s.retire(evict, "making room for a worker of another type")
+	}
+	w, err := s.start(ctx, spec)
+	if err != nil {
+		s.mu.Lock()
+		s.total--
+		s.mu.Unlock()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (s *Supervisor) oldestIdleLocked() *proc {
+	var best *proc
+	var bestPool *pool
+	for _, p := range s.pools {
+		if len(p.idle) > 0 && (best == nil || p.idle[0].idleSince.Before(best.idleSince)) {
+			best, bestPool = p.idle[0], p
+		}
+	}
+	if best != nil {
+		bestPool.idle = bestPool.idle[1:]
+		s.total--
+	}
+	return best
+}
+
+// release puts a worker back in its pool, or stops it.
+func (s *Supervisor) release(w *proc, retire bool) {
+	s.mu.Lock()
+	p := s.pools[w.spec.Name]
+	if retire || s.closed || p == nil || p.spec != w.spec {
+		s.total--
+		s.mu.Unlock()
+		s.retire(w, "")
+		return
+	}
+	w.idleSince = time.Now()
+	p.idle = append(p.idle, w)
+	s.mu.Unlock()
+}
+
+// forget drops a dead worker from the count.
+func (s *Supervisor) forget(w *proc) {
+	s.mu.Lock()
+	s.total--
+	s.stats.Died++
+	if w.death().OOM {
+		s.stats.OOM++
+	}
+	s.mu.Unlock()
+}
+
+// retire stops a worker that is not running anything: closing its
+// connection makes it exit; it is killed if it has not within a second.
+func (s *Supervisor) retire(w *proc, why string) {
+	if why != "" {
+		s.log.Debug("stopping a worker", "pid", w.pid, "type", w.spec.Name, "reason", why)
+	}
+	_ = w.sock.Close()
+	go func() {
+		select {
+		case <-w.dead:
+		case <-time.After(time.Second):
+			w.kill()
+		}
+	}()
+}
+
+func (s *Supervisor) reapIdle() {
+	defer close(s.reapDone)
+	t := time.NewTicker(min(s.cfg.IdleTimeout/2, 30*time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopReap:
+			return
+		case <-t.C:
+		}
+		var stop []*proc
+		s.mu.Lock()
+		for _, p := range s.pools {
+			keep := p.idle[:0]
+			for _, w := range p.idle {
+				if time.Since(w.idleSince) > s.cfg.IdleTimeout {
+					stop = append(stop, w)
+					s.total--
+				} else {
+					keep = append(keep, w)
+				}
+			}
+			p.idle = keep
+		}
+		s.mu.Unlock()
+		for _, w := range stop {
+			s.retire(w, "idle")
+		}
+	}
+}
+
+// Stats returns the supervisor's counters.
+func (s *Supervisor) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Live = s.total
+	for _, p := range s.pools {
+		st.Idle += len(p.idle)
+	}
+	return st
+}
+
+// Close stops the idle workers and refuses new runs. Runs in flight
+// keep their workers until they finish (their callers cancel them on a
+// forced shutdown); those workers then exit.
+func (s *Supervisor) Close() {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		var stop []*proc
+		for _, p := range s.pools {
+			stop = append(stop, p.idle...)
+			s.total -= len(p.idle)
+			p.idle = nil
+		}
+		s.mu.Unlock()
+		close(s.stopReap)
+		<-s.reapDone
+		for _, w := range stop {
+			s.retire(w, "shutdown")
+		}
+		for _, w := range stop {
+			<-w.dead
+		}
+	})
+}
+
+// proc is one worker process.
+type proc struct {
+	spec      TypeSpec
+	cmd       *exec.Cmd
+	conn      *Conn
+	sock      net.Conn
+	pid       int
+	cgroup    string
+	idleSince time.Time
+
+	results chan *Frame   // result frames, read by the run in flight
+	dead    chan struct{} // closed once the process exited and its output is read
+
+	mu      sync.Mutex
+	runID   uint64
+	taskID  string
+	waitErr error
+	stderr  tail
+	fatal   string // first line of a Go crash report on stderr
+	deathOf *DeathError
+}
+
+func (w *proc) setRun(id uint64, taskID string) {
+	w.mu.Lock()
+	w.runID, w.taskID = id, taskID
+	w.mu.Unlock()
+}
+
+func (w *proc) kill() {
+	if w.cmd.Process != nil {
+		_ = w.cmd.Process.Kill()
+	}
+}
+
+// start launches a worker and waits for its hello.
+func (s *Supervisor) start(ctx context.Context, spec TypeSpec) (*proc, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("starting a worker for %q: socketpair: %w", spec.Name, err)
+	}
+	parentEnd := os.NewFile(uintptr(fds[0]), "worker-parent")
+	childEnd := os.NewFile(uintptr(fds[1]), "worker-child")
+	sock, err := net.FileConn(parentEnd)
+	parentEnd.Close()
+	if err != nil {
+		childEnd.Close()
+		return nil, fmt.Errorf("starting a worker for %q: %w", spec.Name, err)
+	}
+	cmd := s.cfg.Command(spec)
+	cmd.ExtraFiles = []*os.File{childEnd}
+	if s.cfg.CgroupDir != "" {
+		cmd.Env = append(cmd.Environ(), CgroupEnv+"="+s.cfg.CgroupDir)
+	}
+	w := &proc{spec: spec, cmd: cmd, conn: NewConn(sock), sock: sock, cgroup: s.cfg.CgroupDir,
+		results: make(chan *Frame, 4), dead: make(chan struct{})}
+	w.stderr.max = 64
+	stderrR, stderrW, err := os.Pipe()
+	if err != nil {
+		sock.Close()
+		childEnd.Close()
+		return nil, fmt.Errorf("starting a worker for %q: %w", spec.Name, err)
+	}
+	cmd.Stderr = stderrW
+	err = cmd.Start()
+	childEnd.Close()
+	stderrW.Close()
+	if err != nil {
+		sock.Close()
+		stderrR.Close()
+		return nil, fmt.Errorf("starting a worker for %q: %w", spec.Name, err)
+	}
+	w.pid = cmd.Process.Pid
+	log := s.log.With("component", "worker", "type", spec.Name, "pid", w.pid)
+
+	hello := make(chan *Frame, 1)
+	stderrDone := make(chan struct{})
+	go func() { defer close(stderrDone); w.readStderr(stderrR, log) }()
+	go func() {
+		w.readFrames(log, hello)
+		// The connection is closed: the worker exited or is about to.
+		exited := make(chan struct{})
+		go func() {
+			select {
+			case <-exited:
+			case <-time.After(2 * time.Second):
+				w.kill()
+			}
+		}()
+		err := cmd.Wait()
+		close(exited)
+		<-stderrDone
+		stderrR.Close()
+		w.mu.Lock()
+		w.waitErr = err
+		w.mu.Unlock()
+		w.death() // settle the cause while the cgroup is still there
+		close(w.dead)
+	}()
+
+	t := time.NewTimer(s.cfg.StartTimeout)
+	defer t.Stop()
+	select {
+	case f := <-hello:
+		if _, ok := f.Types[spec.Name]; !ok {
+			log.Warn("the worker did not load the plugin type (changed on disk since the daemon loaded it?); its runs will say why")
+		}
+		log.Debug("worker started", "types", len(f.Types))
+		return w, nil
+	case <-w.dead:
+		return nil, fmt.Errorf("starting a worker for %q: it exited: %s", spec.Name, w.death().Cause)
+	case <-t.C:
+		w.kill()
+		<-w.dead
+		return nil, fmt.Errorf("starting a worker for %q: no answer within %s (loading the plugins)", spec.Name, s.cfg.StartTimeout)
+	case <-ctx.Done():
+		w.kill()
+		<-w.dead
+		return nil, fmt.Errorf("%w: while starting a worker for %q: %v", runtime.ErrCancelled, spec.Name, context.Cause(ctx))
+	}
+}
+
+// readFrames dispatches the worker's frames until its connection closes.
+func (w *proc) readFrames(log *slog.Logger, hello chan<- *Frame) {
+	defer w.sock.Close()
+	for {
+		f, err := w.conn.Recv()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				log.Warn("reading from a worker failed; stopping it", "err", err)
+				w.kill()
+			}
+			return
+		}
+		switch f.Type {
+		case TypeHello:
+			select {
+			case hello <- f:
+			default:
+			}
+		case TypeResult:
+			w.results <- f
+		case TypeLog:
+			w.emit(log, f)
+		case TypePing:
+			_ = w.conn.Send(&Frame{Type: TypePong, ID: f.ID})
+		}
+	}
+}
+
+// emit re-logs a worker's log record with the task it belongs to.
+func (w *proc) emit(log *slog.Logger, f *Frame) {
+	if f.Log == nil {
+		return
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(f.Log.Level)); err != nil {
+		lvl = slog.LevelInfo
+	}
+	ctx := context.Background()
+	if !log.Enabled(ctx, lvl) {
+		return
+	}
+	args := make([]any, 0, 2*len(f.Log.Attrs)+2)
+	w.mu.Lock()
+	run, task := w.runID, w.taskID
+	w.mu.Unlock()
+	if _, has := f.Log.Attrs["task"]; !has && f.ID != 0 && f.ID == run && task != "" {
+		args = append(args, "task", task)
+	}
+	for k, v := range f.Log.Attrs {
+		if k == "type" || k == "pid" || k == "component" {
+			k = "worker_" + k
+		}
+		args = append(args, k, v)
+	}
+	log.Log(ctx, lvl, f.Log.Msg, args...)
+}
+
+// readStderr logs what the worker writes on stderr (a Go crash report,
+// mostly) and keeps the last lines for the death report.
+func (w *proc) readStderr(r io.Reader, log *slog.Logger) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), 64<<10)
+	logged := 0
+	for sc.Scan() {
+		line := sc.Text()
+		w.mu.Lock()
+		w.stderr.add(line)
+		if w.fatal == "" && isFatalLine(line) {
+			w.fatal = line
+		}
+		w.mu.Unlock()
+		if logged < 20 && strings.TrimSpace(line) != "" {
+			logged++
+			log.Warn("worker stderr", "line", line)
+		}
+	}
+	if logged >= 20 {
+		log.Warn("worker stderr: more lines not logged")
+	}
+}
+
+// death describes why the worker exited.
+func (w *proc) death() *DeathError {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.deathOf != nil {
+		return w.deathOf
+	}
+	d := &DeathError{Type: w.spec.Name, PID: w.pid, Limit: w.spec.Memory}
+	first := w.fatal
+	if first == "" {
+		first = w.stderr.last()
+	}
+	switch {
+	case strings.Contains(w.fatal, "out of memory") || strings.Contains(w.fatal, "cannot allocate memory"):
+		d.OOM = true
+		d.Cause = "out of memory"
+	case oomKilled(w.cgroup, w.pid):
+		d.OOM = true
+		d.Cause = "out of memory (killed by the cgroup OOM killer)"
+	case w.waitErr != nil:
+		d.Cause = w.waitErr.Error()
+		if first != "" {
+			d.Cause += ": " + first
+		}
+	default:
+		d.Cause = "it closed its connection and exited"
+		if first != "" {
+			d.Cause += ": " + first
+		}
+	}
+	w.deathOf = d
+	return d
+}
+
+// tail keeps the last lines of a stream.
+type tail struct {
+	max   int
+	lines []string
+}
+
+func (t *tail) add(s string) {
+	if len(s) > 512 {
+		s = s[:512] + "..."
+	}
+	t.lines = append(t.lines, s)
+	if len(t.lines) > t.max {
+		t.lines = t.lines[len(t.lines)-t.max:]
+	}
+}
+
+func (t *tail) last() string {
+	for i := len(t.lines) - 1; i >= 0; i-- {
+		if strings.TrimSpace(t.lines[i]) != "" {
+			return t.lines[i]
+		}
+	}
+	return ""
+}
+
+// isFatalLine tells the first line of a Go crash report (or of a fatal
+// message from the worker command).
+func isFatalLine(s string) bool {
+	for _, p := range []string{"fatal error:", "panic:", "runtime: out of memory", "loomd:"} {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
