@@ -37,6 +37,9 @@ type App struct {
 	// Signals, when set, delivers SIGINT/SIGTERM to long-running commands
 	// (serve, repl). Nil in tests unless a test wants to send them.
 	Signals <-chan os.Signal
+	// Executable is the loomd binary loomd serve starts its worker
+	// processes from; empty means this process's own executable.
+	Executable string
 }
 
 // NewSystemApp returns an App bound to the process.

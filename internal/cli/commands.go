@@ -7,4 +7,5 @@ import "github.com/spf13/cobra"
 func (a *App) addMoreCommands(root *cobra.Command, g *globalOptions) {
 	root.AddCommand(a.newReplCmd(g))
 	root.AddCommand(a.newStubsCmd(g))
+	root.AddCommand(a.newWorkerCmd(g))
 }

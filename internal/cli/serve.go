@@ -20,6 +20,7 @@ import (
 
 	"github.com/loomrt/loom/internal/api"
 	"github.com/loomrt/loom/internal/queue"
+	"github.com/loomrt/loom/internal/worker"
 	"github.com/loomrt/loom/runtime"
 )
 
@@ -43,6 +44,9 @@ type serveOptions struct {
 	timeout         time.Duration
 	fsync           string
 	replicas        int
+	isolation       string
+	pluginMemory    string
+	limitMode       string
 }
 
 func (a *App) newServeCmd(g *globalOptions) *cobra.Command {
@@ -55,6 +59,12 @@ in the process with its store under --data, or an external NATS with --nats),
 runs queued tasks through the plugins with --concurrency tasks in flight,
 answers the HTTP API on --listen (docs/api.md), and reloads plugins when
 their folders change.
+
+Hooks run in worker processes (--isolation worker, the default): one pool
+per plugin type, one hook at a time per process, each under a memory
+budget (--plugin-memory, or limits.memory in a plugin's definition). A
+hook over its budget fails its own task with error kind "memory"; a
+worker that dies fails only its task, and is replaced.
 
 Every flag can also be set with a LOOM_* environment variable (--nats-listen
 is LOOM_NATS_LISTEN) or in the --config file. SIGTERM or SIGINT stops taking
@@ -87,6 +97,10 @@ signal forces the exit, and forced tasks run again later.`,
 	f.DurationVar(&o.reloadDebounce, "reload-debounce", 200*time.Millisecond, "quiet time after the last plugin file change before reloading")
 	f.StringVar(&o.fsync, "fsync", "always", "embedded store fsync policy: \"always\" (every write; survives power loss) or an interval such as 1s (faster; a crash of the machine may lose that much)")
 	f.DurationVar(&o.timeout, "timeout", 0, "deadline for each hook, overriding the plugin definitions' timeouts (default: theirs, or 10m)")
+	// Isolation of hooks (docs/operations.md, "Worker processes").
+	f.StringVar(&o.isolation, "isolation", isolationWorker, "where hooks run: \"worker\" (child processes under a memory budget; a crash fails only its task) or \"none\" (in the daemon's process, no memory budget)")
+	f.StringVar(&o.pluginMemory, "plugin-memory", "256MiB", "memory budget of one hook run, unless its plugin definition sets limits.memory (--isolation worker)")
+	f.StringVar(&o.limitMode, "worker-limit", "auto", "OS memory limit of worker processes: auto (cgroup v2 when loomd may write its cgroup, else rlimit), cgroup, or rlimit")
 	return cmd
 }
 
@@ -148,6 +162,26 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		}
 		syncInterval = d
 	}
+	var pluginMemory int64
+	switch o.isolation {
+	case isolationWorker:
+		n, err := runtime.ParseSize(o.pluginMemory)
+		if err != nil {
+			return usageErr(fmt.Errorf("--plugin-memory: %w", err))
+		}
+		if n < runtime.MinMemoryLimit {
+			return usageErr(fmt.Errorf("--plugin-memory %s: below the minimum of %s", o.pluginMemory, runtime.FormatSize(runtime.MinMemoryLimit)))
+		}
+		pluginMemory = n
+		switch o.limitMode {
+		case "auto", "cgroup", "rlimit":
+		default:
+			return usageErr(fmt.Errorf("--worker-limit %q: want auto, cgroup or rlimit", o.limitMode))
+		}
+	case isolationNone:
+	default:
+		return usageErr(fmt.Errorf("--isolation %q: want worker or none", o.isolation))
+	}
 	metrics := api.NewMetrics()
 	qcfg := queue.Config{
 		DataDir:      o.data,
@@ -186,7 +220,20 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 	defer q.Close()
 
-	srv, err := api.New(api.Config{Addr: o.listen, Token: o.token, Queue: q, Plugins: rt, Metrics: metrics,
+	var runner queue.Runner = runtimeRunner{rt}
+	var plugins api.Plugins = rt
+	var sup *worker.Supervisor
+	if o.isolation == isolationWorker {
+		if sup, err = a.newSupervisor(o, logger.With("component", "worker")); err != nil {
+			return err
+		}
+		defer sup.Close()
+		sup.SetTypes(typeSpecs(rt.Types(), pluginMemory))
+		runner = workerRunner{rt: rt, sup: sup}
+		plugins = workerPlugins{Runtime: rt, sup: sup}
+	}
+
+	srv, err := api.New(api.Config{Addr: o.listen, Token: o.token, Queue: q, Plugins: plugins, Metrics: metrics,
 		Logger: logger.With("component", "api")})
 	if err != nil {
 		return usageErr(err)
@@ -201,16 +248,22 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	serveCtx, stopServing := context.WithCancel(ctx)
 	defer stopServing()
 	served := make(chan error, 1)
-	go func() { served <- q.Serve(serveCtx, runtimeRunner{rt}, o.concurrency) }()
+	go func() { served <- q.Serve(serveCtx, runner, o.concurrency) }()
 
 	var stopWatch func()
 	if o.watch {
-		stopWatch, err = watchPlugins(o.g.pluginsDir, o.reloadDebounce, logger, func() { a.reload(ctx, rt, q, logger) })
+		stopWatch, err = watchPlugins(o.g.pluginsDir, o.reloadDebounce, logger, func() {
+			a.reload(ctx, rt, q, logger)
+			if sup != nil {
+				sup.SetTypes(typeSpecs(rt.Types(), pluginMemory))
+			}
+		})
 		if err != nil {
 			logger.Warn("hot reload is off: cannot watch the plugins directory", "dir", o.g.pluginsDir, "err", err)
 		}
 	}
 	attrs := []any{"api", "http://" + srv.Addr(), "queue", q.Mode(), "types", len(rt.Types()), "concurrency", o.concurrency,
+		"isolation", o.isolation,
 		"startup", time.Since(start).Round(time.Microsecond)}
 	if q.Mode() == "embedded" {
 		attrs = append(attrs, "data", o.data)
@@ -255,6 +308,9 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
+	if sup != nil {
+		sup.Close()
+	}
 	rt.Close()
 	rtClosed = true
 	if err := q.Close(); err != nil {

@@ -461,8 +461,8 @@ type proc struct {
 	runID   uint64
 	taskID  string
 	waitErr error
-	stderr  tail
 	fatal   string // first line of a Go crash report on stderr
+	first   string // first line on stderr
 	deathOf *DeathError
 }
 
@@ -499,7 +499,6 @@ func (s *Supervisor) start(ctx context.Context, spec TypeSpec) (*proc, error) {
 	}
 	w := &proc{spec: spec, cmd: cmd, conn: NewConn(sock), sock: sock, cgroup: s.cfg.CgroupDir,
 		results: make(chan *Frame, 4), dead: make(chan struct{})}
-	w.stderr.max = 64
 	stderrR, stderrW, err := os.Pipe()
 	if err != nil {
 		sock.Close()
@@ -516,7 +515,7 @@ func (s *Supervisor) start(ctx context.Context, spec TypeSpec) (*proc, error) {
 		return nil, fmt.Errorf("starting a worker for %q: %w", spec.Name, err)
 	}
 	w.pid = cmd.Process.Pid
-	log := s.log.With("component", "worker", "type", spec.Name, "pid", w.pid)
+	log := s.log.With("type", spec.Name, "pid", w.pid)
 
 	hello := make(chan *Frame, 1)
 	stderrDone := make(chan struct{})
@@ -630,8 +629,13 @@ func (w *proc) readStderr(r io.Reader, log *slog.Logger) {
 	logged := 0
 	for sc.Scan() {
 		line := sc.Text()
+		if len(line) > 512 {
+			line = line[:512] + "..."
+		}
 		w.mu.Lock()
-		w.stderr.add(line)
+		if w.first == "" && strings.TrimSpace(line) != "" {
+			w.first = line
+		}
 		if w.fatal == "" && isFatalLine(line) {
 			w.fatal = line
 		}
@@ -644,6 +648,9 @@ func (w *proc) readStderr(r io.Reader, log *slog.Logger) {
 	if logged >= 20 {
 		log.Warn("worker stderr: more lines not logged")
 	}
+	// A line past the scanner's buffer ends the scan: keep draining, or
+	// the worker would block writing to a full pipe.
+	_, _ = io.Copy(io.Discard, r)
 }
 
 // death describes why the worker exited.
@@ -656,7 +663,7 @@ func (w *proc) death() *DeathError {
 	d := &DeathError{Type: w.spec.Name, PID: w.pid, Limit: w.spec.Memory}
 	first := w.fatal
 	if first == "" {
-		first = w.stderr.last()
+		first = w.first
 	}
 	switch {
 	case strings.Contains(w.fatal, "out of memory") || strings.Contains(w.fatal, "cannot allocate memory"):
@@ -680,31 +687,6 @@ func (w *proc) death() *DeathError {
 	return d
 }
 
-// tail keeps the last lines of a stream.
-type tail struct {
-	max   int
-	lines []string
-}
-
-func (t *tail) add(s string) {
-	if len(s) > 512 {
-		s = s[:512] + "..."
-	}
-	t.lines = append(t.lines, s)
-	if len(t.lines) > t.max {
-		t.lines = t.lines[len(t.lines)-t.max:]
-	}
-}
-
-func (t *tail) last() string {
-	for i := len(t.lines) - 1; i >= 0; i-- {
-		if strings.TrimSpace(t.lines[i]) != "" {
-			return t.lines[i]
-		}
-	}
-	return ""
-}
-
 // isFatalLine tells the first line of a Go crash report (or of a fatal
 // message from the worker command).
 func isFatalLine(s string) bool {
@@ -713,5 +695,7 @@ func isFatalLine(s string) bool {
 			return true
 		}
 	}
-	return false
+	// A signal: "SIGSEGV: segmentation violation".
+	name, _, ok := strings.Cut(s, ":")
+	return ok && strings.HasPrefix(name, "SIG") && strings.ToUpper(name) == name && !strings.Contains(name, " ")
 }

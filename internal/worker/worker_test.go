@@ -122,7 +122,7 @@ func newEnv(t *testing.T, cfg worker.Config) *env {
 			Files: map[string]string{"p.lua": "local loom_log = require('loom.log')\n" + plugins}})
 	}
 	e := &env{logs: &syncBuffer{}, plugins: dir}
-	cfg.Logger = slog.New(slog.NewTextHandler(e.logs, nil))
+	cfg.Logger = slog.New(slog.NewTextHandler(e.logs, nil)).With("component", "worker")
 	var extraEnv []string
 	cfg.Command = func(spec worker.TypeSpec) *exec.Cmd {
 		cmd := exec.Command(os.Args[0])

@@ -1,0 +1,200 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/loomrt/loom/internal/queue"
+	"github.com/loomrt/loom/internal/worker"
+	"github.com/loomrt/loom/runtime"
+)
+
+// Isolation modes of loomd serve.
+const (
+	isolationWorker = "worker" // hooks run in worker processes (default)
+	isolationNone   = "none"   // hooks run in the daemon's process
+)
+
+// workerOptions are the flags of the hidden loomd worker command, which
+// loomd serve starts; they are not for people.
+type workerOptions struct {
+	g         *globalOptions
+	typ       string
+	memory    int64
+	limitMode string
+	timeout   time.Duration
+}
+
+func (a *App) newWorkerCmd(g *globalOptions) *cobra.Command {
+	o := &workerOptions{g: g}
+	cmd := &cobra.Command{
+		Use:    "worker",
+		Short:  "Serve hooks for loomd serve in a child process (started by loomd serve, not by hand)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.runWorker(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.typ, "type", "", "plugin type this worker serves")
+	f.Int64Var(&o.memory, "memory", 0, "memory budget of a hook, in bytes (0: none)")
+	f.StringVar(&o.limitMode, "limit-mode", "auto", "OS memory limit: auto, cgroup, rlimit or none")
+	f.DurationVar(&o.timeout, "timeout", 0, "deadline for each hook, overriding the plugin definitions' timeouts")
+	return cmd
+}
+
+func (a *App) runWorker(ctx context.Context, o *workerOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	// fd 3 is the socket loomd serve passed; anything else means a person
+	// ran the command.
+	conn := os.NewFile(3, "loomd-serve")
+	if conn == nil {
+		return usageErr(errors.New("loomd worker is started by loomd serve and talks to it on file descriptor 3; it is not run by hand"))
+	}
+	if st, err := conn.Stat(); err != nil || st.Mode()&os.ModeSocket == 0 {
+		return usageErr(errors.New("loomd worker is started by loomd serve and talks to it on file descriptor 3; it is not run by hand"))
+	}
+	// The daemon decides when workers stop: a Ctrl-C on its terminal
+	// reaches the whole process group, and must not kill hooks the
+	// daemon would rather let finish.
+	signal.Ignore(os.Interrupt, syscall.SIGTERM)
+
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(o.g.log.level)); err != nil {
+		return usageErr(fmt.Errorf("--log-level %q: want debug, info, warn or error", o.g.log.level))
+	}
+	c, err := worker.NewChild(conn, worker.ChildOptions{Type: o.typ, Memory: o.memory, Mode: o.limitMode})
+	if err != nil {
+		return err
+	}
+	logger := slog.New(c.LogHandler(lvl))
+	rt, err := a.newRuntime(ctx, o.g, runtimeConfig{timeout: o.timeout, logger: logger})
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	return c.Serve(ctx, rt)
+}
+
+// workerArgs are the command-line arguments that start a worker with the
+// daemon's settings.
+func workerArgs(g *globalOptions, o *serveOptions, spec worker.TypeSpec) []string {
+	args := []string{"worker", "--type", spec.Name, "--memory", strconv.FormatInt(spec.Memory, 10),
+		"--limit-mode", o.limitMode,
+		"--plugins", g.pluginsDir, "--work-dir", g.workDir, "--tenant", g.tenant, "--log-level", g.log.level,
+		"--ssh-allow-tofu=" + strconv.FormatBool(g.ssh.allowTOFU),
+		"--ssh-allow-insecure=" + strconv.FormatBool(g.ssh.allowInsecure)}
+	if len(g.ssh.knownHosts) > 0 {
+		args = append(args, "--known-hosts", strings.Join(g.ssh.knownHosts, ","))
+	}
+	if o.timeout > 0 {
+		args = append(args, "--timeout", o.timeout.String())
+	}
+	return args
+}
+
+// typeSpecs are the worker pools' types: each loaded type, its version
+// and its memory budget (its definition's limits.memory, else
+// --plugin-memory).
+func typeSpecs(types []runtime.TypeInfo, def int64) []worker.TypeSpec {
+	out := make([]worker.TypeSpec, 0, len(types))
+	for _, t := range types {
+		mem := t.MemoryLimit
+		if mem == 0 {
+			mem = def
+		}
+		out = append(out, worker.TypeSpec{Name: t.Name, Version: t.Version, Memory: mem})
+	}
+	return out
+}
+
+// newSupervisor starts the worker supervisor of loomd serve.
+func (a *App) newSupervisor(o *serveOptions, logger *slog.Logger) (*worker.Supervisor, error) {
+	exe := a.Executable
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("finding loomd's own binary to start workers: %w (or use --isolation none)", err)
+		}
+	}
+	var cgroupDir string
+	if o.limitMode == "auto" || o.limitMode == "cgroup" {
+		dir, err := worker.PrepareCgroup()
+		switch {
+		case err == nil:
+			cgroupDir = dir
+			logger.Info("worker memory limits use cgroup v2", "dir", dir)
+		case o.limitMode == "cgroup":
+			return nil, usageErr(fmt.Errorf("--worker-limit cgroup: %w", err))
+		default:
+			logger.Debug("cgroup v2 is not available for worker memory limits; using RLIMIT_DATA", "reason", err)
+		}
+	}
+	return worker.New(worker.Config{
+		Command: func(spec worker.TypeSpec) *exec.Cmd {
+			return exec.Command(exe, workerArgs(o.g, o, spec)...)
+		},
+		Logger:     logger,
+		MaxWorkers: o.concurrency,
+		CgroupDir:  cgroupDir,
+	}), nil
+}
+
+// workerRunner runs queued tasks in worker processes.
+type workerRunner struct {
+	rt  *runtime.Runtime
+	sup *worker.Supervisor
+}
+
+func (r workerRunner) Run(ctx context.Context, data []byte) ([]byte, int, error) {
+	task, err := runtime.ParseTask(data)
+	if err != nil {
+		return nil, 0, err
+	}
+	_, typ, err := task.Route()
+	timeout := r.rt.TaskTimeout(task)
+	if err != nil || timeout == 0 {
+		// No loaded type serves it: the runtime says why, running nothing.
+		return runtimeRunner{r.rt}.Run(ctx, data)
+	}
+	res, status, err := r.sup.Run(ctx, typ, data, timeout)
+	if errors.Is(err, worker.ErrDied) {
+		return nil, 0, fmt.Errorf("%w: %w", queue.ErrWorkerCrashed, err)
+	}
+	return res, status, err
+}
+
+// workerPlugins adds the worker processes' gauges to the runtime's stats
+// for /metrics and /v1/plugins.
+type workerPlugins struct {
+	*runtime.Runtime
+	sup *worker.Supervisor
+}
+
+func (p workerPlugins) Stats() runtime.Stats {
+	s := p.Runtime.Stats()
+	w := p.sup.Stats()
+	if s.Bindings == nil {
+		s.Bindings = map[string]float64{}
+	}
+	s.Bindings["workers_live"] = float64(w.Live)
+	s.Bindings["workers_idle"] = float64(w.Idle)
+	s.Bindings["workers_started"] = float64(w.Started)
+	s.Bindings["workers_died"] = float64(w.Died)
+	s.Bindings["workers_died_oom"] = float64(w.OOM)
+	return s
+}
