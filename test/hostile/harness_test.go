@@ -403,6 +403,24 @@ func (d *daemon) logContains(s string) bool {
 	return false
 }
 
+// logCount counts the log lines holding s.
+func (d *daemon) logCount(s string) int {
+	f, err := os.Open(d.logPath)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if bytes.Contains(sc.Bytes(), []byte(s)) {
+			n++
+		}
+	}
+	return n
+}
+
 // reportRow is one line of the report.
 type reportRow struct {
 	name, attack, class, expect, observed string

@@ -64,8 +64,8 @@ func trustCases() []hcase {
 		{name: "trust-tenant-globals", class: "trust", expect: "a global set in tenant A's task is invisible in tenant B's", gap: gapTrust, serial: true,
 			plugin: &plugin{body: `self.result.result.seen = tostring(rawget(_G, "LEAK")); LEAK = "tenant-" .. tostring(self.task.tenantId)`},
 			run:    func(t *testing.T, s *suite) string { return s.tenantGlobals(t) }},
-		{name: "poison-worker-killed", class: "poison", expect: "a task whose run kills its worker twice fails with kind crash; no crash loop", gap: gapPoison, serial: true,
-			plugin: &plugin{timeout: "60s", body: `time.sleep(50)`},
+		{name: "poison-worker-killed", class: "poison", expect: "a task whose run kills its worker twice fails with kind crash; no crash loop", serial: true,
+			plugin: &plugin{timeout: "60s", body: `log.info("poison running " .. self.task.taskId); time.sleep(50)`},
 			run:    func(t *testing.T, s *suite) string { return s.poison(t) }},
 	}
 }
@@ -102,10 +102,9 @@ func (s *suite) poison(t *testing.T) string {
 			if kills > 2 {
 				t.Errorf("the worker was killed %d times before the task failed: want 2", kills)
 			}
-			return fmt.Sprintf("%s after %d worker kills", r, kills)
+			return fmt.Sprintf("%s (after %d worker kills)", r.short(), kills)
 		}
-		if r.State == "running" && r.Attempts > kills {
-			time.Sleep(300 * time.Millisecond) // let the worker start the hook
+		if r.State == "running" && s.d.logCount("poison running "+id) > kills {
 			pids := childPIDs(s.d.cmd.Process.Pid)
 			if len(pids) == 0 {
 				t.Fatalf("loomd has no worker processes to kill: hooks run in the daemon")
