@@ -33,11 +33,14 @@ type Host interface {
 	// PluginDir is the plugin's folder (its JSON definition and Lua files).
 	PluginDir() string
 	// WorkDir is the hook's working directory,
-	// <work-root>/<tenant>/<providertypes|automatortypes>/<type>.
+	// <work-root>/<tenant>/<providertypes|automatortypes>/<type>: the only
+	// place the hook may write. Local paths a plugin hands to a binding
+	// must resolve inside WorkDir, PluginDir (read only) or a Grant (read
+	// only); package bindings/localpath applies that rule.
 	WorkDir() string
-	// WorkRoot is the --work-dir root. Local paths a plugin hands to a
-	// binding must resolve inside WorkRoot or PluginDir.
-	WorkRoot() string
+	// Grants are the files of other plugin types that the running task
+	// names and the hook may read. They change with every task.
+	Grants() []Grant
 	// Permissions is what the plugin definition allows beyond the default.
 	Permissions() Permissions
 	// AddSecret registers a value that must never appear in logs, results
@@ -46,6 +49,23 @@ type Host interface {
 	// TaskID is the id of the task being run, for error messages. It is
 	// empty outside a task (in the REPL before :task, at load time).
 	TaskID() string
+}
+
+// Grant is another plugin type's resource that the running task names,
+// such as a provider's SSH key in config["ssh-auth"].identityfile, which the
+// automators of the node need. A grant is read-only, and the runtime makes
+// one only for a path inside a declared resource folder (resourceTypes) of a
+// type the task names, in the task's tenant. A named path that breaks the
+// rule is still listed, with Denied saying why, so the error can tell the
+// plugin author what to fix.
+type Grant struct {
+	// Named is the path as the task wrote it.
+	Named string
+	// Path is the file or folder on this host: absolute and clean, under
+	// <work-root>/<tenant>/<providertypes|automatortypes>/<type>/<resource>.
+	Path string
+	// Denied, when set, is why the task's path is refused.
+	Denied string
 }
 
 // Permissions lists what a plugin definition grants. The zero value grants

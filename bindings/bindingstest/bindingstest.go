@@ -25,7 +25,8 @@ type Host struct {
 	Ctx     context.Context
 	Dir     string // plugin dir
 	Work    string // hook work dir
-	Root    string // work root
+	// Granted are the other plugins' files the test's task names.
+	Granted []bindings.Grant
 	Perms   bindings.Permissions
 	Task    string
 	mu      sync.Mutex
@@ -38,8 +39,7 @@ type Host struct {
 // writes JSON lines to an in-memory buffer (see Logs).
 func NewHost(t testing.TB) *Host {
 	t.Helper()
-	root := t.TempDir()
-	h := &Host{Ctx: context.Background(), Dir: t.TempDir(), Root: root, Work: root, Task: "test-task"}
+	h := &Host{Ctx: context.Background(), Dir: t.TempDir(), Work: t.TempDir(), Task: "test-task"}
 	h.logger = slog.New(slog.NewJSONHandler(&lockedWriter{h: h}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	return h
 }
@@ -64,8 +64,8 @@ func (h *Host) PluginDir() string { return h.Dir }
 // WorkDir implements bindings.Host.
 func (h *Host) WorkDir() string { return h.Work }
 
-// WorkRoot implements bindings.Host.
-func (h *Host) WorkRoot() string { return h.Root }
+// Grants implements bindings.Host.
+func (h *Host) Grants() []bindings.Grant { return h.Granted }
 
 // Permissions implements bindings.Host.
 func (h *Host) Permissions() bindings.Permissions { return h.Perms }

@@ -1,11 +1,13 @@
 // Package fs is the loom.fs binding: file access confined to the hook's
-// work-dir root (read and write) and the plugin's own folder (read only),
-// plus cross-process locks. It is how plugins keep state between tasks,
-// such as an inventory's claims or a provider's SSH key files.
+// own work dir, <work>/<tenant>/<family>types/<type> (read and write), the
+// plugin's own folder (read only) and the other plugins' resources the task
+// names (read only), plus cross-process locks. It is how plugins keep state
+// between tasks, such as an inventory's claims or a provider's SSH key
+// files.
 //
 // Relative paths are relative to the hook's work dir. Every path must
-// resolve, symlinks included, inside the work-dir root or the plugin folder:
-// os.Root enforces it.
+// resolve, symlinks included, inside one of those areas (package
+// localpath): os.Root enforces it.
 package fs
 
 import (
@@ -15,13 +17,13 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
 
 	"github.com/loomrt/loom/bindings"
+	"github.com/loomrt/loom/bindings/localpath"
 )
 
 // maxRead caps fs.read; larger files belong in a transfer, not in a Lua string.
@@ -38,8 +40,10 @@ func (b *Binding) Spec() bindings.ModuleSpec {
 	p := []string{"path string"}
 	return bindings.ModuleSpec{
 		Name: "fs",
-		Doc: "Files under the work-dir root (read/write) and the plugin folder (read only). Relative paths are relative to " +
-			"the hook's work dir (self.env.work_dir). Paths that resolve elsewhere raise a \"permission\" error; I/O failures raise \"io\".",
+		Doc: "Files in the hook's own work dir (self.env.work_dir: read/write), the plugin folder (read only) and other plugins' " +
+			"resources the task names (read only, e.g. config[\"ssh-auth\"].identityfile). Relative paths are relative to the work dir. " +
+			"Paths that resolve elsewhere, by \"..\", absolute path or symlink, raise a \"permission\" error that says nothing about " +
+			"what is there; I/O failures raise \"io\".",
 		Funcs: []bindings.FuncSpec{
 			{Name: "read", Params: p, Returns: []string{"string"}, Doc: "Returns the file's content (at most 64 MiB)."},
 			{Name: "write", Params: []string{"path string", "content string", "opts? {mode?: string}"},
@@ -66,53 +70,27 @@ func (b *Binding) Open(L *lua.LState, h bindings.Host) lua.LValue {
 
 type module struct{ h bindings.Host }
 
-// resolve maps a plugin's path to a root and a path inside it.
-func (m *module) resolve(L *lua.LState, p string, write bool) (*os.Root, string) {
-	if p == "" {
-		bindings.Raise(L, bindings.Errorf("config", "fs: empty path"))
+// resolve maps a plugin's path to the os.Root of its area and a path
+// inside it, following the rule of package localpath.
+func (m *module) resolve(L *lua.LState, op, p string, write bool) (*os.Root, string) {
+	a, rel, err := localpath.Resolve(m.h, "fs."+op, p, write)
+	if err != nil {
+		bindings.Raise(L, err)
 	}
-	abs := p
-	if !filepath.IsAbs(abs) {
-		abs = filepath.Join(m.h.WorkDir(), p)
+	root, err := localpath.OpenRoot(a, "fs."+op)
+	if err != nil {
+		bindings.Raise(L, err)
 	}
-	abs = filepath.Clean(abs)
-	for _, r := range []struct {
-		dir      string
-		writable bool
-	}{{m.h.WorkRoot(), true}, {m.h.PluginDir(), false}} {
-		rel, err := filepath.Rel(r.dir, abs)
-		if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-			continue
-		}
-		if write && !r.writable {
-			bindings.Raise(L, bindings.Errorf("permission", "fs: %s is inside the plugin folder, which is read-only; write under the work dir instead", p))
-		}
-		if write {
-			if err := os.MkdirAll(r.dir, 0o750); err != nil {
-				bindings.Raise(L, bindings.Errorf("io", "fs: creating %s: %v", r.dir, err))
-			}
-		}
-		root, err := os.OpenRoot(r.dir)
-		if err != nil {
-			bindings.Raise(L, bindings.Errorf("io", "fs: opening %s: %v", r.dir, err))
-		}
-		return root, rel
-	}
-	bindings.Raise(L, bindings.Errorf("permission", "fs: %s is outside the work-dir root %s and the plugin folder", p, m.h.WorkRoot()))
-	return nil, ""
+	return root, rel
 }
 
 func ioErr(L *lua.LState, op, p string, err error) {
-	var kind = "io"
-	if strings.Contains(err.Error(), "escapes") || strings.Contains(err.Error(), "outside") {
-		kind = "permission"
-	}
-	bindings.Raise(L, bindings.Errorf(kind, "fs.%s %s: %v", op, p, err))
+	bindings.Raise(L, localpath.IOError("fs."+op, p, err))
 }
 
 func (m *module) read(L *lua.LState) int {
 	p := L.CheckString(1)
-	root, rel := m.resolve(L, p, false)
+	root, rel := m.resolve(L, "read", p, false)
 	defer root.Close()
 	st, err := root.Stat(rel)
 	if err != nil {
@@ -142,7 +120,7 @@ func (m *module) write(L *lua.LState) int {
 			mode = os.FileMode(v)
 		}
 	}
-	root, rel := m.resolve(L, p, true)
+	root, rel := m.resolve(L, "write", p, true)
 	defer root.Close()
 	if dir := filepath.Dir(rel); dir != "." {
 		if err := root.MkdirAll(dir, 0o750); err != nil {
@@ -176,16 +154,19 @@ func (m *module) write(L *lua.LState) int {
 
 func (m *module) exists(L *lua.LState) int {
 	p := L.CheckString(1)
-	root, rel := m.resolve(L, p, false)
+	root, rel := m.resolve(L, "exists", p, false)
 	defer root.Close()
 	_, err := root.Stat(rel)
+	if localpath.Escapes(err) {
+		ioErr(L, "exists", p, err)
+	}
 	L.Push(lua.LBool(err == nil))
 	return 1
 }
 
 func (m *module) remove(L *lua.LState) int {
 	p := L.CheckString(1)
-	root, rel := m.resolve(L, p, true)
+	root, rel := m.resolve(L, "remove", p, true)
 	defer root.Close()
 	err := root.Remove(rel)
 	if errors.Is(err, iofs.ErrNotExist) {
@@ -201,7 +182,7 @@ func (m *module) remove(L *lua.LState) int {
 
 func (m *module) mkdir(L *lua.LState) int {
 	p := L.CheckString(1)
-	root, rel := m.resolve(L, p, true)
+	root, rel := m.resolve(L, "mkdir", p, true)
 	defer root.Close()
 	if err := root.MkdirAll(rel, 0o750); err != nil {
 		ioErr(L, "mkdir", p, err)
@@ -211,7 +192,7 @@ func (m *module) mkdir(L *lua.LState) int {
 
 func (m *module) list(L *lua.LState) int {
 	p := L.CheckString(1)
-	root, rel := m.resolve(L, p, false)
+	root, rel := m.resolve(L, "list", p, false)
 	defer root.Close()
 	f, err := root.Open(rel)
 	if err != nil {
@@ -234,7 +215,7 @@ func (m *module) list(L *lua.LState) int {
 func (m *module) withLock(L *lua.LState) int {
 	p := L.CheckString(1)
 	fn := L.CheckFunction(2)
-	root, rel := m.resolve(L, p, true)
+	root, rel := m.resolve(L, "with_lock", p, true)
 	defer root.Close()
 	if dir := filepath.Dir(rel); dir != "." {
 		if err := root.MkdirAll(dir, 0o750); err != nil {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,7 +16,11 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/loomrt/loom/bindings"
+	"github.com/loomrt/loom/bindings/localpath"
 )
+
+// maxKeyFile bounds a key_file: private keys and certificates are a few KiB.
+const maxKeyFile = 1 << 20
 
 // connConfig is a parsed ssh.connect table. It never leaves the binding:
 // it holds secrets.
@@ -107,13 +110,9 @@ func (m *module) parseConnConfig(t *lua.LTable, where string, depth int) (*connC
 		return nil, bindings.Errorf("config", "%s: give key or key_file, not both", where)
 	}
 	if keyFile != "" {
-		path, err := resolveLocal(m.h, keyFile, false)
+		b, err := localpath.ReadFile(m.h, where+": key_file", keyFile, maxKeyFile)
 		if err != nil {
 			return nil, err
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil, bindings.Errorf("io", "%s: reading key_file %q: %v", where, keyFile, errors.Unwrap(err))
 		}
 		key = string(b)
 		m.addSecret(key)

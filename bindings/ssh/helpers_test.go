@@ -47,7 +47,7 @@ func newEnv(t testing.TB, cfg sshdtest.Config, opts *Options) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	e.h.Ctx = ctx
-	e.h.Work = filepath.Join(e.h.Root, "tenant", "automatortypes", "shell")
+	e.h.Work = filepath.Join(t.TempDir(), "tenant", "automatortypes", "shell")
 	if err := os.MkdirAll(e.h.Work, 0o755); err != nil {
 		t.Fatal(err)
 	}
