@@ -135,7 +135,7 @@ func TestIdleVMMemory(t *testing.T) {
 	before := heap()
 	vms := make([]*vm, 1000)
 	for i := range vms {
-		v, err := newVM(rt, pt)
+		v, err := newVM(rt, pt, "default")
 		if err != nil {
 			t.Fatal(err)
 		}

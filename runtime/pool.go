@@ -9,37 +9,51 @@ import (
 // table's key index, so long-lived module caches would only grow.
 const maxUses = 10000
 
-// pool is a bounded set of warm VMs for one plugin type version. It is a
-// mutex-guarded slice, not a sync.Pool: the GC empties a sync.Pool
-// without closing the states.
+// tenantsIdle bounds the idle VMs of one type across tenants, in units of
+// the per-tenant bound: a daemon serving many tenants keeps the busiest
+// warm without holding a full pool for each.
+const tenantsIdle = 4
+
+// pool is a bounded set of warm VMs for one plugin type version, kept per
+// tenant: a VM keeps module-level state between tasks, so it only ever
+// serves the tenant it was built for (a global one tenant's task leaves
+// behind must never reach another's). It is a mutex-guarded map of
+// slices, not a sync.Pool: the GC empties a sync.Pool without closing the
+// states.
 type pool struct {
 	mu     sync.Mutex
-	idle   []*vm
-	max    int
+	idle   map[string][]*vm // by tenant
+	nIdle  int
+	max    int // idle VMs per tenant
 	closed bool
-	newVM  func() (*vm, error)
+	newVM  func(tenant string) (*vm, error)
 
 	inUse   atomic.Int64
 	created atomic.Int64
 	retired atomic.Int64
 }
 
-func newPool(max int, newVM func() (*vm, error)) *pool {
-	return &pool{max: max, newVM: newVM}
+func newPool(max int, newVM func(tenant string) (*vm, error)) *pool {
+	return &pool{max: max, newVM: newVM, idle: make(map[string][]*vm)}
 }
 
-// get checks out a warm VM, or provisions a new one.
-func (p *pool) get() (*vm, error) {
+// get checks out a warm VM of the tenant, or provisions a new one.
+func (p *pool) get(tenant string) (*vm, error) {
 	p.mu.Lock()
-	if n := len(p.idle); n > 0 {
-		v := p.idle[n-1]
-		p.idle = p.idle[:n-1]
+	if list := p.idle[tenant]; len(list) > 0 {
+		v := list[len(list)-1]
+		if len(list) == 1 {
+			delete(p.idle, tenant)
+		} else {
+			p.idle[tenant] = list[:len(list)-1]
+		}
+		p.nIdle--
 		p.mu.Unlock()
 		p.inUse.Add(1)
 		return v, nil
 	}
 	p.mu.Unlock()
-	v, err := p.newVM()
+	v, err := p.newVM(tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -53,13 +67,14 @@ func (p *pool) get() (*vm, error) {
 func (p *pool) put(v *vm) {
 	p.inUse.Add(-1)
 	p.mu.Lock()
-	if v.broken || v.uses >= maxUses || p.closed || len(p.idle) >= p.max {
+	if v.broken || v.uses >= maxUses || p.closed || len(p.idle[v.tenant]) >= p.max || p.nIdle >= p.max*tenantsIdle {
 		p.mu.Unlock()
 		p.retired.Add(1)
 		v.close()
 		return
 	}
-	p.idle = append(p.idle, v)
+	p.idle[v.tenant] = append(p.idle[v.tenant], v)
+	p.nIdle++
 	p.mu.Unlock()
 }
 
@@ -75,17 +90,20 @@ func (p *pool) add(v *vm) {
 func (p *pool) drain() {
 	p.mu.Lock()
 	idle := p.idle
-	p.idle = nil
+	p.idle = make(map[string][]*vm)
+	p.nIdle = 0
 	p.closed = true
 	p.mu.Unlock()
-	for _, v := range idle {
-		p.retired.Add(1)
-		v.close()
+	for _, list := range idle {
+		for _, v := range list {
+			p.retired.Add(1)
+			v.close()
+		}
 	}
 }
 
 func (p *pool) idleCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.idle)
+	return p.nIdle
 }

@@ -167,10 +167,10 @@ func (rt *Runtime) TaskTimeout(task *Task) time.Duration {
 	return total
 }
 
-// ensureWorkDir creates the type's work dir once per version, and again
-// if it disappeared, without a stat on every task.
-func (pt *pluginType) ensureWorkDir(dir string) error {
-	if pt.workDirReady.Load() {
+// ensureWorkDir creates the type's work dir for a tenant, once per
+// version and tenant, and again if it disappeared.
+func (pt *pluginType) ensureWorkDir(tenant, dir string) error {
+	if _, ok := pt.workDirs.Load(tenant); ok {
 		if _, err := os.Stat(dir); err == nil {
 			return nil
 		}
@@ -178,7 +178,7 @@ func (pt *pluginType) ensureWorkDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
-	pt.workDirReady.Store(true)
+	pt.workDirs.Store(tenant, true)
 	return nil
 }
 
@@ -200,16 +200,20 @@ func (rt *Runtime) runHookWith(ctx context.Context, pt *pluginType, task *Task, 
 		res.Message = fmt.Sprintf(format, args...)
 		return res, nil
 	}
-	if err := pt.ensureWorkDir(rt.workDirFor(pt)); err != nil {
+	tenant := rt.tenantOf(task)
+	workDir := rt.workDirFor(pt, tenant)
+	if err := pt.ensureWorkDir(tenant, workDir); err != nil {
 		return fail(1, "creating the work dir for %s: %v (check --work-dir)", pt.name, err)
 	}
 	v := held
 	if v == nil {
 		var err error
-		if v, err = pt.pool.get(); err != nil {
+		if v, err = pt.pool.get(tenant); err != nil {
 			return fail(1, "starting a VM for %s: %v", pt.name, err)
 		}
 		defer pt.pool.put(v)
+	} else if v.tenant != tenant {
+		return fail(1, "task %s is for tenant %q, but this session serves tenant %q (restart it with --tenant %s)", task.label(), tenant, v.tenant, tenant)
 	}
 	v.begin(hctx, task.TaskID, hook, logger)
 	defer v.end()
@@ -220,6 +224,7 @@ func (rt *Runtime) runHookWith(ctx context.Context, pt *pluginType, task *Task, 
 		return fail(1, "converting task %s to Lua: %v", task.label(), err)
 	}
 	tt, _ := taskT.(*lua.LTable)
+	v.grants = rt.grantsFor(rt.snap.Load(), task, tenant, workDir, namedPaths(tt))
 	input, missing := v.buildInput(task, tt)
 	if missing != "" {
 		return fail(1, "%s", missing)
@@ -328,7 +333,7 @@ func (v *vm) newInstance(taskT *lua.LTable, task *Task, hook string) *lua.LTable
 		env = L.CreateTable(0, 8)
 		env.RawSetString("work_dir", lua.LString(v.workDir))
 		env.RawSetString("work_root", lua.LString(v.rt.workRoot))
-		env.RawSetString("tenant", lua.LString(v.rt.opts.Tenant))
+		env.RawSetString("tenant", lua.LString(v.tenant))
 		env.RawSetString("type", lua.LString(v.pt.name))
 		env.RawSetString("family", lua.LString(string(v.pt.family)))
 		env.RawSetString("plugin_dir", lua.LString(v.pt.plugin.dir))

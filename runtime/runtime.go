@@ -28,7 +28,8 @@ type Options struct {
 	// directory <WorkDir>/<Tenant>/<providertypes|automatortypes>/<type>.
 	// Default "work".
 	WorkDir string
-	// Tenant is the tenant id in the work-dir layout. Default "default".
+	// Tenant is the tenant of tasks that carry no tenantId. Default
+	// "default". Work dirs and pooled VMs are per (tenant, type).
 	Tenant string
 	// Bindings are the Lua modules plugins may require as "loom.<name>".
 	// Nil means just log and json (see bindings/std for the full set).
@@ -98,7 +99,7 @@ type pluginType struct {
 	hooks   []string // hooks the entry table defines
 	missing []string // hooks it does not define (or inherits as failing defaults)
 
-	workDirReady atomic.Bool
+	workDirs sync.Map // work dirs known to exist, by tenant
 }
 
 // TypeInfo describes a loaded plugin type.
@@ -144,8 +145,8 @@ func New(opts Options) (*Runtime, error) {
 	if opts.Tenant == "" {
 		opts.Tenant = "default"
 	}
-	if strings.ContainsAny(opts.Tenant, `/\`) || opts.Tenant == ".." || opts.Tenant == "." {
-		return nil, fmt.Errorf("runtime options: tenant %q must not contain path separators", opts.Tenant)
+	if !ValidTenant(opts.Tenant) {
+		return nil, fmt.Errorf("runtime options: tenant %q must be %s", opts.Tenant, tenantRule)
 	}
 	if opts.DefaultTimeout <= 0 {
 		opts.DefaultTimeout = 10 * time.Minute
@@ -332,8 +333,8 @@ func (rt *Runtime) buildType(p *plugin, name string) (*pluginType, error) {
 		}
 	}
 	pt := &pluginType{name: name, family: fam, plugin: p, def: p.def.Types[name]}
-	pt.pool = newPool(rt.opts.PoolSize, func() (*vm, error) { return newVM(rt, pt) })
-	v, err := newVM(rt, pt)
+	pt.pool = newPool(rt.opts.PoolSize, func(tenant string) (*vm, error) { return newVM(rt, pt, tenant) })
+	v, err := newVM(rt, pt, rt.opts.Tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -438,10 +439,6 @@ func (rt *Runtime) Close() error {
 	return rt.bindings.Close()
 }
 
-// workDirFor is the Coopr working directory of a plugin type.
-func (rt *Runtime) workDirFor(pt *pluginType) string {
-	return filepath.Join(rt.workRoot, rt.opts.Tenant, pt.family.Dir(), pt.name)
-}
 
 // moduleNames lists what require("loom...") reaches, for error messages.
 func (rt *Runtime) moduleNames() []string {

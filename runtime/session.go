@@ -61,11 +61,11 @@ func (s *Session) open(typeName string) error {
 func newSessionVM(rt *Runtime, pt *pluginType) (*vm, error) {
 	if pt.def.Classname == "" && pt.def.Main == "" && len(pt.plugin.top) == 0 {
 		// A bare sandbox: no plugin code, an empty entry table.
-		v := &vm{rt: rt, pt: pt, loading: map[string]bool{}, secrets: newSecretSet()}
+		v := &vm{rt: rt, pt: pt, tenant: rt.opts.Tenant, loading: map[string]bool{}, secrets: newSecretSet()}
 		v.L = newSandboxState(rt.limits, &v.coroutines)
 		v.ctx = context.Background()
 		v.logger = rt.logger
-		v.workDir = rt.workDirFor(pt)
+		v.workDir = rt.workDirFor(pt, rt.opts.Tenant)
 		v.loaded = v.L.CreateTable(0, 8)
 		v.L.G.Global.RawSetString("require", v.L.NewFunction(v.require))
 		v.L.G.Global.RawSetString("log", v.openBinding("log"))
@@ -75,7 +75,7 @@ func newSessionVM(rt *Runtime, pt *pluginType) (*vm, error) {
 		v.instMeta.RawSetString("__index", v.entry)
 		return v, nil
 	}
-	return newVM(rt, pt)
+	return newVM(rt, pt, rt.opts.Tenant)
 }
 
 // Type is the session's plugin type name ("" for a bare sandbox).

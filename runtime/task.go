@@ -29,6 +29,10 @@ type Task struct {
 	ClusterID string `json:"clusterId,omitempty"`
 	TaskName  string `json:"taskName"`
 	NodeID    string `json:"nodeId,omitempty"`
+	// TenantID is the Loom extension key tenantId: the tenant whose work
+	// dirs, VMs and resources the task uses. Empty means the runtime's
+	// tenant (Options.Tenant, loomd --tenant).
+	TenantID string `json:"tenantId,omitempty"`
 
 	raw   []byte    // the task as received, handed to Lua
 	route routeInfo // what dispatch needs from config
@@ -42,6 +46,7 @@ type taskWire struct {
 	ClusterID string     `json:"clusterId"`
 	TaskName  string     `json:"taskName"`
 	NodeID    string     `json:"nodeId"`
+	TenantID  string     `json:"tenantId"`
 	Config    *routeInfo `json:"config"`
 }
 
@@ -99,7 +104,7 @@ func ParseTask(data []byte) (*Task, error) {
 			return nil, fmt.Errorf("%w: %s", ErrInvalidTask, describeJSONError(data, err))
 		}
 	}
-	t := &Task{TaskID: w.TaskID, JobID: w.JobID, ClusterID: w.ClusterID, TaskName: w.TaskName, NodeID: w.NodeID, raw: data}
+	t := &Task{TaskID: w.TaskID, JobID: w.JobID, ClusterID: w.ClusterID, TaskName: w.TaskName, NodeID: w.NodeID, TenantID: w.TenantID, raw: data}
 	if t.TaskName == "" {
 		return nil, fmt.Errorf("%w: missing \"taskName\" (one of %s)", ErrInvalidTask, strings.Join(TaskNames, ", "))
 	}
@@ -108,6 +113,9 @@ func ParseTask(data []byte) (*Task, error) {
 			return nil, fmt.Errorf("%w: taskName %q must be upper case (%q)", ErrInvalidTask, t.TaskName, strings.ToUpper(t.TaskName))
 		}
 		return nil, fmt.Errorf("%w: unknown taskName %q (want one of %s)", ErrInvalidTask, t.TaskName, strings.Join(TaskNames, ", "))
+	}
+	if t.TenantID != "" && !ValidTenant(t.TenantID) {
+		return nil, fmt.Errorf("%w: task %s: tenantId %q must be %s", ErrInvalidTask, t.label(), t.TenantID, tenantRule)
 	}
 	if w.Config == nil {
 		return nil, fmt.Errorf("%w: task %s has no \"config\" object", ErrInvalidTask, t.label())

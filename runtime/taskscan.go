@@ -23,6 +23,8 @@ func scanTask(data []byte) (w taskWire, ok bool) {
 			return s.stringInto(&w.TaskName)
 		case "nodeId":
 			return s.stringInto(&w.NodeID)
+		case "tenantId":
+			return s.stringInto(&w.TenantID)
 		case "config":
 			if s.peek() != '{' {
 				return false

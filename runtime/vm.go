@@ -29,6 +29,7 @@ type vm struct {
 	loaded  *lua.LTable
 	loading map[string]bool
 	env     *lua.LTable // self.env, reused across the VM's tasks
+	tenant  string      // the only tenant this VM serves
 
 	// Per-task state, set by begin and cleared by end.
 	ctx        context.Context
@@ -36,6 +37,7 @@ type vm struct {
 	baseLogger *slog.Logger
 	logAttrs   [3]string // task, plugin type, hook
 	workDir    string
+	grants     []bindings.Grant
 	taskID     string
 	secrets    *secretSet
 	coroutines int
@@ -47,14 +49,14 @@ type vm struct {
 // moduleName is what require accepts: dotted Lua identifiers.
 var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 
-// newVM builds a sandboxed state for pt and provisions it: runs the
-// plugin's chunks and captures the entry table.
-func newVM(rt *Runtime, pt *pluginType) (*vm, error) {
-	v := &vm{rt: rt, pt: pt, loading: make(map[string]bool), secrets: newSecretSet()}
+// newVM builds a sandboxed state for pt serving tenant and provisions
+// it: runs the plugin's chunks and captures the entry table.
+func newVM(rt *Runtime, pt *pluginType, tenant string) (*vm, error) {
+	v := &vm{rt: rt, pt: pt, tenant: tenant, loading: make(map[string]bool), secrets: newSecretSet()}
 	v.L = newSandboxState(rt.limits, &v.coroutines)
 	v.ctx = context.Background()
 	v.logger = rt.logger.With("plugin", pt.name)
-	v.workDir = rt.workDirFor(pt)
+	v.workDir = rt.workDirFor(pt, tenant)
 	L := v.L
 	g := L.G.Global
 	v.loaded = L.CreateTable(0, 8)
@@ -267,8 +269,9 @@ func (v *vm) PluginDir() string { return v.pt.plugin.dir }
 // WorkDir implements bindings.Host.
 func (v *vm) WorkDir() string { return v.workDir }
 
-// WorkRoot implements bindings.Host.
-func (v *vm) WorkRoot() string { return v.rt.workRoot }
+// Grants implements bindings.Host: the other plugins' resources the
+// running task names.
+func (v *vm) Grants() []bindings.Grant { return v.grants }
 
 // Permissions implements bindings.Host.
 func (v *vm) Permissions() bindings.Permissions {
@@ -300,6 +303,7 @@ func (v *vm) begin(ctx context.Context, taskID, hook string, logger *slog.Logger
 func (v *vm) end() {
 	v.L.RemoveContext()
 	v.ctx = context.Background()
+	v.grants = nil
 	if v.L.GetTop() != 0 {
 		v.L.SetTop(0)
 	}

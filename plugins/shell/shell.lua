@@ -172,6 +172,9 @@ local HINTS = {
   transport_lost = "the SSH connection dropped mid-step; the task can be run again",
   permission = "check that the SSH user may write the cache dir (through sudo unless it is root)",
   io = "check the cache dir on the node (disk space, permissions) and the resources in the work dir",
+  -- A local path refused by loomd's sandbox, while connecting: the key file.
+  key_file = "ssh-auth.identityfile must be in this automator's work dir or in a declared resource folder of the task's "
+    .. "provider, in the task's tenant (see \"Trust model\" in docs/security.md)",
 }
 
 ------------------------------------------------------------------------
@@ -198,7 +201,9 @@ function ShellAutomator:fail(input, what, err)
     e.kind, e.message = "error", tostring(err)
   end
   local msg = ("shell: %s on %s failed: %s"):format(what, self:where(input), tostring(e.message))
-  if HINTS[e.kind] then msg = msg .. " (" .. HINTS[e.kind] .. ")" end
+  local hint = HINTS[e.kind]
+  if e.kind == "permission" and what == "connecting" then hint = HINTS.key_file end
+  if hint then msg = msg .. " (" .. hint .. ")" end
   e.message = msg
   self.result.status = 1
   error(e, 0)

@@ -116,6 +116,13 @@ function StaticProvider:check_credentials(h, fields, path)
   local function set(v) return v ~= nil and v ~= "" end
   if h.key_file ~= nil then
     local file = h.key_file:sub(1, 1) == "/" and h.key_file or (self.env.work_dir .. "/" .. h.key_file)
+    -- Automators read the key through ssh-auth.identityfile, which loomd
+    -- allows only inside a resource folder this type declares.
+    local wd = self.env.work_dir .. "/"
+    if file:find("/%.%./") or not (file:sub(1, #wd + 5) == wd .. "keys/" or file:sub(1, #wd + 9) == wd .. "ssh_keys/") then
+      self:fail("config", "host %s in %s: key_file %s must be in the keys/ or ssh_keys/ folder of %s (declared resource folders, "
+        .. "the only ones automators may read)", h.id, path, h.key_file, self.env.work_dir)
+    end
     if not fs.exists(file) then
       self:fail("config", "host %s in %s: key_file %s does not exist (relative paths are relative to %s)", h.id, path,
         h.key_file, self.env.work_dir)
