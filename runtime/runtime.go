@@ -439,7 +439,6 @@ func (rt *Runtime) Close() error {
 	return rt.bindings.Close()
 }
 
-
 // moduleNames lists what require("loom...") reaches, for error messages.
 func (rt *Runtime) moduleNames() []string {
 	names := []string{}

@@ -22,9 +22,9 @@ import (
 
 // Host is a bindings.Host for tests. Its fields may be set before use.
 type Host struct {
-	Ctx     context.Context
-	Dir     string // plugin dir
-	Work    string // hook work dir
+	Ctx  context.Context
+	Dir  string // plugin dir
+	Work string // hook work dir
 	// Granted are the other plugins' files the test's task names.
 	Granted []bindings.Grant
 	Perms   bindings.Permissions

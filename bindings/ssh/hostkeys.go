@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -393,6 +394,9 @@ func (v *verifier) trustOnFirstUse(key ssh.PublicKey) *bindings.Error {
 	file := v.b.opts.TOFUFile
 	v.b.tofu.mu.Lock()
 	defer v.b.tofu.mu.Unlock()
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		return v.cfg.connError("host_key", "tofu: creating the dir of %s: %v", file, err)
+	}
 	f, err := os.OpenFile(file, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return v.cfg.connError("host_key", "tofu: opening %s: %v", file, err)

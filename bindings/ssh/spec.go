@@ -16,7 +16,7 @@ var moduleSpec = bindings.ModuleSpec{
 			Params:  []string{"opts table"},
 			Returns: []string{"ssh.conn"},
 			Doc: "Opens (or reuses) a pooled connection and returns a handle. opts: host (required), port (22), user (required); " +
-				"password, or key (PEM text) or key_file (path relative to the work dir, confined to the work root and plugin dir), " +
+				"password, or key (PEM text) or key_file (path relative to the work dir; see Local paths: own work dir, plugin folder, or a resource the task names), " +
 				"passphrase, cert (OpenSSH user certificate line); host_key = {policy = \"strict\"|\"pinned\"|\"tofu\"|\"insecure\", " +
 				"pinned = {\"SHA256:...\" | key line | base64 blob, ...}, known_hosts = path | {paths}}; jump = {same fields, for a bastion}; " +
 				"connect_timeout (10s), handshake_timeout (15s), keepalive (15s), keepalive_max (3); reuse (true; false gives a private " +
@@ -66,7 +66,7 @@ var moduleSpec = bindings.ModuleSpec{
 			Name:    "conn:upload",
 			Params:  []string{"local string", "remote string", "opts? table"},
 			Returns: []string{"table"},
-			Doc: "Copies a local file (relative to the work dir, confined to the work root and plugin dir) to an absolute remote " +
+			Doc: "Copies a local file (relative to the work dir; own work dir, plugin folder or a resource the task names) to an absolute remote " +
 				"path over SFTP and returns {bytes, duration_ms}. opts: mode (\"0640\"; default: the existing file's, else 0644), " +
 				"owner, group, sudo (true | {user=, password=}: stage in a private temp file, then a root shell installs it), " +
 				"atomic (true: temp file in the same dir, chmod/chown, then rename over the target).",
@@ -87,8 +87,8 @@ var moduleSpec = bindings.ModuleSpec{
 			Name:    "conn:download",
 			Params:  []string{"remote string", "local string", "opts? table"},
 			Returns: []string{"table"},
-			Doc: "Copies a remote file to a local path (created atomically, parent dirs made, confined to the work root and plugin " +
-				"dir) and returns {bytes, duration_ms}. opts: max_size (\"1GiB\"), mode (\"0644\").",
+			Doc: "Copies a remote file to a local path (created atomically, parent dirs made, inside the hook's own work dir " +
+				"only) and returns {bytes, duration_ms}. opts: max_size (\"1GiB\"), mode (\"0644\").",
 		},
 		{
 			Name:    "conn:write",

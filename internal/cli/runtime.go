@@ -2,8 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -17,13 +22,18 @@ import (
 
 // sshOptions are the daemon-wide SSH settings given to loom.ssh.
 type sshOptions struct {
-	knownHosts    []string
+	knownHosts []string
+	// hostKeys is loomd's own known_hosts: trusted, and where TOFU
+	// records keys. Empty means the command's default (hostKeysFile).
+	hostKeys      string
 	allowTOFU     bool
 	allowInsecure bool
 }
 
 func (o *sshOptions) addFlags(fs *pflag.FlagSet) {
-	fs.StringSliceVar(&o.knownHosts, "known-hosts", nil, "known_hosts file(s) trusted for SSH host keys (default ~/.ssh/known_hosts when it exists)")
+	fs.StringSliceVar(&o.knownHosts, "known-hosts", nil, "known_hosts file(s) trusted for SSH host keys (default ~/.ssh/known_hosts when it exists); never inside --work-dir")
+	fs.StringVar(&o.hostKeys, "host-keys", "", "loomd's own known_hosts file: trusted, and where TOFU records keys; never inside --work-dir "+
+		"(default <data>/known_hosts for serve, $XDG_STATE_HOME/loomd/known_hosts (~/.local/state/loomd/known_hosts) otherwise)")
 	fs.BoolVar(&o.allowTOFU, "ssh-allow-tofu", false, "let plugins use host_key policy \"tofu\" (trust an unknown host key on first use)")
 	fs.BoolVar(&o.allowInsecure, "ssh-allow-insecure", false, "let plugins use host_key policy \"insecure\" (no host key check; for tests only)")
 }
@@ -36,18 +46,103 @@ func (a *App) newBindings(g *globalOptions, logger *slog.Logger) *bindings.Regis
 	})
 }
 
-// sshBindingOptions: trust the --known-hosts files (or ~/.ssh/known_hosts)
-// plus loomd's own <work-dir>/known_hosts, where TOFU records keys.
-func (a *App) sshBindingOptions(g *globalOptions, logger *slog.Logger) sshb.Options {
-	known := append([]string(nil), g.ssh.knownHosts...)
+// hostKeysFile is loomd's own known_hosts: --host-keys, else the
+// command's default (serve sets <data>/known_hosts before building its
+// runtime), else $XDG_STATE_HOME/loomd/known_hosts. It is never in the
+// work dir: plugins write there, and host-key trust must not be theirs to
+// give (issue 10).
+func (a *App) hostKeysFile(g *globalOptions) string {
+	if g.ssh.hostKeys != "" {
+		return g.ssh.hostKeys
+	}
+	if d := a.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "loomd", "known_hosts")
+	}
+	if home := a.Getenv("HOME"); home != "" {
+		return filepath.Join(home, ".local", "state", "loomd", "known_hosts")
+	}
+	return ""
+}
+
+// trustedKnownHosts lists the known_hosts files loom.ssh trusts: the
+// --known-hosts files (or ~/.ssh/known_hosts) and loomd's own.
+func (a *App) trustedKnownHosts(g *globalOptions) (known []string, own string) {
+	known = append([]string(nil), g.ssh.knownHosts...)
 	if len(known) == 0 {
 		if home := a.Getenv("HOME"); home != "" {
 			known = append(known, filepath.Join(home, ".ssh", "known_hosts"))
 		}
 	}
-	own := filepath.Join(g.workDir, "known_hosts")
+	own = a.hostKeysFile(g)
+	if own != "" {
+		known = append(known, own)
+	}
+	return known, own
+}
+
+// checkHostKeyFiles refuses trusted known_hosts files inside the work
+// root, where a plugin could write a key, and warns about the file of
+// older versions, <work-dir>/known_hosts, which is no longer read.
+func (a *App) checkHostKeyFiles(g *globalOptions, logger *slog.Logger) error {
+	root, err := realAbs(g.workDir)
+	if err != nil {
+		return fmt.Errorf("--work-dir %s: %w", g.workDir, err)
+	}
+	known, own := a.trustedKnownHosts(g)
+	for _, f := range known {
+		p, err := realAbs(f)
+		if err != nil {
+			return fmt.Errorf("known_hosts file %s: %w", f, err)
+		}
+		if p == root || strings.HasPrefix(p, root+string(filepath.Separator)) {
+			flag := "--known-hosts"
+			if f == own {
+				flag = "--host-keys"
+			}
+			return fmt.Errorf("%s %s is inside --work-dir %s, where plugins write files: host-key trust must live outside it "+
+				"(for example %s under --data); move the file", flag, f, g.workDir, filepath.Join("<data>", "known_hosts"))
+		}
+	}
+	old := filepath.Join(g.workDir, "known_hosts")
+	if st, err := os.Stat(old); err == nil && st.Mode().IsRegular() && st.Size() > 0 {
+		logger.Warn("ignoring the known_hosts file of older loomd versions: plugins could write it, so it is no longer trusted; "+
+			"review its lines and append the ones you trust to loomd's own file, then remove it",
+			"old", old, "own", own)
+	}
+	return nil
+}
+
+// realAbs is the absolute path with the symlinks of its existing part
+// resolved, so that two spellings of one place compare equal.
+func realAbs(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	var rest []string
+	for dir := abs; ; {
+		r, err := filepath.EvalSymlinks(dir)
+		if err == nil {
+			return filepath.Join(append([]string{r}, rest...)...), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return abs, nil
+		}
+		rest = append([]string{filepath.Base(dir)}, rest...)
+		dir = parent
+	}
+}
+
+// sshBindingOptions: trust the --known-hosts files (or ~/.ssh/known_hosts)
+// plus loomd's own known_hosts (--host-keys), where TOFU records keys.
+func (a *App) sshBindingOptions(g *globalOptions, logger *slog.Logger) sshb.Options {
+	known, own := a.trustedKnownHosts(g)
 	return sshb.Options{
-		KnownHosts:    append(known, own),
+		KnownHosts:    known,
 		TOFUFile:      own,
 		AllowTOFU:     g.ssh.allowTOFU,
 		AllowInsecure: g.ssh.allowInsecure,
@@ -63,6 +158,9 @@ type runtimeConfig struct {
 
 // newRuntime builds and loads a runtime from the global options.
 func (a *App) newRuntime(ctx context.Context, g *globalOptions, rc runtimeConfig) (*runtime.Runtime, error) {
+	if err := a.checkHostKeyFiles(g, rc.logger); err != nil {
+		return nil, usageErr(err)
+	}
 	rt, err := runtime.New(runtime.Options{
 		PluginsDir: g.pluginsDir,
 		WorkDir:    g.workDir,

@@ -203,6 +203,11 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		qcfg.NATSOptions = append(qcfg.NATSOptions, nats.UserCredentials(o.natsCreds))
 	}
 
+	if o.g.ssh.hostKeys == "" {
+		// The daemon's host-key trust lives with its other state, outside
+		// the work dir that plugins write.
+		o.g.ssh.hostKeys = filepath.Join(o.data, "known_hosts")
+	}
 	rt, err := a.newRuntime(ctx, o.g, runtimeConfig{timeout: o.timeout, logger: logger.With("component", "runtime")})
 	if err != nil {
 		return err

@@ -9,15 +9,15 @@
 local loom_ssh = {}
 
 --- Opens (or reuses) a pooled connection and returns a handle. opts: host (required), port (22),
---- user (required); password, or key (PEM text) or key_file (path relative to the work dir,
---- confined to the work root and plugin dir), passphrase, cert (OpenSSH user certificate line);
---- host_key = {policy = "strict"|"pinned"|"tofu"|"insecure", pinned = {"SHA256:..." | key line |
---- base64 blob, ...}, known_hosts = path | {paths}}; jump = {same fields, for a bastion};
---- connect_timeout (10s), handshake_timeout (15s), keepalive (15s), keepalive_max (3); reuse (true;
---- false gives a private connection closed by conn:close()). Durations are seconds or strings like
---- "30s". Passwords, keys and passphrases are registered as secrets. Raises config, permission
---- (tofu/insecure not enabled, path outside the roots), connect, auth, host_key (shows both
---- fingerprints on a mismatch) or timeout.
+--- user (required); password, or key (PEM text) or key_file (path relative to the work dir; see
+--- Local paths: own work dir, plugin folder, or a resource the task names), passphrase, cert
+--- (OpenSSH user certificate line); host_key = {policy = "strict"|"pinned"|"tofu"|"insecure",
+--- pinned = {"SHA256:..." | key line | base64 blob, ...}, known_hosts = path | {paths}}; jump =
+--- {same fields, for a bastion}; connect_timeout (10s), handshake_timeout (15s), keepalive (15s),
+--- keepalive_max (3); reuse (true; false gives a private connection closed by conn:close()).
+--- Durations are seconds or strings like "30s". Passwords, keys and passphrases are registered as
+--- secrets. Raises config, permission (tofu/insecure not enabled, path outside the roots), connect,
+--- auth, host_key (shows both fingerprints on a mismatch) or timeout.
 ---@param opts table
 ---@return ssh.conn
 function loom_ssh.connect(opts) end
@@ -65,11 +65,11 @@ function loom_ssh.quote(...) end
 local loom_ssh_conn = {}
 function loom_ssh_conn:exec(cmd, opts) end
 
---- Copies a local file (relative to the work dir, confined to the work root and plugin dir) to an
---- absolute remote path over SFTP and returns {bytes, duration_ms}. opts: mode ("0640"; default:
---- the existing file's, else 0644), owner, group, sudo (true | {user=, password=}: stage in a
---- private temp file, then a root shell installs it), atomic (true: temp file in the same dir,
---- chmod/chown, then rename over the target).
+--- Copies a local file (relative to the work dir; own work dir, plugin folder or a resource the
+--- task names) to an absolute remote path over SFTP and returns {bytes, duration_ms}. opts: mode
+--- ("0640"; default: the existing file's, else 0644), owner, group, sudo (true | {user=,
+--- password=}: stage in a private temp file, then a root shell installs it), atomic (true: temp
+--- file in the same dir, chmod/chown, then rename over the target).
 ---@param local string
 ---@param remote string
 ---@param opts? table
@@ -90,8 +90,8 @@ function loom_ssh_conn:upload(local, remote, opts) end
 ---@return table
 function loom_ssh_conn:upload_dir(local, remote, opts) end
 
---- Copies a remote file to a local path (created atomically, parent dirs made, confined to the work
---- root and plugin dir) and returns {bytes, duration_ms}. opts: max_size ("1GiB"), mode ("0644").
+--- Copies a remote file to a local path (created atomically, parent dirs made, inside the hook's
+--- own work dir only) and returns {bytes, duration_ms}. opts: max_size ("1GiB"), mode ("0644").
 ---@param remote string
 ---@param local string
 ---@param opts? table
