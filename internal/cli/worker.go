@@ -101,6 +101,10 @@ func workerArgs(g *globalOptions, o *serveOptions, spec worker.TypeSpec) []strin
 	if len(g.ssh.knownHosts) > 0 {
 		args = append(args, "--known-hosts", strings.Join(g.ssh.knownHosts, ","))
 	}
+	if g.ssh.hostKeys != "" {
+		// serve's own known_hosts (<data>/known_hosts by default).
+		args = append(args, "--host-keys", g.ssh.hostKeys)
+	}
 	if o.timeout > 0 {
 		args = append(args, "--timeout", o.timeout.String())
 	}
