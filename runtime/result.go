@@ -19,6 +19,9 @@ import (
 // use keys a Coopr server ignores.
 type Result struct {
 	TaskID string `json:"taskId,omitempty"`
+	// TenantID is the tenant the task ran for (its tenantId, else the
+	// runtime's), as in a Coopr worker's result.
+	TenantID string `json:"tenantId,omitempty"`
 	// Status is 0 on success. Any other value is a failure; 201 and 202
 	// mean "nothing was created" to a Coopr server.
 	Status  int    `json:"status"`
@@ -71,7 +74,7 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return err
 	}
-	for _, k := range []string{"taskId", "status", "message", "stdout", "stderr", "result", "ipaddresses", "hostname", "error", "duration_ms", "plugin"} {
+	for _, k := range []string{"taskId", "tenantId", "status", "message", "stdout", "stderr", "result", "ipaddresses", "hostname", "error", "duration_ms", "plugin"} {
 		delete(m, k)
 	}
 	if len(m) > 0 {

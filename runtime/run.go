@@ -55,7 +55,7 @@ func (rt *Runtime) runTaskWith(ctx context.Context, task *Task, logger *slog.Log
 		}
 		pts[i] = pt
 	}
-	res := &Result{TaskID: task.TaskID}
+	res := &Result{TaskID: task.TaskID, TenantID: rt.tenantOf(task)}
 	var plugins []string
 	for _, pt := range pts {
 		r, err := rt.runHookWith(ctx, pt, task, task.Hook(), logger, nil)

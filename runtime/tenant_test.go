@@ -60,6 +60,12 @@ end`}})
 	if b.Result["seen"] != "nothing" {
 		t.Fatalf("tenant B's task saw a global tenant A left behind: %v", b.Result["seen"])
 	}
+	if b.TenantID != "tenant-b" {
+		t.Fatalf("result tenantId = %q, want tenant-b", b.TenantID)
+	}
+	if js, _ := json.Marshal(b); !strings.Contains(string(js), `"tenantId":"tenant-b"`) {
+		t.Fatalf("result JSON lacks tenantId: %s", js)
+	}
 	if b.Result["tenant"] != "tenant-b" || b.Result["work_dir"] != filepath.Join(work, "tenant-b", "automatortypes", "leaky") {
 		t.Fatalf("tenant B's env: %v", b.Result)
 	}

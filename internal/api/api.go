@@ -248,7 +248,9 @@ func (s *Server) auth(next http.Handler) http.Handler {
 
 // Task is a task record as the API shows it.
 type Task struct {
-	TaskID   string      `json:"taskId"`
+	TaskID string `json:"taskId"`
+	// TenantID is the task's tenantId (absent: the daemon's --tenant).
+	TenantID string      `json:"tenantId,omitempty"`
 	State    queue.State `json:"state"`
 	Attempts int         `json:"attempts"`
 	// Crashes counts the attempts that killed their worker process.
@@ -269,7 +271,7 @@ type Task struct {
 // TaskOf converts a queue record.
 func TaskOf(r queue.Record) Task {
 	return Task{
-		TaskID: r.TaskID, State: r.State, Attempts: r.Attempts, Crashes: r.Crashes, Family: r.Family, Type: r.Type, Hook: r.Hook,
+		TaskID: r.TaskID, TenantID: r.TenantID, State: r.State, Attempts: r.Attempts, Crashes: r.Crashes, Family: r.Family, Type: r.Type, Hook: r.Hook,
 		TaskName: r.TaskName, Owner: r.Owner, Created: r.Created, Started: r.Started, Finished: r.Finished,
 		Status: r.Status, Result: r.Result, Error: r.Error,
 	}

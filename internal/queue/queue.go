@@ -306,6 +306,7 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 	}
 	rec = Record{
 		TaskID:   t.TaskID,
+		TenantID: t.TenantID,
 		State:    Queued,
 		Family:   route.Family,
 		Type:     route.Type,

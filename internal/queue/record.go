@@ -47,7 +47,10 @@ func ParseState(s string) (State, error) {
 // "task.<id>". Revision is the KV revision the record was read at; it is
 // what fences a stale writer out.
 type Record struct {
-	TaskID   string `json:"taskId"`
+	TaskID string `json:"taskId"`
+	// TenantID is the task's tenantId; empty means the running daemon's
+	// --tenant.
+	TenantID string `json:"tenantId,omitempty"`
 	State    State  `json:"state"`
 	Attempts int    `json:"attempts"`
 	// Crashes counts the attempts whose run killed the worker process

@@ -555,7 +555,7 @@ func (q *Queue) claim(ctx context.Context, log *slog.Logger, id string, route Ro
 		case errors.Is(err, ErrNotFound):
 			cur = Record{TaskID: id, State: Queued, Family: route.Family, Type: route.Type, Created: meta.Timestamp.UTC()}
 			if perr == nil {
-				cur.Hook, cur.TaskName = task.Hook(), task.TaskName
+				cur.Hook, cur.TaskName, cur.TenantID = task.Hook(), task.TaskName, task.TenantID
 			}
 		case err != nil:
 			log.Warn("cannot read the task record; retrying later", "err", err)
