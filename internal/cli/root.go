@@ -96,7 +96,7 @@ environment, which wins over the file.`,
 	pf.StringVar(&g.configFile, "config", "", "YAML or TOML file holding any of these settings (keys are flag names)")
 	pf.StringVar(&g.pluginsDir, "plugins", "plugins", "directory of plugin folders")
 	pf.StringVar(&g.workDir, "work-dir", "work", "work-dir root: hooks run in <work-dir>/<tenant>/<providertypes|automatortypes>/<type>")
-	pf.StringVar(&g.tenant, "tenant", "default", "tenant id used in the work-dir layout")
+	pf.StringVar(&g.tenant, "tenant", "default", "tenant of tasks without a tenantId: work dirs and pooled VMs are per (tenant, plugin type)")
 	pf.StringVar(&g.log.format, "log-format", "text", "log format on stderr: text or json")
 	pf.StringVar(&g.log.level, "log-level", "info", "log level: debug, info, warn or error")
 	g.ssh.addFlags(pf)

@@ -14,8 +14,6 @@ const (
 	gapDeadline = "issue 9 item 3 (deadlines, pattern guard, caps)"
 	gapInput    = "issue 9 item 4 (bounded input, API timeouts)"
 	gapFormat   = "issue 9 item 5 (format semantics)"
-	gapTrust    = "issue 10 items 1-3 (trust boundaries)"
-	gapKeyFile  = "issue 10 item 2 (key_file confinement)"
 )
 
 var (

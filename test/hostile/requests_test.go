@@ -99,7 +99,7 @@ func requestCases() []hcase {
 				}
 				return strings.Join(obs, "; ")
 			}},
-		{name: "post-hostile-tenant", attack: "tenantId `../../etc`", class: "input", expect: "HTTP 400: tenantId must be a safe token (no traversal)", gap: gapTrust,
+		{name: "post-hostile-tenant", attack: "tenantId `../../etc`", class: "input", expect: "HTTP 400: tenantId must be a safe token (no traversal)",
 			run: func(t *testing.T, s *suite) string {
 				body := strings.Replace(taskFor(ordinaryType, s.d.nextID("tenant"), ""), `{`, `{"tenantId": "../../etc", `, 1)
 				return s.expectStatus(t, "POST", "/v1/tasks", body, 400)

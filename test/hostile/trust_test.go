@@ -38,7 +38,7 @@ var refused = want{kinds: []string{"permission"}, within: withinDeadline}
 
 func trustCases() []hcase {
 	return []hcase{
-		{name: "trust-known-hosts-write", class: "trust", expect: "fails with kind permission: no plugin can write the host-key trust store", gap: gapTrust,
+		{name: "trust-known-hosts-write", class: "trust", expect: "fails with kind permission: no plugin can write the host-key trust store",
 			plugin: &plugin{body: `fs.write("../../../known_hosts", "* ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHostileHostileHostileHostileHostileHostile0\n")`},
 			want: want{kinds: refused.kinds, within: withinDeadline, check: func(t *testing.T, s *suite, r record) {
 				for _, p := range []string{"work/known_hosts", "data/known_hosts"} {
@@ -47,7 +47,7 @@ func trustCases() []hcase {
 					}
 				}
 			}}},
-		{name: "trust-other-plugin-write", class: "trust", expect: "fails with kind permission: a plugin cannot overwrite another plugin's scripts", gap: gapTrust,
+		{name: "trust-other-plugin-write", class: "trust", expect: "fails with kind permission: a plugin cannot overwrite another plugin's scripts",
 			plugin: &plugin{body: `fs.write("../ordinary/scripts/install.sh", "#!/bin/sh\nrm -rf /\n")`},
 			want: want{kinds: refused.kinds, within: withinDeadline, check: func(t *testing.T, s *suite, r record) {
 				b, _ := os.ReadFile(filepath.Join(s.dir, "work/default/automatortypes/ordinary/scripts/install.sh"))
@@ -55,13 +55,13 @@ func trustCases() []hcase {
 					t.Errorf("the ordinary plugin's install.sh was overwritten")
 				}
 			}}},
-		{name: "trust-other-tenant-read", class: "trust", expect: "fails with kind permission: tenants never see each other's files", gap: gapTrust,
+		{name: "trust-other-tenant-read", class: "trust", expect: "fails with kind permission: tenants never see each other's files",
 			plugin: &plugin{body: `self.result.result.stolen = fs.read("../../../other/automatortypes/h-trust-other-tenant-read/secret.txt")`},
 			want:   refused},
-		{name: "trust-keyfile-traversal", class: "trust", expect: "fails with kind permission: key_file cannot name another plugin's ssh_keys", gap: gapKeyFile,
+		{name: "trust-keyfile-traversal", class: "trust", expect: "fails with kind permission: key_file cannot name another plugin's ssh_keys",
 			plugin: &plugin{body: `ssh.connect({host = "127.0.0.1", port = 9, user = "root", key_file = "../../providertypes/victim/ssh_keys/id_rsa", connect_timeout = 1})`},
 			want:   refused},
-		{name: "trust-tenant-globals", class: "trust", expect: "a global set in tenant A's task is invisible in tenant B's", gap: gapTrust, serial: true,
+		{name: "trust-tenant-globals", class: "trust", expect: "a global set in tenant A's task is invisible in tenant B's", serial: true,
 			plugin: &plugin{body: `self.result.result.seen = tostring(rawget(_G, "LEAK")); LEAK = "tenant-" .. tostring(self.task.tenantId)`},
 			run:    func(t *testing.T, s *suite) string { return s.tenantGlobals(t) }},
 		{name: "poison-worker-killed", class: "poison", expect: "a task whose run kills its worker twice fails with kind crash; no crash loop", serial: true,
