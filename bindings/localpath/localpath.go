@@ -70,7 +70,14 @@ func Resolve(h bindings.Host, what, p string, write bool) (Area, string, error) 
 			named = filepath.Join(h.WorkDir(), named)
 		}
 		named = filepath.Clean(named)
-		if named != abs && g.Path != abs && !within(g.Path, abs) {
+		below := ""
+		switch {
+		case named == abs, g.Path == abs:
+		case within(g.Path, abs):
+			below, _ = filepath.Rel(g.Path, abs)
+		case within(named, abs):
+			below, _ = filepath.Rel(named, abs)
+		default:
 			continue
 		}
 		if g.Denied != "" {
@@ -79,11 +86,10 @@ func Resolve(h bindings.Host, what, p string, write bool) (Area, string, error) 
 		if write {
 			return Area{}, "", bindings.Errorf("permission", "%s: %s is another plugin's resource, which this task may read but never write", what, p)
 		}
-		if named == abs || g.Path == abs {
+		if below == "" {
 			return Area{Dir: filepath.Dir(g.Path), What: "a resource the task names"}, filepath.Base(g.Path), nil
 		}
-		rel, _ := filepath.Rel(g.Path, abs)
-		return Area{Dir: g.Path, What: "a resource the task names"}, rel, nil
+		return Area{Dir: g.Path, What: "a resource the task names"}, below, nil
 	}
 	for _, a := range Areas(h) {
 		if a.Dir != abs && !within(a.Dir, abs) {
