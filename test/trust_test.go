@@ -1,6 +1,7 @@
 package test
 
 import (
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/loomrt/loom/internal/queue"
 	"github.com/loomrt/loom/internal/sshdtest"
 )
 
@@ -138,5 +140,33 @@ func TestKnownHostsInsideWorkDirRefused(t *testing.T) {
 		if r.Code != 2 || !strings.Contains(r.Stderr, "is inside --work-dir") {
 			t.Errorf("loomd run %v: want exit 2 refusing a known_hosts file in the work dir, got\n%s", args, r)
 		}
+	}
+}
+
+// loomd serve trusts the host keys the operator puts in <data>/known_hosts
+// (the default --host-keys), in the daemon and in its worker processes,
+// and carries the task's tenantId to the record and the result.
+func TestServeTrustsDataKnownHosts(t *testing.T) {
+	srv := sshdtest.Start(t, sshdtest.Config{})
+	e := newE2EEnv(t, srv)
+	e.plantingPlugins()
+	dir := filepath.Dir(e.plugins)
+	var lines []string
+	for _, k := range srv.HostKeys {
+		lines = append(lines, knownhosts.Line([]string{net.JoinHostPort(srv.Host, strconv.Itoa(srv.Port))}, k))
+	}
+	e.writeFile(filepath.Join(dir, "data", "known_hosts"), strings.Join(lines, "\n")+"\n", 0o600)
+	d := startDaemon(t, dir, "loomd.log", nil)
+	body, err := json.Marshal(e.automatorTask("serve-connect-1", "connector", map[string]any{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.submit(string(body))
+	task := d.wait("serve-connect-1")
+	if task.State != queue.Succeeded || !strings.Contains(string(task.Result), "logged-in") {
+		t.Fatalf("a key in <data>/known_hosts was not trusted by loomd serve: %+v\n%s", task, d.logTail())
+	}
+	if task.TenantID != e.tenant || !strings.Contains(string(task.Result), `"tenantId":"`+e.tenant+`"`) {
+		t.Fatalf("tenantId %q not carried to the record and result: %+v", e.tenant, task)
 	}
 }
