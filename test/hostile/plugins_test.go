@@ -14,6 +14,12 @@ const (
 	gapDeadline = "issue 9 item 3 (deadlines, pattern guard, caps)"
 	gapInput    = "issue 9 item 4 (bounded input, API timeouts)"
 	gapFormat   = "issue 9 item 5 (format semantics)"
+	// gapHTTPDefault is the hostile's finding, in no issue yet: an empty
+	// permissions.http grants every host, loopback and unix sockets too.
+	gapHTTPDefault = "no issue item yet: an empty permissions.http allows every host, loopback and unix sockets included"
+	// gapRecordSize is the hostile's finding, in no issue yet: a huge
+	// error message makes the task record too large for NATS.
+	gapRecordSize = "no issue item yet: a 15 MB error message makes the record exceed the NATS payload limit; the task is redelivered until --max-attempts"
 )
 
 var (
@@ -95,7 +101,7 @@ for i = 1, 1000 do keep[i] = json.decode(doc) end`),
 		{name: "sleep-past-deadline", class: "deadline", expect: "kind timeout at the deadline", gap: gapDeadline,
 			plugin: &plugin{body: `time.sleep(3600)`},
 			want:   want{kinds: timeoutKinds, within: withinDeadline}},
-		{name: "tostring-loops-forever", class: "deadline", expect: "fails at the deadline: an error object whose __tostring never returns cannot hang the runtime", gap: gapDeadline,
+		{name: "tostring-loops-forever", class: "deadline", expect: "fails at once or at the deadline: an error object whose __tostring never returns cannot hang the runtime",
 			plugin: &plugin{body: `error(setmetatable({}, {__tostring = function() while true do end end}))`},
 			want:   want{within: withinDeadline}},
 		{name: "tostring-recurses", class: "error objects", expect: "fails with a message; recursion in __tostring is a Lua error",
@@ -204,6 +210,38 @@ for i = 1, 1000 do keep[i] = json.decode(doc) end`),
 		{name: "error-nil", class: "error objects", expect: "fails with a message",
 			plugin: &plugin{body: `error(nil)`},
 			want:   want{}},
+
+		// More of the hostile's own.
+		{name: "sort-inconsistent-comparator", class: "builtins", expect: "ends quickly (sorted or an invalid order function error), no Go panic",
+			plugin: &plugin{body: `local t = {}; for i = 1, 100000 do t[i] = i end; table.sort(t, function(a, b) return true end)`},
+			want:   want{state: "any", within: withinDeadline}},
+		{name: "sort-slow-comparator", class: "deadline", expect: "kind timeout: a comparator that never returns cannot outlive the deadline", gap: gapDeadline,
+			plugin: &plugin{body: `local t = {3, 2, 1}; table.sort(t, function(a, b) while true do end end)`},
+			want:   want{kinds: timeoutKinds, within: withinDeadline}},
+		{name: "string-byte-unpack", class: "caps", expect: "fails within the deadline: string.byte of a 16 MB string cannot push 16M values", gap: gapDeadline,
+			plugin: &plugin{body: `local s = string.rep("b", 16000000); local n = select("#", s:byte(1, -1)); self.result.result.n = n`},
+			want:   want{within: withinDeadline}},
+		{name: "error-huge-message", class: "error objects", expect: "fails once, the 15 MB message cut; the record is stored", gap: gapRecordSize,
+			plugin: &plugin{timeout: "10s", body: `error(string.rep("e", 15000000))`},
+			want:   want{}},
+		{name: "result-nan-status", class: "results", expect: "fails: a NaN or infinite status is not an integer",
+			plugin: &plugin{body: `self.result.status = 0/0`},
+			want:   want{msg: []string{"status"}}},
+		{name: "result-boolean-key", class: "results", expect: "fails: result keys must be strings",
+			plugin: &plugin{body: `self.result.result[true] = 1`},
+			want:   want{msg: []string{"result"}}},
+		{name: "yield-from-hook", class: "builtins", expect: "fails: a hook cannot yield the VM's main thread",
+			plugin: &plugin{body: `coroutine.yield(1)`},
+			want:   want{within: withinDeadline}},
+		{name: "json-encode-sparse", class: "input", expect: "a sparse array encodes as an object or fails; bounded either way",
+			plugin: &plugin{body: `local t = {}; t[1] = 1; t[2^40] = 2; self.result.result.s = #json.encode(t)`},
+			want:   want{state: "any", within: withinDeadline}},
+		{name: "http-daemon-api", class: "trust", expect: "fails with kind permission: a plugin without permissions.http cannot call loomd's own API to read other tasks", gap: gapHTTPDefault,
+			plugin: &plugin{body: `self.result.result.tasks = require("loom.http").get(self.task.config.api .. "/v1/tasks", {timeout = 1}).body`},
+			want:   want{kinds: []string{"permission"}, within: withinDeadline}},
+		{name: "http-unix-socket", class: "trust", expect: "fails with kind permission: a plugin without permissions.http reaches no unix socket (docker.sock)", gap: gapHTTPDefault,
+			plugin: &plugin{body: `self.result.result.d = require("loom.http").get("http://docker/containers/json", {unix_socket = "/var/run/docker.sock", timeout = 1}).body`},
+			want:   want{kinds: []string{"permission"}, within: withinDeadline}},
 
 		// Sandbox escapes (hostile's own): each must fail, and nothing from
 		// outside the sandbox (the canary file) may reach the record.

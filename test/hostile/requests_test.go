@@ -125,9 +125,9 @@ func requestCases() []hcase {
 			run: func(t *testing.T, s *suite) string { return s.slowConns(t, true) }},
 		{name: "slow-headers-200", attack: "200 connections whose headers never end", class: "connections", expect: "200 connections that never finish their headers are closed after the read-header timeout", gap: gapInput, serial: true,
 			run: func(t *testing.T, s *suite) string { return s.slowConns(t, false) }},
-		{name: "concurrent-attacks", attack: "8 CPU/pattern attacks at once, 10 ordinary tasks alongside", class: "concurrency", expect: "ordinary tasks complete while 8 CPU and pattern attacks run at once", gap: gapDeadline, serial: true,
+		{name: "concurrent-attacks", attack: "8 CPU, pattern and memory attacks at once, 10 ordinary tasks alongside", class: "concurrency", expect: "ordinary tasks complete while 8 CPU, pattern and memory attacks run at once", serial: true,
 			run: func(t *testing.T, s *suite) string { return s.concurrentAttacks(t) }},
-		{name: "run-nested-16mib", attack: "`loomd run` on 16 MiB of `[`", class: "input", expect: "loomd run exits 2 with a clear error, no Go stack overflow", gap: gapInput,
+		{name: "run-nested-16mib", attack: "`loomd run` on 16 MiB of `[`", class: "input", expect: "loomd run exits 2 with a clear error, no Go stack overflow",
 			run: func(t *testing.T, s *suite) string {
 				return s.runFile(t, strings.Repeat("[", 16<<20), 2)
 			}},
@@ -261,7 +261,7 @@ func isTimeout(err error) bool {
 // they run, 10 ordinary tasks; every ordinary task must succeed.
 func (s *suite) concurrentAttacks(t *testing.T) string {
 	t.Helper()
-	attacks := []string{"busy-loop", "pcall-swallows-deadline", "pattern-balance", "gsub-300k", "pattern-frontier", "tailcall-to-deadline", "pattern-gfind", "busy-loop"}
+	attacks := []string{"busy-loop", "pcall-swallows-deadline", "gsub-300k", "pattern-frontier", "tailcall-to-deadline", "mem-concat-table", "mem-closures", "sleep-past-deadline"}
 	var ids []string
 	for _, a := range attacks {
 		ids = append(ids, s.d.submit(t, taskFor("h-"+a, s.d.nextID("storm-"+a), "")))

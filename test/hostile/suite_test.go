@@ -269,7 +269,11 @@ func (s *suite) runCase(t *testing.T, c hcase) {
 // runPlugin submits the case's task and checks its record against want.
 func (s *suite) runPlugin(t *testing.T, c hcase) string {
 	t.Helper()
-	id := s.d.submit(t, taskFor(c.pluginType(), s.d.nextID(c.name), c.config))
+	config := fmt.Sprintf(`"api": %q`, s.d.url())
+	if c.config != "" {
+		config += ", " + c.config
+	}
+	id := s.d.submit(t, taskFor(c.pluginType(), s.d.nextID(c.name), config))
 	r := s.d.wait(t, id)
 	s.checkRecord(t, c.want, r)
 	return r.short()
