@@ -44,6 +44,7 @@ func main() {
 	reloads := flag.Int("reloads", 5, "hot reloads to time")
 	keep := flag.Bool("keep", false, "keep the temp dir")
 	fsync := flag.String("fsync", "always", "loomd --fsync")
+	isolation := flag.String("isolation", "worker", "loomd --isolation: worker (hooks in worker processes) or none (in process)")
 	ceiling := flag.Bool("ceiling", false, "measure only one work-queue stream with fsync on every write (no loomd): the ceiling the task stream sets")
 	flag.Parse()
 	if *ceiling {
@@ -53,13 +54,13 @@ func main() {
 		}
 		return
 	}
-	if err := run(*bin, *plugins, *tasks, *clients, *concurrency, *samples, *reloads, *keep, *fsync); err != nil {
+	if err := run(*bin, *plugins, *tasks, *clients, *concurrency, *samples, *reloads, *keep, *fsync, *isolation); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads int, keep bool, fsync string) error {
+func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads int, keep bool, fsync, isolation string) error {
 	dir, err := os.MkdirTemp("", "loomd-bench-")
 	if err != nil {
 		return err
@@ -78,7 +79,7 @@ func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads
 	}
 	base := "http://" + addr
 	args := []string{"serve", "--plugins", filepath.Join(dir, "plugins"), "--data", filepath.Join(dir, "data"),
-		"--work-dir", filepath.Join(dir, "work"), "--listen", addr, "--concurrency", fmt.Sprint(concurrency), "--log-level", "warn", "--fsync", fsync}
+		"--work-dir", filepath.Join(dir, "work"), "--listen", addr, "--concurrency", fmt.Sprint(concurrency), "--log-level", "warn", "--fsync", fsync, "--isolation", isolation}
 	cmd := exec.Command(bin, args...)
 	logf, err := os.Create(filepath.Join(dir, "loomd.log"))
 	if err != nil {
@@ -152,9 +153,10 @@ func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads
 	for err := range errs {
 		return err
 	}
-	fmt.Printf("throughput, %d no-op tasks over %d types, %d API clients (submit, run, result seen), --concurrency %d --fsync %s: %.0f tasks/s (%.2f s)\n",
-		nTasks, nPlugins, nClients, concurrency, fsync, float64(nTasks)/el.Seconds(), el.Seconds())
-	fmt.Printf("RSS after the runs: %.1f MiB\n", rssMiB(cmd.Process.Pid))
+	fmt.Printf("throughput, %d no-op tasks over %d types, %d API clients (submit, run, result seen), --concurrency %d --fsync %s --isolation %s: %.0f tasks/s (%.2f s)\n",
+		nTasks, nPlugins, nClients, concurrency, fsync, isolation, float64(nTasks)/el.Seconds(), el.Seconds())
+	n, sum := childrenRSS(cmd.Process.Pid)
+	fmt.Printf("RSS after the runs: %.1f MiB (daemon); %d worker processes, %.1f MiB together\n", rssMiB(cmd.Process.Pid), n, sum)
 
 	// 5. Hot reload: change a plugin, then submit until the new version serves.
 	var rl []time.Duration
@@ -259,4 +261,26 @@ func rssMiB(pid int) float64 {
 		}
 	}
 	return -1
+}
+
+// childrenRSS counts the processes whose parent is pid (loomd's workers)
+// and sums their RSS.
+func childrenRSS(pid int) (int, float64) {
+	entries, _ := os.ReadDir("/proc")
+	n, sum := 0, 0.0
+	for _, e := range entries {
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(stat, ')')
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) > 1 && f[1] == fmt.Sprint(pid) {
+			var child int
+			fmt.Sscan(e.Name(), &child)
+			n++
+			sum += rssMiB(child)
+		}
+	}
+	return n, sum
 }

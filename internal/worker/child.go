@@ -90,11 +90,11 @@ func (e *MemoryError) Error() string {
 
 // memoryExceeded stops every run in flight: with one run per worker, the
 // culprit.
-func (c *Child) memoryExceeded(used int64) {
+func (c *Child) memoryExceeded(used, limit int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range c.runs {
-		r.cancel(&MemoryError{Limit: c.opts.Memory, Used: used})
+		r.cancel(&MemoryError{Limit: limit, Used: used})
 	}
 }
 
@@ -155,6 +155,13 @@ func (c *Child) Serve(ctx context.Context, rt *runtime.Runtime) error {
 func (c *Child) handle(ctx context.Context, rt *runtime.Runtime, f *Frame) {
 	switch f.Type {
 	case TypeRun:
+		if c.watch != nil {
+			budget := c.opts.Memory
+			if f.Memory > 0 && f.Memory < budget {
+				budget = f.Memory
+			}
+			c.watch.setLimit(budget)
+		}
 		rctx, cancel := context.WithCancelCause(ctx)
 		c.mu.Lock()
 		c.runs[f.ID] = &childRun{cancel: cancel}

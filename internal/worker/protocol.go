@@ -18,7 +18,7 @@
 // change that old peers would misread takes a new Version.
 //
 //	child  -> parent  hello   {"v":1,"type":"hello","pid":123,"types":{"shell":"3f2a..."}}
-//	parent -> child   run     {"v":1,"type":"run","id":7,"task":{...Coopr task...}}
+//	parent -> child   run     {"v":1,"type":"run","id":7,"memory":268435456,"task":{...Coopr task...}}
 //	parent -> child   cancel  {"v":1,"type":"cancel","id":7,"reason":"shutdown"}
 //	child  -> parent  log     {"v":1,"type":"log","id":7,"log":{"level":"INFO","msg":"...","attrs":{...}}}
 //	child  -> parent  result  {"v":1,"type":"result","id":7,"status":0,"result":{...Coopr result...}}
@@ -67,6 +67,9 @@ type Frame struct {
 
 	// Task is the Coopr task JSON of a run frame.
 	Task json.RawMessage `json:"task,omitempty"`
+	// Memory is the memory budget of a run, in bytes (0: the worker's
+	// own). It may not exceed the budget the worker was started with.
+	Memory int64 `json:"memory,omitempty"`
 	// Reason says why a run is cancelled (shutdown, task cancelled, ...).
 	Reason string `json:"reason,omitempty"`
 

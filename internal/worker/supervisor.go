@@ -59,8 +59,12 @@ type Config struct {
 	CgroupDir string
 }
 
-// Supervisor runs tasks in worker processes: one pool per plugin type,
-// one hook at a time per worker. It is safe for concurrent use.
+// Supervisor runs tasks in worker processes, one hook at a time per
+// worker. Idle workers are pooled per plugin type: a task takes an idle
+// worker that last ran its type, else an idle worker of another type
+// whose OS limit fits its budget (every worker loads every plugin, so
+// more types than MaxWorkers do not make it start a process per task),
+// else starts one. It is safe for concurrent use.
 type Supervisor struct {
 	cfg   Config
 	log   *slog.Logger
@@ -68,8 +72,9 @@ type Supervisor struct {
 
 	mu     sync.Mutex
 	specs  map[string]TypeSpec
-	pools  map[string]*pool
-	total  int // live worker processes, busy or idle, including starting
+	idle   map[string][]*proc // by the type of their last run, oldest first
+	gen    int                // plugin generation: bumped by SetTypes when anything changed
+	total  int                // live worker processes, busy or idle, including starting
 	closed bool
 
 	stats     Stats
@@ -85,13 +90,6 @@ type Stats struct {
 	OOM     int64 `json:"workers_oom"`
 	Live    int   `json:"workers_live"`
 	Idle    int   `json:"workers_idle"`
-}
-
-// pool holds the idle workers of one type version.
-type pool struct {
-	spec  TypeSpec
-	idle  []*proc
-	stale bool // the type was reloaded or removed: workers retire after their run
 }
 
 // New starts a supervisor. Call SetTypes before Run, and Close at the end.
@@ -115,37 +113,60 @@ func New(cfg Config) *Supervisor {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Supervisor{cfg: cfg, log: log, specs: map[string]TypeSpec{}, pools: map[string]*pool{},
+	s := &Supervisor{cfg: cfg, log: log, specs: map[string]TypeSpec{}, idle: map[string][]*proc{},
 		stopReap: make(chan struct{}), reapDone: make(chan struct{})}
 	go s.reapIdle()
 	return s
 }
 
-// SetTypes declares the plugin types and versions. Workers of a type
-// whose version or memory budget changed, or that is gone, finish their
-// run in flight and exit; new runs start new workers.
+// SetTypes declares the plugin types, their versions and budgets. When
+// anything changed (a reload), workers finish their run in flight and
+// exit, idle ones at once: new runs start workers that load the new
+// plugin versions.
 func (s *Supervisor) SetTypes(specs []TypeSpec) {
-	s.mu.Lock()
-	var stop []*proc
 	next := make(map[string]TypeSpec, len(specs))
 	for _, sp := range specs {
 		next[sp.Name] = sp
 	}
-	for name, p := range s.pools {
-		if sp, ok := next[name]; ok && sp == p.spec {
-			continue
+	s.mu.Lock()
+	changed := len(next) != len(s.specs)
+	for name, sp := range next {
+		if s.specs[name] != sp {
+			changed = true
 		}
-		p.stale = true
-		stop = append(stop, p.idle...)
-		s.total -= len(p.idle)
-		p.idle = nil
-		delete(s.pools, name)
 	}
 	s.specs = next
+	var stop []*proc
+	if changed {
+		s.gen++
+		stop = s.takeIdleLocked(func(*proc) bool { return true })
+	}
 	s.mu.Unlock()
 	for _, w := range stop {
-		s.retire(w, "its plugin type was reloaded")
+		s.retire(w, "the plugins were reloaded")
 	}
+}
+
+// takeIdleLocked removes the idle workers that match from the pool.
+func (s *Supervisor) takeIdleLocked(match func(*proc) bool) []*proc {
+	var out []*proc
+	for typ, list := range s.idle {
+		keep := list[:0]
+		for _, w := range list {
+			if match(w) {
+				out = append(out, w)
+				s.total--
+			} else {
+				keep = append(keep, w)
+			}
+		}
+		if len(keep) == 0 {
+			delete(s.idle, typ)
+		} else {
+			s.idle[typ] = keep
+		}
+	}
+	return out
 }
 
 // ErrClosed is returned by Run after Close.
@@ -172,7 +193,7 @@ func (s *Supervisor) Run(ctx context.Context, typ string, task []byte, timeout t
 		taskID = t.TaskID
 	}
 	w.setRun(id, taskID)
-	if err := w.conn.Send(&Frame{Type: TypeRun, ID: id, Task: task}); err != nil {
+	if err := w.conn.Send(&Frame{Type: TypeRun, ID: id, Task: task, Memory: w.spec.Memory}); err != nil {
 		<-w.dead
 		return s.died(w, id, taskID)
 	}
@@ -270,7 +291,7 @@ func resultJSON(taskID, typ, version, msg string, errObj map[string]any) ([]byte
 	return b, 1, nil
 }
 
-// acquire returns an idle worker of the type, or starts one.
+// acquire returns an idle worker for the type, or starts one.
 func (s *Supervisor) acquire(ctx context.Context, typ string) (*proc, error) {
 	s.mu.Lock()
 	if s.closed {
@@ -282,20 +303,18 @@ func (s *Supervisor) acquire(ctx context.Context, typ string) (*proc, error) {
 		s.mu.Unlock()
 		return nil, &RunError{Kind: KindNotFound, Message: fmt.Sprintf("%v: no loaded plugin serves type %q", runtime.ErrPluginNotFound, typ)}
 	}
-	p := s.pools[typ]
-	if p == nil {
-		p = &pool{spec: spec}
-		s.pools[typ] = p
-	}
-	for len(p.idle) > 0 {
-		w := p.idle[len(p.idle)-1]
-		p.idle = p.idle[:len(p.idle)-1]
+	for {
+		w := s.popIdleLocked(spec)
+		if w == nil {
+			break
+		}
 		select {
 		case <-w.dead:
-			s.total--
+			s.total-- // died while idle (killed from outside)
 			continue
 		default:
 		}
+		w.spec = spec
 		s.mu.Unlock()
 		return w, nil
 	}
@@ -305,9 +324,10 @@ func (s *Supervisor) acquire(ctx context.Context, typ string) (*proc, error) {
 	}
 	s.total++
 	s.stats.Started++
+	gen := s.gen
 	s.mu.Unlock()
 	if evict != nil {
-		s.retire(evict, "making room for a worker of another type")
+		s.retire(evict, "making room for a worker with a larger memory budget")
 	}
 	w, err := s.start(ctx, spec)
 	if err != nil {
@@ -316,36 +336,78 @@ func (s *Supervisor) acquire(ctx context.Context, typ string) (*proc, error) {
 		s.mu.Unlock()
 		return nil, err
 	}
+	w.gen = gen
 	return w, nil
 }
 
-func (s *Supervisor) oldestIdleLocked() *proc {
+// popIdleLocked takes the idle worker that last ran the type (the most
+// recently used), else the longest idle worker whose OS limit fits the
+// type's budget.
+func (s *Supervisor) popIdleLocked(spec TypeSpec) *proc {
+	if list := s.idle[spec.Name]; len(list) > 0 {
+		w := list[len(list)-1]
+		s.setIdleLocked(spec.Name, list[:len(list)-1])
+		return w
+	}
 	var best *proc
-	var bestPool *pool
-	for _, p := range s.pools {
-		if len(p.idle) > 0 && (best == nil || p.idle[0].idleSince.Before(best.idleSince)) {
-			best, bestPool = p.idle[0], p
+	for _, list := range s.idle {
+		for _, w := range list {
+			if w.budget >= spec.Memory && (best == nil || w.idleSince.Before(best.idleSince)) {
+				best = w
+			}
 		}
 	}
 	if best != nil {
-		bestPool.idle = bestPool.idle[1:]
+		s.removeIdleLocked(best)
+	}
+	return best
+}
+
+func (s *Supervisor) setIdleLocked(typ string, list []*proc) {
+	if len(list) == 0 {
+		delete(s.idle, typ)
+		return
+	}
+	s.idle[typ] = list
+}
+
+func (s *Supervisor) removeIdleLocked(w *proc) {
+	list := s.idle[w.spec.Name]
+	for i, x := range list {
+		if x == w {
+			s.setIdleLocked(w.spec.Name, append(list[:i:i], list[i+1:]...))
+			return
+		}
+	}
+}
+
+// oldestIdleLocked takes the longest idle worker out of the pool and
+// the count, to be stopped.
+func (s *Supervisor) oldestIdleLocked() *proc {
+	var best *proc
+	for _, list := range s.idle {
+		if len(list) > 0 && (best == nil || list[0].idleSince.Before(best.idleSince)) {
+			best = list[0]
+		}
+	}
+	if best != nil {
+		s.removeIdleLocked(best)
 		s.total--
 	}
 	return best
 }
 
-// release puts a worker back in its pool, or stops it.
+// release puts a worker back in the pool, or stops it.
 func (s *Supervisor) release(w *proc, retire bool) {
 	s.mu.Lock()
-	p := s.pools[w.spec.Name]
-	if retire || s.closed || p == nil || p.spec != w.spec {
+	if retire || s.closed || w.gen != s.gen {
 		s.total--
 		s.mu.Unlock()
 		s.retire(w, "")
 		return
 	}
 	w.idleSince = time.Now()
-	p.idle = append(p.idle, w)
+	s.idle[w.spec.Name] = append(s.idle[w.spec.Name], w)
 	s.mu.Unlock()
 }
 
@@ -386,20 +448,8 @@ func (s *Supervisor) reapIdle() {
 			return
 		case <-t.C:
 		}
-		var stop []*proc
 		s.mu.Lock()
-		for _, p := range s.pools {
-			keep := p.idle[:0]
-			for _, w := range p.idle {
-				if time.Since(w.idleSince) > s.cfg.IdleTimeout {
-					stop = append(stop, w)
-					s.total--
-				} else {
-					keep = append(keep, w)
-				}
-			}
-			p.idle = keep
-		}
+		stop := s.takeIdleLocked(func(w *proc) bool { return time.Since(w.idleSince) > s.cfg.IdleTimeout })
 		s.mu.Unlock()
 		for _, w := range stop {
 			s.retire(w, "idle")
@@ -413,8 +463,8 @@ func (s *Supervisor) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.Live = s.total
-	for _, p := range s.pools {
-		st.Idle += len(p.idle)
+	for _, list := range s.idle {
+		st.Idle += len(list)
 	}
 	return st
 }
@@ -426,12 +476,7 @@ func (s *Supervisor) Close() {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
-		var stop []*proc
-		for _, p := range s.pools {
-			stop = append(stop, p.idle...)
-			s.total -= len(p.idle)
-			p.idle = nil
-		}
+		stop := s.takeIdleLocked(func(*proc) bool { return true })
 		s.mu.Unlock()
 		close(s.stopReap)
 		<-s.reapDone
@@ -446,7 +491,9 @@ func (s *Supervisor) Close() {
 
 // proc is one worker process.
 type proc struct {
-	spec      TypeSpec
+	spec      TypeSpec // of the run in flight, or the last one
+	budget    int64    // memory budget the OS limit was set for at start
+	gen       int      // plugin generation it loaded
 	cmd       *exec.Cmd
 	conn      *Conn
 	sock      net.Conn
@@ -497,7 +544,7 @@ func (s *Supervisor) start(ctx context.Context, spec TypeSpec) (*proc, error) {
 	if s.cfg.CgroupDir != "" {
 		cmd.Env = append(cmd.Environ(), CgroupEnv+"="+s.cfg.CgroupDir)
 	}
-	w := &proc{spec: spec, cmd: cmd, conn: NewConn(sock), sock: sock, cgroup: s.cfg.CgroupDir,
+	w := &proc{spec: spec, budget: spec.Memory, cmd: cmd, conn: NewConn(sock), sock: sock, cgroup: s.cfg.CgroupDir,
 		results: make(chan *Frame, 4), dead: make(chan struct{})}
 	stderrR, stderrW, err := os.Pipe()
 	if err != nil {

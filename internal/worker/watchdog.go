@@ -4,6 +4,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,8 +14,16 @@ import (
 // soft memory limit to the budget, so garbage is collected before it
 // counts against the hook.
 type watchdog struct {
+	limit    atomic.Int64
 	stopOnce sync.Once
 	done     chan struct{}
+}
+
+// setLimit changes the budget (per run: types have their own).
+func (w *watchdog) setLimit(n int64) {
+	if w.limit.Swap(n) != n {
+		debug.SetMemoryLimit(n)
+	}
 }
 
 // memoryInUse is what the Go runtime holds from the OS and has not
@@ -28,9 +37,9 @@ func newSamples() []metrics.Sample {
 	return []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
 }
 
-func startWatchdog(limit int64, every time.Duration, exceeded func(used int64)) *watchdog {
-	debug.SetMemoryLimit(limit)
+func startWatchdog(limit int64, every time.Duration, exceeded func(used, limit int64)) *watchdog {
 	w := &watchdog{done: make(chan struct{})}
+	w.setLimit(limit)
 	go func() {
 		s := newSamples()
 		t := time.NewTicker(every)
@@ -41,9 +50,9 @@ func startWatchdog(limit int64, every time.Duration, exceeded func(used int64)) 
 				return
 			case <-t.C:
 			}
-			used := memoryInUse(s)
+			used, limit := memoryInUse(s), w.limit.Load()
 			if used > limit {
-				exceeded(used)
+				exceeded(used, limit)
 			}
 		}
 	}()

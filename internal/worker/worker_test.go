@@ -113,7 +113,7 @@ type env struct {
 	plugins string
 }
 
-func newEnv(t *testing.T, cfg worker.Config) *env {
+func newEnv(t testing.TB, cfg worker.Config) *env {
 	t.Helper()
 	dir := t.TempDir()
 	work := t.TempDir()
@@ -183,6 +183,11 @@ func TestRunReusesWorkerAndForwardsLogs(t *testing.T) {
 			t.Fatalf("run %d: %+v, %v", i, r, err)
 		}
 	}
+	// An idle worker of another type serves a type that has none: no
+	// process per task when types outnumber workers.
+	if b, _, err := e.sup.Run(context.Background(), "spin", withName("DELETE", "other", "spin"), time.Minute); err != nil || !bytes.Contains(b, []byte("unimplemented delete")) {
+		t.Errorf("a run of another type: %s, %v", b, err)
+	}
 	if st := e.sup.Stats(); st.Started != 1 || st.Live != 1 || st.Idle != 1 {
 		t.Errorf("stats %+v: want one worker started and kept", st)
 	}
@@ -226,6 +231,7 @@ func TestMemoryBudgetFailsOnlyThatTask(t *testing.T) {
 	// fails with kind memory, naming the limit, and the type is served
 	// again.
 	*e.env = append(*e.env, "LOOM_TEST_NO_WATCHDOG=1")
+	e.setTypes("v2", 128<<20) // a reload: idle workers retire, new ones start
 	hog2, err := run(t, e, context.Background(), "hog2", "hog", time.Minute)
 	if err != nil || hog2.Error["kind"] != "memory" || !strings.Contains(hog2.Message, `worker for "hog" died: out of memory (limit 128 MiB)`) {
 		t.Errorf("hog killed by the OS limit: %+v, %v", hog2, err)
