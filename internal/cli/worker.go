@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -72,6 +73,9 @@ func (a *App) runWorker(ctx context.Context, o *workerOptions) error {
 	// reaches the whole process group, and must not kill hooks the
 	// daemon would rather let finish.
 	signal.Ignore(os.Interrupt, syscall.SIGTERM)
+	// One hook at a time: a second P would only add scheduler threads
+	// spinning for work, in every worker (measured: docs/benchmarks.md).
+	goruntime.GOMAXPROCS(1)
 
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(o.g.log.level)); err != nil {
@@ -175,7 +179,7 @@ func (r workerRunner) Run(ctx context.Context, data []byte) ([]byte, int, error)
 		// No loaded type serves it: the runtime says why, running nothing.
 		return runtimeRunner{r.rt}.Run(ctx, data)
 	}
-	res, status, err := r.sup.Run(ctx, typ, data, timeout)
+	res, status, err := r.sup.Run(ctx, typ, task.TaskID, data, timeout)
 	if errors.Is(err, worker.ErrDied) {
 		return nil, 0, fmt.Errorf("%w: %w", queue.ErrWorkerCrashed, err)
 	}

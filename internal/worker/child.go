@@ -43,6 +43,7 @@ type Child struct {
 	current atomic.Uint64 // id of the run in flight, for log frames
 	mu      sync.Mutex
 	runs    map[uint64]*childRun
+	runq    chan queuedRun // runs execute in order on one goroutine, whose stack stays grown
 	wg      sync.WaitGroup
 	retired atomic.Bool
 	serving atomic.Bool // log records before Serve are load warnings the daemon already reported
@@ -50,6 +51,14 @@ type Child struct {
 }
 
 type childRun struct {
+	cancel context.CancelCauseFunc
+}
+
+// queuedRun is a run frame waiting for the runner goroutine.
+type queuedRun struct {
+	ctx    context.Context
+	id     uint64
+	task   []byte
 	cancel context.CancelCauseFunc
 }
 
@@ -62,7 +71,7 @@ func NewChild(conn io.ReadWriteCloser, opts ChildOptions) (*Child, error) {
 	if opts.ExitGrace <= 0 {
 		opts.ExitGrace = time.Second
 	}
-	c := &Child{conn: NewConn(conn), rwc: conn, opts: opts, runs: map[uint64]*childRun{}}
+	c := &Child{conn: NewConn(conn), rwc: conn, opts: opts, runs: map[uint64]*childRun{}, runq: make(chan queuedRun, 64)}
 	if opts.Memory > 0 {
 		how, err := applyMemoryLimit(opts.Mode, opts.Memory)
 		if err != nil {
@@ -106,8 +115,8 @@ func (c *Child) LogHandler(level slog.Leveler) slog.Handler {
 }
 
 // Serve sends the hello frame, then runs the tasks the parent sends
-// through rt until the parent closes the connection or ctx ends. It
-// returns nil on a clean end.
+// through rt, one at a time in the order received, until the parent
+// closes the connection or ctx ends. It returns nil on a clean end.
 func (c *Child) Serve(ctx context.Context, rt *runtime.Runtime) error {
 	defer c.rwc.Close()
 	if c.watch != nil {
@@ -121,34 +130,28 @@ func (c *Child) Serve(ctx context.Context, rt *runtime.Runtime) error {
 	if err := c.conn.Send(&Frame{Type: TypeHello, PID: os.Getpid(), Types: types}); err != nil {
 		return fmt.Errorf("greeting the parent: %w", err)
 	}
-	frames := make(chan *Frame)
-	readErr := make(chan error, 1)
+	// Frames are handled on this goroutine: a run starts its own, so a
+	// cancel is read while a hook runs. Ending ctx closes the connection
+	// to end the read.
+	stop := context.AfterFunc(ctx, func() { _ = c.rwc.Close() })
+	defer stop()
 	go func() {
-		for {
-			f, err := c.conn.Recv()
-			if err != nil {
-				readErr <- err
-				return
-			}
-			frames <- f
+		for r := range c.runq {
+			c.run(r.ctx, rt, r.id, r.task, r.cancel)
 		}
 	}()
+	defer close(c.runq)
 	for {
-		select {
-		case f := <-frames:
-			c.handle(ctx, rt, f)
-		case err := <-readErr:
+		f, err := c.conn.Recv()
+		if err != nil {
 			c.stopAll("the daemon closed the connection")
 			c.waitRuns()
-			if errors.Is(err, io.EOF) || c.retired.Load() {
+			if errors.Is(err, io.EOF) || c.retired.Load() || ctx.Err() != nil {
 				return nil
 			}
 			return fmt.Errorf("reading from the parent: %w", err)
-		case <-ctx.Done():
-			c.stopAll("the worker is stopping")
-			c.waitRuns()
-			return nil
 		}
+		c.handle(ctx, rt, f)
 	}
 }
 
@@ -167,7 +170,7 @@ func (c *Child) handle(ctx context.Context, rt *runtime.Runtime, f *Frame) {
 		c.runs[f.ID] = &childRun{cancel: cancel}
 		c.mu.Unlock()
 		c.wg.Add(1)
-		go c.run(rctx, rt, f.ID, f.Task, cancel)
+		c.runq <- queuedRun{ctx: rctx, id: f.ID, task: f.Task, cancel: cancel}
 	case TypeCancel:
 		c.mu.Lock()
 		if r := c.runs[f.ID]; r != nil {

@@ -30,6 +30,7 @@
 package worker
 
 import (
+	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -101,12 +102,13 @@ type LogRecord struct {
 // any goroutine may send; reads belong to one goroutine.
 type Conn struct {
 	rw  io.ReadWriter
+	r   *bufio.Reader // one read syscall per frame, mostly
 	wmu sync.Mutex
 	hdr [4]byte
 }
 
 // NewConn wraps a stream (a unix socket) in a frame codec.
-func NewConn(rw io.ReadWriter) *Conn { return &Conn{rw: rw} }
+func NewConn(rw io.ReadWriter) *Conn { return &Conn{rw: rw, r: bufio.NewReaderSize(rw, 64<<10)} }
 
 // ErrFrameTooLarge is returned for a frame over MaxFrame.
 var ErrFrameTooLarge = errors.New("worker frame too large")
@@ -133,7 +135,7 @@ func (c *Conn) Send(f *Frame) error {
 // Recv reads the next frame. It returns io.EOF when the peer closed the
 // stream between frames.
 func (c *Conn) Recv() (*Frame, error) {
-	if _, err := io.ReadFull(c.rw, c.hdr[:]); err != nil {
+	if _, err := io.ReadFull(c.r, c.hdr[:]); err != nil {
 		return nil, err
 	}
 	n := binary.BigEndian.Uint32(c.hdr[:])
@@ -141,7 +143,7 @@ func (c *Conn) Recv() (*Frame, error) {
 		return nil, fmt.Errorf("%w: %d bytes announced (max %d)", ErrFrameTooLarge, n, MaxFrame)
 	}
 	b := make([]byte, n)
-	if _, err := io.ReadFull(c.rw, b); err != nil {
+	if _, err := io.ReadFull(c.r, b); err != nil {
 		return nil, fmt.Errorf("reading a frame of %d bytes: %w", n, io.ErrUnexpectedEOF)
 	}
 	f := &Frame{}

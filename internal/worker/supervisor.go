@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -172,8 +171,9 @@ func (s *Supervisor) takeIdleLocked(match func(*proc) bool) []*proc {
 // ErrClosed is returned by Run after Close.
 var ErrClosed = errors.New("worker supervisor closed")
 
-// Run runs one task of plugin type typ in a worker and returns its Coopr
-// result JSON and status, like an in-process run. timeout is the task's
+// Run runs one task (its JSON, its id for logs and messages) of plugin
+// type typ in a worker and returns its Coopr result JSON and status, like
+// an in-process run. timeout is the task's
 // own deadline (runtime.TaskTimeout), enforced in the worker; when the
 // worker has not answered DeadlineGrace after it, it is killed and the
 // task fails with error kind "timeout". Errors: a *RunError when the
@@ -182,16 +182,12 @@ var ErrClosed = errors.New("worker supervisor closed")
 // something else than its memory budget, or a start failure. A worker
 // dying of its memory budget is a failed result with error kind
 // "memory", not an error.
-func (s *Supervisor) Run(ctx context.Context, typ string, task []byte, timeout time.Duration) ([]byte, int, error) {
+func (s *Supervisor) Run(ctx context.Context, typ, taskID string, task []byte, timeout time.Duration) ([]byte, int, error) {
 	w, err := s.acquire(ctx, typ)
 	if err != nil {
 		return nil, 0, err
 	}
 	id := s.runID.Add(1)
-	taskID := ""
-	if t, err := runtime.ParseTask(task); err == nil {
-		taskID = t.TaskID
-	}
 	w.setRun(id, taskID)
 	if err := w.conn.Send(&Frame{Type: TypeRun, ID: id, Task: task, Memory: w.spec.Memory}); err != nil {
 		<-w.dead
@@ -496,7 +492,7 @@ type proc struct {
 	gen       int      // plugin generation it loaded
 	cmd       *exec.Cmd
 	conn      *Conn
-	sock      net.Conn
+	sock      *blockingSock
 	pid       int
 	cgroup    string
 	idleSince time.Time
@@ -527,18 +523,13 @@ func (w *proc) kill() {
 
 // start launches a worker and waits for its hello.
 func (s *Supervisor) start(ctx context.Context, spec TypeSpec) (*proc, error) {
+	began := time.Now()
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("starting a worker for %q: socketpair: %w", spec.Name, err)
 	}
-	parentEnd := os.NewFile(uintptr(fds[0]), "worker-parent")
+	sock := &blockingSock{f: os.NewFile(uintptr(fds[0]), "worker-parent")}
 	childEnd := os.NewFile(uintptr(fds[1]), "worker-child")
-	sock, err := net.FileConn(parentEnd)
-	parentEnd.Close()
-	if err != nil {
-		childEnd.Close()
-		return nil, fmt.Errorf("starting a worker for %q: %w", spec.Name, err)
-	}
 	cmd := s.cfg.Command(spec)
 	cmd.ExtraFiles = []*os.File{childEnd}
 	if s.cfg.CgroupDir != "" {
@@ -548,7 +539,7 @@ func (s *Supervisor) start(ctx context.Context, spec TypeSpec) (*proc, error) {
 		results: make(chan *Frame, 4), dead: make(chan struct{})}
 	stderrR, stderrW, err := os.Pipe()
 	if err != nil {
-		sock.Close()
+		sock.closeFile()
 		childEnd.Close()
 		return nil, fmt.Errorf("starting a worker for %q: %w", spec.Name, err)
 	}
@@ -557,7 +548,7 @@ func (s *Supervisor) start(ctx context.Context, spec TypeSpec) (*proc, error) {
 	childEnd.Close()
 	stderrW.Close()
 	if err != nil {
-		sock.Close()
+		sock.closeFile()
 		stderrR.Close()
 		return nil, fmt.Errorf("starting a worker for %q: %w", spec.Name, err)
 	}
@@ -596,7 +587,7 @@ func (s *Supervisor) start(ctx context.Context, spec TypeSpec) (*proc, error) {
 		if _, ok := f.Types[spec.Name]; !ok {
 			log.Warn("the worker did not load the plugin type (changed on disk since the daemon loaded it?); its runs will say why")
 		}
-		log.Debug("worker started", "types", len(f.Types))
+		log.Debug("worker started", "types", len(f.Types), "took", time.Since(began).Round(time.Microsecond))
 		return w, nil
 	case <-w.dead:
 		return nil, fmt.Errorf("starting a worker for %q: it exited: %s", spec.Name, w.death().Cause)
@@ -613,11 +604,11 @@ func (s *Supervisor) start(ctx context.Context, spec TypeSpec) (*proc, error) {
 
 // readFrames dispatches the worker's frames until its connection closes.
 func (w *proc) readFrames(log *slog.Logger, hello chan<- *Frame) {
-	defer w.sock.Close()
+	defer w.sock.closeFile()
 	for {
 		f, err := w.conn.Recv()
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrClosed) {
 				log.Warn("reading from a worker failed; stopping it", "err", err)
 				w.kill()
 			}
@@ -745,4 +736,33 @@ func isFatalLine(s string) bool {
 	// A signal: "SIGSEGV: segmentation violation".
 	name, _, ok := strings.Cut(s, ":")
 	return ok && strings.HasPrefix(name, "SIG") && strings.ToUpper(name) == name && !strings.Contains(name, " ")
+}
+
+// blockingSock is the parent's end of a worker's socket pair, in
+// blocking mode: the reader goroutine does one read(2) per frame, where
+// the netpoller would do read, epoll_wait, read (measured: syscalls were
+// most of the parent's cost per task).
+type blockingSock struct {
+	f    *os.File
+	once sync.Once
+}
+
+func (b *blockingSock) Read(p []byte) (int, error)  { return b.f.Read(p) }
+func (b *blockingSock) Write(p []byte) (int, error) { return b.f.Write(p) }
+
+// Close shuts the socket down: the worker reads EOF and exits, and a
+// blocked read of ours returns EOF. (Closing a blocking file would wait
+// for that read instead.) The reader closes the file.
+func (b *blockingSock) Close() error {
+	b.once.Do(func() {
+		if rc, err := b.f.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) { _ = syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })
+		}
+	})
+	return nil
+}
+
+func (b *blockingSock) closeFile() {
+	_ = b.Close()
+	_ = b.f.Close()
 }

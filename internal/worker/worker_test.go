@@ -162,7 +162,7 @@ type result struct {
 
 func run(t *testing.T, e *env, ctx context.Context, id, typ string, timeout time.Duration) (result, error) {
 	t.Helper()
-	b, status, err := e.sup.Run(ctx, typ, task(id, typ), timeout)
+	b, status, err := e.sup.Run(ctx, typ, id, task(id, typ), timeout)
 	var r result
 	if err == nil {
 		if jerr := json.Unmarshal(b, &r); jerr != nil {
@@ -185,7 +185,7 @@ func TestRunReusesWorkerAndForwardsLogs(t *testing.T) {
 	}
 	// An idle worker of another type serves a type that has none: no
 	// process per task when types outnumber workers.
-	if b, _, err := e.sup.Run(context.Background(), "spin", withName("DELETE", "other", "spin"), time.Minute); err != nil || !bytes.Contains(b, []byte("unimplemented delete")) {
+	if b, _, err := e.sup.Run(context.Background(), "spin", "other", withName("DELETE", "other", "spin"), time.Minute); err != nil || !bytes.Contains(b, []byte("unimplemented delete")) {
 		t.Errorf("a run of another type: %s, %v", b, err)
 	}
 	if st := e.sup.Stats(); st.Started != 1 || st.Live != 1 || st.Idle != 1 {
@@ -200,7 +200,7 @@ func TestRunReusesWorkerAndForwardsLogs(t *testing.T) {
 	if _, err := run(t, e, context.Background(), "x", "nosuch", time.Minute); !errors.Is(err, runtime.ErrPluginNotFound) {
 		t.Errorf("unknown type: %v, want ErrPluginNotFound", err)
 	}
-	b, st, err := e.sup.Run(context.Background(), "ok", withName("DELETE", "d1", "ok"), time.Minute)
+	b, st, err := e.sup.Run(context.Background(), "ok", "d1", withName("DELETE", "d1", "ok"), time.Minute)
 	if err != nil || st != 1 || !bytes.Contains(b, []byte("nope")) {
 		t.Errorf("failing hook: %s, %d, %v", b, st, err)
 	}
