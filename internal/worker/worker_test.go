@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,6 +37,7 @@ func childMain() int {
 	if os.Getenv("LOOM_TEST_NO_WATCHDOG") != "" {
 		opts.WatchInterval = time.Hour // only the OS limit acts
 	}
+	_ = syscall.SetNonblock(3, true) // as loomd worker does: the netpoller reads it
 	c, err := worker.NewChild(os.NewFile(3, "conn"), opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
