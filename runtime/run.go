@@ -224,7 +224,7 @@ func (rt *Runtime) runHookWith(ctx context.Context, pt *pluginType, task *Task, 
 		return fail(1, "converting task %s to Lua: %v", task.label(), err)
 	}
 	tt, _ := taskT.(*lua.LTable)
-	v.grants = rt.grantsFor(rt.snap.Load(), task, tenant, workDir, namedPaths(tt))
+	v.grants = rt.grantsFor(rt.snap.Load(), task, tenant, workDir, pt.plugin.dir, namedPaths(tt))
 	input, missing := v.buildInput(task, tt)
 	if missing != "" {
 		return fail(1, "%s", missing)

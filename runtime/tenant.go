@@ -82,8 +82,8 @@ func namedPaths(taskT *lua.LTable) []string {
 // identityfile values are absolute paths on the provisioner host
 // (/var/coopr/.../work/<tenant>/providertypes/aws/ssh_keys/coopr.pem): the
 // part from <tenant> on is mapped onto this work root. Paths inside the
-// hook's own work dir need no grant.
-func (rt *Runtime) grantsFor(snap *snapshot, task *Task, tenant, workDir string, named []string) []bindings.Grant {
+// hook's own work dir or plugin folder need no grant.
+func (rt *Runtime) grantsFor(snap *snapshot, task *Task, tenant, workDir, pluginDir string, named []string) []bindings.Grant {
 	var out []bindings.Grant
 	for _, n := range named {
 		abs := n
@@ -91,7 +91,7 @@ func (rt *Runtime) grantsFor(snap *snapshot, task *Task, tenant, workDir string,
 			abs = filepath.Join(workDir, abs)
 		}
 		abs = filepath.Clean(abs)
-		if abs == workDir || strings.HasPrefix(abs, workDir+string(filepath.Separator)) {
+		if inside(workDir, abs) || (pluginDir != "" && inside(pluginDir, abs)) {
 			continue
 		}
 		g := bindings.Grant{Named: n}
@@ -105,6 +105,11 @@ func (rt *Runtime) grantsFor(snap *snapshot, task *Task, tenant, workDir string,
 		out = append(out, g)
 	}
 	return out
+}
+
+// inside reports whether p is dir or below it (both clean and absolute).
+func inside(dir, p string) bool {
+	return p == dir || strings.HasPrefix(p, dir+string(filepath.Separator))
 }
 
 // grantPath maps a named absolute path onto the work root and checks the
