@@ -127,6 +127,7 @@ func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads
 		nSamples, ms(lat[len(lat)/2]), ms(lat[len(lat)*9/10]), ms(lat[len(lat)*99/100]))
 
 	// 4. Throughput: nClients clients each submit and wait for results.
+	cpu0, own0 := treeCPU(cmd.Process.Pid), procCPU(fmt.Sprint(cmd.Process.Pid))
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, nClients)
@@ -155,6 +156,10 @@ func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads
 	}
 	fmt.Printf("throughput, %d no-op tasks over %d types, %d API clients (submit, run, result seen), --concurrency %d --fsync %s --isolation %s: %.0f tasks/s (%.2f s)\n",
 		nTasks, nPlugins, nClients, concurrency, fsync, isolation, float64(nTasks)/el.Seconds(), el.Seconds())
+	own := procCPU(fmt.Sprint(cmd.Process.Pid)) - own0
+	all := treeCPU(cmd.Process.Pid) - cpu0
+	fmt.Printf("CPU during the throughput run, per task: %.0f µs (loomd %.0f µs, its workers %.0f µs)\n",
+		perTask(all, nTasks), perTask(own, nTasks), perTask(all-own, nTasks))
 	n, sum := childrenRSS(cmd.Process.Pid)
 	fmt.Printf("RSS after the runs: %.1f MiB (daemon); %d worker processes, %.1f MiB together\n", rssMiB(cmd.Process.Pid), n, sum)
 
@@ -186,6 +191,8 @@ func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads
 		nReloads, ms(rl[len(rl)/2]), ms(rl[len(rl)-1]))
 	return nil
 }
+
+func perTask(d time.Duration, n int) float64 { return float64(d.Microseconds()) / float64(n) }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
@@ -263,19 +270,47 @@ func rssMiB(pid int) float64 {
 	return -1
 }
 
+// treeCPU is the CPU time (user and system) of pid and its live
+// children, from /proc (10 ms ticks).
+func treeCPU(pid int) time.Duration {
+	total := procCPU(fmt.Sprint(pid))
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if f := procStat(e.Name()); len(f) > 1 && f[1] == fmt.Sprint(pid) {
+			total += procCPU(e.Name())
+		}
+	}
+	return total
+}
+
+// procStat returns the fields of /proc/<pid>/stat after the command name.
+func procStat(pid string) []string {
+	stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return nil
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	return strings.Fields(string(stat[i+1:]))
+}
+
+func procCPU(pid string) time.Duration {
+	f := procStat(pid)
+	if len(f) < 13 {
+		return 0
+	}
+	var u, s int64
+	fmt.Sscan(f[11], &u)
+	fmt.Sscan(f[12], &s)
+	return time.Duration(u+s) * 10 * time.Millisecond
+}
+
 // childrenRSS counts the processes whose parent is pid (loomd's workers)
 // and sums their RSS.
 func childrenRSS(pid int) (int, float64) {
 	entries, _ := os.ReadDir("/proc")
 	n, sum := 0, 0.0
 	for _, e := range entries {
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(stat, ')')
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) > 1 && f[1] == fmt.Sprint(pid) {
+		if f := procStat(e.Name()); len(f) > 1 && f[1] == fmt.Sprint(pid) {
 			var child int
 			fmt.Sscan(e.Name(), &child)
 			n++

@@ -25,8 +25,8 @@ type ChildOptions struct {
 	// Mode picks the OS limit: "auto" (cgroup v2 when writable, else
 	// rlimit), "cgroup", "rlimit" or "none". Empty means "auto".
 	Mode string
-	// WatchInterval is how often the memory watchdog samples the heap;
-	// default 5ms.
+	// WatchInterval is how often the memory watchdog samples the heap
+	// while a hook runs; default 10ms.
 	WatchInterval time.Duration
 	// ExitGrace is how long runs may take to stop once the parent is
 	// gone; default 1s.
@@ -67,7 +67,7 @@ type queuedRun struct {
 // starts the memory watchdog, before any plugin code is loaded.
 func NewChild(conn io.ReadWriteCloser, opts ChildOptions) (*Child, error) {
 	if opts.WatchInterval <= 0 {
-		opts.WatchInterval = 5 * time.Millisecond
+		opts.WatchInterval = 10 * time.Millisecond
 	}
 	if opts.ExitGrace <= 0 {
 		opts.ExitGrace = time.Second
@@ -191,7 +191,13 @@ func (c *Child) handle(ctx context.Context, rt *runtime.Runtime, f *Frame) {
 func (c *Child) run(ctx context.Context, rt *runtime.Runtime, id uint64, task []byte, cancel context.CancelCauseFunc) {
 	defer c.wg.Done()
 	c.current.Store(id)
+	if c.watch != nil {
+		c.watch.running(true)
+	}
 	res, err := rt.Run(ctx, task)
+	if c.watch != nil {
+		c.watch.running(false)
+	}
 	var memErr *MemoryError
 	if errors.As(context.Cause(ctx), &memErr) {
 		res, err = c.memoryResult(rt, task, memErr), nil
