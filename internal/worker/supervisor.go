@@ -173,10 +173,11 @@ var ErrClosed = errors.New("worker supervisor closed")
 
 // Run runs one task (its JSON, its id for logs and messages) of plugin
 // type typ in a worker and returns its Coopr result JSON and status, like
-// an in-process run. timeout is the task's
-// own deadline (runtime.TaskTimeout), enforced in the worker; when the
-// worker has not answered DeadlineGrace after it, it is killed and the
-// task fails with error kind "timeout". Errors: a *RunError when the
+// an in-process run. timeout is the task's own deadline
+// (runtime.TaskTimeout), enforced in the worker; when the worker has not
+// answered DeadlineGrace after it, the hook is cancelled (the worker
+// killed if it does not answer) and the task fails with error kind
+// "timeout". Errors: a *RunError when the
 // worker could not run the task (matching runtime.ErrPluginNotFound,
 // ErrCancelled...), a *DeathError (ErrDied) when the worker died of
 // something else than its memory budget, or a start failure. A worker
@@ -248,8 +249,12 @@ func (s *Supervisor) Run(ctx context.Context, typ, taskID string, task []byte, t
 		w.setRun(0, "")
 		s.release(w, f.Retire)
 		if f.Error != nil {
-			if f.Error.Kind == KindCancelled && ctx.Err() != nil {
+			switch {
+			case f.Error.Kind == KindCancelled && ctx.Err() != nil:
 				return nil, 0, fmt.Errorf("%w: %s (%v)", runtime.ErrCancelled, f.Error.Message, context.Cause(ctx))
+			case f.Error.Kind == KindCancelled && timedOut:
+				msg := fmt.Sprintf("task %s (%s) ran past its deadline of %s and was stopped", taskID, typ, timeout)
+				return resultJSON(taskID, typ, w.spec.Version, msg, map[string]any{"kind": "timeout", "message": msg})
 			}
 			return nil, 0, f.Error
 		}
