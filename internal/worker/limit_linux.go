@@ -115,12 +115,18 @@ func joinCgroup(n int64) (string, error) {
 // their cgroups in. Without cgroup v2, or without the right to write
 // there, it returns an error and workers fall back to RLIMIT_DATA.
 func PrepareCgroup() (string, error) {
-	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
-		return "", fmt.Errorf("%w: /sys/fs/cgroup is not a cgroup v2 hierarchy", errNoCgroup)
-	}
 	own, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", errNoCgroup, err)
+	}
+	return prepareCgroup("/sys/fs/cgroup", own, os.Getpid())
+}
+
+// prepareCgroup is PrepareCgroup on the hierarchy mounted at root, for
+// the process pid whose /proc/<pid>/cgroup is own.
+func prepareCgroup(root string, own []byte, pid int) (string, error) {
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err != nil {
+		return "", fmt.Errorf("%w: %s is not a cgroup v2 hierarchy", errNoCgroup, root)
 	}
 	var rel string
 	for _, line := range bytes.Split(own, []byte("\n")) {
@@ -131,7 +137,7 @@ func PrepareCgroup() (string, error) {
 	if rel == "" {
 		return "", fmt.Errorf("%w: no cgroup v2 entry in /proc/self/cgroup", errNoCgroup)
 	}
-	base := filepath.Join("/sys/fs/cgroup", filepath.Clean("/"+rel))
+	base := filepath.Join(root, filepath.Clean("/"+rel))
 	ctl, err := os.ReadFile(filepath.Join(base, "cgroup.controllers"))
 	if err != nil || !bytes.Contains(ctl, []byte("memory")) {
 		return "", fmt.Errorf("%w: the memory controller is not available in %s", errNoCgroup, base)
@@ -143,7 +149,7 @@ func PrepareCgroup() (string, error) {
 		return "", fmt.Errorf("%w: %v", errNoCgroup, err)
 	}
 	procs, _ := os.ReadFile(filepath.Join(base, "cgroup.procs"))
-	self := strconv.Itoa(os.Getpid())
+	self := strconv.Itoa(pid)
 	for _, p := range bytes.Fields(procs) {
 		if string(p) != self {
 			// Not a cgroup of our own (a login session, say): leave it.
