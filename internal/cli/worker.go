@@ -132,11 +132,17 @@ func typeSpecs(types []runtime.TypeInfo, def int64) []worker.TypeSpec {
 
 // newSupervisor starts the worker supervisor of loomd serve.
 func (a *App) newSupervisor(o *serveOptions, logger *slog.Logger) (*worker.Supervisor, error) {
-	exe := a.Executable
+	exe, name := a.Executable, a.Executable
 	if exe == "" {
 		var err error
-		if exe, err = os.Executable(); err != nil {
+		if name, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("finding loomd's own binary to start workers: %w (or use --isolation none)", err)
+		}
+		exe = name
+		// The running binary itself, even when an upgrade replaced the
+		// file: workers always speak the daemon's protocol version.
+		if _, err := os.Stat("/proc/self/exe"); err == nil {
+			exe = "/proc/self/exe"
 		}
 	}
 	var cgroupDir string
@@ -154,7 +160,9 @@ func (a *App) newSupervisor(o *serveOptions, logger *slog.Logger) (*worker.Super
 	}
 	return worker.New(worker.Config{
 		Command: func(spec worker.TypeSpec) *exec.Cmd {
-			return exec.Command(exe, workerArgs(o.g, o, spec)...)
+			cmd := exec.Command(exe, workerArgs(o.g, o, spec)...)
+			cmd.Args[0] = name // what ps shows
+			return cmd
 		},
 		Logger:     logger,
 		MaxWorkers: o.concurrency,
