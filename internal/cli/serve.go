@@ -270,6 +270,9 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	attrs := []any{"api", "http://" + srv.Addr(), "queue", q.Mode(), "types", len(rt.Types()), "concurrency", o.concurrency,
 		"isolation", o.isolation,
 		"startup", time.Since(start).Round(time.Microsecond)}
+	if sup != nil {
+		attrs = append(attrs, "plugin_memory", runtime.FormatSize(pluginMemory), "worker_limit", sup.LimitMode())
+	}
 	if q.Mode() == "embedded" {
 		attrs = append(attrs, "data", o.data)
 	}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -456,6 +457,19 @@ func (s *Supervisor) reapIdle() {
 			s.retire(w, "idle")
 		}
 	}
+}
+
+// LimitMode names the OS memory limit workers use: "cgroup" when
+// Config.CgroupDir is set, else "rlimit" (workers fall back to it if
+// their cgroup cannot be joined); off Linux, "watchdog" only.
+func (s *Supervisor) LimitMode() string {
+	if goruntime.GOOS != "linux" {
+		return "watchdog"
+	}
+	if s.cfg.CgroupDir != "" {
+		return "cgroup"
+	}
+	return "rlimit"
 }
 
 // Stats returns the supervisor's counters.
