@@ -24,4 +24,13 @@
 //  5. Cleanup: a VM that timed out, hit a limit or panicked is closed and
 //     never reused; pools drain when a new version replaces the old one and
 //     on Close.
+//
+// # Isolation
+//
+// Hooks run in the calling process. The sandbox caps what a single builtin
+// may build and every hook runs under its deadline, but there is no memory
+// budget per hook: a plugin that allocates without bound exhausts the
+// host process. loomd serve runs the runtime inside worker processes under
+// an OS memory limit for that (internal/worker); an embedding program that
+// runs untrusted plugins should do the same.
 package runtime
