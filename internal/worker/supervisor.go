@@ -316,7 +316,9 @@ func (s *Supervisor) acquire(ctx context.Context, typ string) (*proc, error) {
 			continue
 		default:
 		}
+		w.mu.Lock()
 		w.spec = spec
+		w.mu.Unlock()
 		s.mu.Unlock()
 		return w, nil
 	}
@@ -580,7 +582,7 @@ func (s *Supervisor) start(ctx context.Context, spec TypeSpec) (*proc, error) {
 		return nil, fmt.Errorf("starting a worker for %q: %w", spec.Name, err)
 	}
 	w.pid = cmd.Process.Pid
-	log := s.log.With("type", spec.Name, "pid", w.pid)
+	log := s.log.With("pid", w.pid)
 
 	hello := make(chan *Frame, 1)
 	stderrDone := make(chan struct{})
@@ -612,9 +614,9 @@ func (s *Supervisor) start(ctx context.Context, spec TypeSpec) (*proc, error) {
 	select {
 	case f := <-hello:
 		if _, ok := f.Types[spec.Name]; !ok {
-			log.Warn("the worker did not load the plugin type (changed on disk since the daemon loaded it?); its runs will say why")
+			log.Warn("the worker did not load the plugin type (changed on disk since the daemon loaded it?); its runs will say why", "type", spec.Name)
 		}
-		log.Debug("worker started", "types", len(f.Types), "took", time.Since(began).Round(time.Microsecond))
+		log.Debug("worker started", "type", spec.Name, "types", len(f.Types), "took", time.Since(began).Round(time.Microsecond))
 		return w, nil
 	case <-w.dead:
 		return nil, fmt.Errorf("starting a worker for %q: it exited: %s", spec.Name, w.death().Cause)
@@ -670,10 +672,11 @@ func (w *proc) emit(log *slog.Logger, f *Frame) {
 	if !log.Enabled(ctx, lvl) {
 		return
 	}
-	args := make([]any, 0, 2*len(f.Log.Attrs)+2)
+	args := make([]any, 0, 2*len(f.Log.Attrs)+4)
 	w.mu.Lock()
-	run, task := w.runID, w.taskID
+	run, task, typ := w.runID, w.taskID, w.spec.Name
 	w.mu.Unlock()
+	args = append(args, "type", typ)
 	if _, has := f.Log.Attrs["task"]; !has && f.ID != 0 && f.ID == run && task != "" {
 		args = append(args, "task", task)
 	}
@@ -707,7 +710,10 @@ func (w *proc) readStderr(r io.Reader, log *slog.Logger) {
 		w.mu.Unlock()
 		if logged < 20 && strings.TrimSpace(line) != "" {
 			logged++
-			log.Warn("worker stderr", "line", line)
+			w.mu.Lock()
+			typ := w.spec.Name
+			w.mu.Unlock()
+			log.Warn("worker stderr", "type", typ, "line", line)
 		}
 	}
 	if logged >= 20 {
