@@ -234,6 +234,11 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		}
 		defer sup.Close()
 		sup.SetTypes(typeSpecs(rt.Types(), pluginMemory))
+		if types := rt.Types(); len(types) > 0 {
+			if err := sup.Warm(ctx, types[0].Name); err != nil {
+				return fmt.Errorf("%w (hooks run in worker processes; --isolation none runs them in the daemon instead)", err)
+			}
+		}
 		runner = workerRunner{rt: rt, sup: sup}
 		plugins = workerPlugins{Runtime: rt, sup: sup}
 	}

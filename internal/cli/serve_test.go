@@ -153,3 +153,17 @@ func TestServeFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+// A daemon whose worker processes cannot start says so at start, and
+// points at --isolation none, instead of failing every task later.
+func TestServeWorkersThatCannotStart(t *testing.T) {
+	dir := t.TempDir()
+	var errb bytes.Buffer
+	app := testApp(nil, &bytes.Buffer{}, &errb)
+	app.Executable = "/bin/false"
+	code := app.Execute([]string{"serve", "--plugins", "../../examples/plugins", "--data", filepath.Join(dir, "data"),
+		"--work-dir", filepath.Join(dir, "work"), "--listen", "127.0.0.1:0", "--watch=false"})
+	if code == 0 || !strings.Contains(errb.String(), "starting a worker for") || !strings.Contains(errb.String(), "--isolation none") {
+		t.Fatalf("exit %d, stderr:\n%s", code, errb.String())
+	}
+}

@@ -169,6 +169,17 @@ func (s *Supervisor) takeIdleLocked(match func(*proc) bool) []*proc {
 	return out
 }
 
+// Warm starts an idle worker for the type, so the first task does not
+// wait for one, and a worker that cannot start is reported at once.
+func (s *Supervisor) Warm(ctx context.Context, typ string) error {
+	w, err := s.acquire(ctx, typ)
+	if err != nil {
+		return err
+	}
+	s.release(w, false)
+	return nil
+}
+
 // ErrClosed is returned by Run after Close.
 var ErrClosed = errors.New("worker supervisor closed")
 
