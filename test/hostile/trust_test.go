@@ -105,9 +105,9 @@ func (s *suite) poison(t *testing.T) string {
 			return fmt.Sprintf("%s (after %d worker kills)", r.short(), kills)
 		}
 		if r.State == "running" && s.d.logCount("poison running "+id) > kills {
-			pids := childPIDs(s.d.cmd.Process.Pid)
+			pids := workerPIDs(s.d.cmd.Process.Pid, "h-poison-worker-killed")
 			if len(pids) == 0 {
-				t.Fatalf("loomd has no worker processes to kill: hooks run in the daemon")
+				t.Fatalf("loomd has no worker process for h-poison-worker-killed to kill: hooks run in the daemon")
 			}
 			for _, p := range pids {
 				_ = syscall.Kill(p, syscall.SIGKILL)
@@ -118,6 +118,31 @@ func (s *suite) poison(t *testing.T) string {
 	}
 	t.Fatalf("task %s did not finish within %s after %d worker kills: %s", id, bound, kills, s.d.get(t, id))
 	return ""
+}
+
+// workerPIDs lists the children of pid that are workers for plugin type
+// typ (their command line holds "--type typ"); when no child names its
+// type, every child.
+func workerPIDs(pid int, typ string) []int {
+	all := childPIDs(pid)
+	var match []int
+	named := false
+	for _, p := range all {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+		if err != nil {
+			continue
+		}
+		if strings.Contains(string(b), "\x00--type\x00") {
+			named = true
+		}
+		if strings.Contains(string(b), "\x00--type\x00"+typ+"\x00") {
+			match = append(match, p)
+		}
+	}
+	if !named {
+		return all
+	}
+	return match
 }
 
 // childPIDs lists the direct children of pid.
