@@ -259,6 +259,9 @@ func (r record) short() string {
 			msg = msg[i+j+2:]
 		}
 	}
+	if i := strings.Index(msg, " (raise "); i > 0 {
+		msg = msg[:i] // the how-to-fix hint names temp paths
+	}
 	if msg != "" {
 		s += ": " + clip(msg, 100)
 	}
