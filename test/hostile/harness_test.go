@@ -424,6 +424,32 @@ func (d *daemon) logCount(s string) int {
 	return n
 }
 
+// hookPIDs returns the worker pid on the last log line whose message
+// holds s (loomd tags the lines a worker forwards with its pid), or none.
+func (d *daemon) hookPIDs(s string) []int {
+	f, err := os.Open(d.logPath)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []int
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if !bytes.Contains(sc.Bytes(), []byte(s)) {
+			continue
+		}
+		var l struct {
+			Msg string  `json:"msg"`
+			PID float64 `json:"pid"`
+		}
+		if json.Unmarshal(sc.Bytes(), &l) == nil && strings.Contains(l.Msg, s) && l.PID > 0 {
+			out = []int{int(l.PID)}
+		}
+	}
+	return out
+}
+
 // reportRow is one line of the report.
 type reportRow struct {
 	name, attack, class, expect, observed string

@@ -105,7 +105,10 @@ func (s *suite) poison(t *testing.T) string {
 			return fmt.Sprintf("%s (after %d worker kills)", r.short(), kills)
 		}
 		if r.State == "running" && s.d.logCount("poison running "+id) > kills {
-			pids := workerPIDs(s.d.cmd.Process.Pid, "h-poison-worker-killed")
+			pids := s.d.hookPIDs("poison running " + id)
+			if len(pids) == 0 {
+				pids = workerPIDs(s.d.cmd.Process.Pid, "h-poison-worker-killed")
+			}
 			if len(pids) == 0 {
 				t.Fatalf("loomd has no worker process for h-poison-worker-killed to kill: hooks run in the daemon")
 			}
