@@ -390,21 +390,7 @@ func (d *daemon) logTail() string {
 
 // logContains reports whether any log line holds s (lines are scanned up
 // to 1 MiB each; longer ones are skipped).
-func (d *daemon) logContains(s string) bool {
-	f, err := os.Open(d.logPath)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if bytes.Contains(sc.Bytes(), []byte(s)) {
-			return true
-		}
-	}
-	return false
-}
+func (d *daemon) logContains(s string) bool { return d.logCount(s) > 0 }
 
 // logCount counts the log lines holding s.
 func (d *daemon) logCount(s string) int {
