@@ -61,10 +61,10 @@ func trustCases() []hcase {
 		{name: "trust-keyfile-traversal", class: "trust", expect: "fails with kind permission: key_file cannot name another plugin's ssh_keys",
 			plugin: &plugin{body: `ssh.connect({host = "127.0.0.1", port = 9, user = "root", key_file = "../../providertypes/victim/ssh_keys/id_rsa", connect_timeout = 1})`},
 			want:   refused},
-		{name: "trust-tenant-globals", class: "trust", expect: "a global set in tenant A's task is invisible in tenant B's", serial: true,
+		{name: "trust-tenant-globals", attack: "tenant A's task sets a global; tenant B's tasks read it", class: "trust", expect: "a global set in tenant A's task is invisible in tenant B's", serial: true,
 			plugin: &plugin{body: `self.result.result.seen = tostring(rawget(_G, "LEAK")); LEAK = "tenant-" .. tostring(self.task.tenantId)`},
 			run:    func(t *testing.T, s *suite) string { return s.tenantGlobals(t) }},
-		{name: "poison-worker-killed", class: "poison", expect: "a task whose run kills its worker twice fails with kind crash; no crash loop", serial: true,
+		{name: "poison-worker-killed", attack: "the hook sleeps; the suite SIGKILLs the worker running it, each attempt", class: "poison", expect: "a task whose run kills its worker twice fails with kind crash; no crash loop", serial: true,
 			plugin: &plugin{timeout: "60s", body: `log.info("poison running " .. self.task.taskId); time.sleep(50)`},
 			run:    func(t *testing.T, s *suite) string { return s.poison(t) }},
 	}
