@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -208,6 +209,8 @@ func sbStringRep(maxSize int) lua.LGFunction {
 func sbStringFormat(orig *lua.LFunction, maxSize int) lua.LGFunction {
 	return func(L *lua.LState) int {
 		f := L.CheckString(1)
+		arg := 1       // the Lua argument the next conversion consumes
+		size := len(f) // an upper bound of the result, checked before building it
 		for i := 0; i < len(f); i++ {
 			if f[i] != '%' {
 				continue
@@ -245,6 +248,11 @@ func sbStringFormat(orig *lua.LFunction, maxSize int) lua.LGFunction {
 				}
 				L.RaiseError("string.format: invalid conversion %s (use %%d %%i %%u %%c %%x %%X %%o %%e %%E %%f %%g %%G %%q %%s)", verb)
 			}
+			arg++
+			size += formatArgSize(L, arg, f[i])
+			if size > maxSize {
+				L.RaiseError("string.format: result exceeds the %d-byte string limit", maxSize)
+			}
 		}
 		top := L.GetTop()
 		L.Push(orig)
@@ -257,6 +265,42 @@ func sbStringFormat(orig *lua.LFunction, maxSize int) lua.LGFunction {
 		}
 		return 1
 	}
+}
+
+// formatArgSize checks argument n of string.format against its
+// conversion as Lua 5.1 does (gopher-lua formats nil as "&{}" and tables as
+// Go structs) and returns an upper bound of the bytes it adds.
+func formatArgSize(L *lua.LState, n int, verb byte) int {
+	v := L.Get(n)
+	if n > L.GetTop() {
+		L.ArgError(n, "no value")
+	}
+	switch verb {
+	case 's', 'q':
+		switch x := v.(type) {
+		case lua.LString:
+			if verb == 'q' {
+				return 2*len(x) + 2 // every byte may be escaped
+			}
+			return len(x) + 99
+		case lua.LNumber:
+			return 64 + 99
+		}
+		L.ArgError(n, "string expected, got "+v.Type().String())
+	default:
+		switch x := v.(type) {
+		case lua.LNumber:
+		case lua.LString:
+			if _, err := strconv.ParseFloat(strings.TrimSpace(string(x)), 64); err != nil {
+				L.ArgError(n, "number expected, got string")
+			}
+		default:
+			L.ArgError(n, "number expected, got "+v.Type().String())
+		}
+	}
+	// %f of the largest double has 309 integer digits; widths and
+	// precisions are at most two digits.
+	return 309 + 2*99 + 8
 }
 
 // sbTableConcat builds the string in Go instead of on the Lua data stack,

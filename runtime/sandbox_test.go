@@ -107,6 +107,13 @@ func TestSandboxEscapes(t *testing.T) {
 		{"cyclic result", `local t = {} t.self = t self.result.result.loop = t`, "cycle"},
 		{"deep result", `local t = {} local c = t for i = 1, 1e4 do c.x = {} c = c.x end self.result.result.deep = t`, "deeper than"},
 		{"status as table", `self.result.status = {code = 1}`, "status must be an integer"},
+		{"format %d of nil", `self.result.result.providerid = string.format("%d", nil)`, "bad argument #2 to format (number expected, got nil)"},
+		{"format %x of a table", `return string.format("%x", {})`, "number expected, got table"},
+		{"format %s of nil", `return string.format("id %s", nil)`, "string expected, got nil"},
+		{"format %s of a table", `return string.format("%s", {})`, "string expected, got table"},
+		{"format %d of a word", `return string.format("%d", "abc")`, "number expected, got string"},
+		{"format missing argument", `return ("%s %s"):format("a")`, "bad argument #3 to format (no value)"},
+		{"format result over the cap, before building", `local s = ("x"):rep(9 * 1024 * 1024) return string.format("%s%s", s, s)`, "exceeds the"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -252,5 +259,17 @@ func TestHugeIDLosesPrecision(t *testing.T) {
 	res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
 	if got := fmt.Sprint(int64(res.Result["id"].(float64))); got == "9007199254740993" {
 		t.Fatalf("expected float64 rounding, got exact %s", got)
+	}
+}
+
+// TestStringFormatLuaSemantics: what Lua 5.1 accepts still formats.
+func TestStringFormatLuaSemantics(t *testing.T) {
+	rt := boxRuntime(t, `self.result.result.out = string.format("%d|%5.2f|%s|%s|%q|%x", "42", 3.14159, 7, "s", "a\"b", 255)`, nil)
+	res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
+	if res.Status != 0 {
+		t.Fatalf("format failed: %s", res.Message)
+	}
+	if got, want := res.Result["out"], `42| 3.14|7|s|"a\"b"|ff`; got != want {
+		t.Fatalf("format = %q, want %q", got, want)
 	}
 }

@@ -97,7 +97,10 @@ var ErrInvalidTask = errors.New("invalid task")
 // ParseTask decodes and validates a Coopr task. The error says what is
 // wrong and wraps ErrInvalidTask.
 func ParseTask(data []byte) (*Task, error) {
-	w, ok := scanTask(data)
+	w, ok, tooDeep := scanTask(data)
+	if tooDeep {
+		return nil, fmt.Errorf("%w: JSON nested deeper than %d levels; flatten the task's config", ErrInvalidTask, MaxTaskDepth)
+	}
 	if !ok {
 		w = taskWire{}
 		if err := json.Unmarshal(data, &w); err != nil {

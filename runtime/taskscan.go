@@ -8,8 +8,9 @@ import "encoding/json"
 // tables), so this pass must be cheap; encoding/json took a quarter of
 // the per-task time. On any problem it reports !ok and ParseTask falls
 // back to encoding/json, whose errors say where the problem is.
-func scanTask(data []byte) (w taskWire, ok bool) {
+func scanTask(data []byte) (w taskWire, ok, tooDeep bool) {
 	s := scanner{data: data}
+	defer func() { tooDeep = s.tooDeep }()
 	s.space()
 	if !s.objectEach(func(key []byte) bool {
 		switch string(key) {
@@ -35,10 +36,10 @@ func scanTask(data []byte) (w taskWire, ok bool) {
 			return s.skip()
 		}
 	}) {
-		return w, false
+		return w, false, false
 	}
 	s.space()
-	return w, s.pos == len(s.data)
+	return w, s.pos == len(s.data), false
 }
 
 func (s *scanner) scanConfig(r *routeInfo) bool {
@@ -102,9 +103,26 @@ func (s *scanner) scanConfig(r *routeInfo) bool {
 	})
 }
 
+// MaxTaskDepth is how deeply a task's JSON may nest. Lua sees the task
+// through a converter with the same bound, so deeper input could never be
+// used; refusing it early also keeps the recursive scanner's stack small.
+const MaxTaskDepth = 64
+
 type scanner struct {
-	data []byte
-	pos  int
+	data    []byte
+	pos     int
+	depth   int
+	tooDeep bool // set when nesting passed MaxTaskDepth
+}
+
+// enter counts one level of nesting; it fails past MaxTaskDepth.
+func (s *scanner) enter() bool {
+	s.depth++
+	if s.depth > MaxTaskDepth {
+		s.tooDeep = true
+		return false
+	}
+	return true
 }
 
 func (s *scanner) space() {
@@ -144,9 +162,10 @@ func (s *scanner) literal(word string) bool {
 // objectEach calls fn with each key, positioned at the value; fn must
 // consume the value.
 func (s *scanner) objectEach(fn func(key []byte) bool) bool {
-	if s.peek() != '{' {
+	if s.peek() != '{' || !s.enter() {
 		return false
 	}
+	defer func() { s.depth-- }()
 	s.pos++
 	if s.peek() == '}' {
 		s.pos++
@@ -182,9 +201,10 @@ func (s *scanner) objectEach(fn func(key []byte) bool) bool {
 }
 
 func (s *scanner) arrayEach(fn func() bool) bool {
-	if s.peek() != '[' {
+	if s.peek() != '[' || !s.enter() {
 		return false
 	}
+	defer func() { s.depth-- }()
 	s.pos++
 	if s.peek() == ']' {
 		s.pos++

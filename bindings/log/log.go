@@ -19,6 +19,9 @@ import (
 // would flood the daemon's logs.
 const maxMessage = 64 << 10
 
+// maxAttrs caps the attributes one log call may add.
+const maxAttrs = 64
+
 // Binding is the loom.log module. It holds no state.
 type Binding struct{}
 
@@ -59,12 +62,24 @@ func logFunc(h bindings.Host, lvl slog.Level) lua.LGFunction {
 		var attrs []any
 		if top >= 2 {
 			if t, ok := L.Get(top).(*lua.LTable); ok {
+				// One call may not write more than a message's worth of
+				// attributes: a table of a million keys once wrote 1 GB.
+				budget, dropped := maxMessage, 0
 				for _, k := range luaval.SortedKeys(t) {
 					v := t.RawGetString(k)
 					if v == lua.LNil {
 						continue
 					}
-					attrs = append(attrs, slog.String(k, capped(L.ToStringMeta(v).String())))
+					if len(attrs) >= maxAttrs || budget <= 0 {
+						dropped++
+						continue
+					}
+					val := capped(L.ToStringMeta(v).String())
+					budget -= len(k) + len(val)
+					attrs = append(attrs, slog.String(k, val))
+				}
+				if dropped > 0 {
+					attrs = append(attrs, slog.Int("attrs_dropped", dropped))
 				}
 				top--
 			}

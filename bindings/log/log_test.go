@@ -30,3 +30,23 @@ func TestLevelsFormatAndAttrs(t *testing.T) {
 		}
 	}
 }
+
+// One call with a huge attribute table writes a bounded line and says how
+// many attributes it dropped.
+func TestAttributesAreCapped(t *testing.T) {
+	h := bindingstest.NewHost(t)
+	L := bindingstest.NewState(t, h, logb.New())
+	bindingstest.Run(t, L, `
+		local log = require("loom.log")
+		local attrs = {}
+		for i = 1, 20000 do attrs["k" .. i] = ("v"):rep(1000) end
+		log.info("many", attrs)
+	`)
+	logs := h.Logs()
+	if len(logs) > 200<<10 {
+		t.Fatalf("one log call wrote %d bytes", len(logs))
+	}
+	if !strings.Contains(logs, `"attrs_dropped":`) {
+		t.Fatalf("no attrs_dropped count in %.300s", logs)
+	}
+}

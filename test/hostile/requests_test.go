@@ -26,11 +26,11 @@ func nestedTask(id string, depth int) string {
 func requestCases() []hcase {
 	brackets := strings.Repeat("[", 4<<20)
 	return []hcase{
-		{name: "post-4mib-brackets", attack: "POST /v1/tasks with 4 MiB of `[`", class: "input", expect: "HTTP 400 or 413; the scanner is bounded (depth 64), no GB-sized recursion", gap: gapInput,
+		{name: "post-4mib-brackets", attack: "POST /v1/tasks with 4 MiB of `[`", class: "input", expect: "HTTP 400 or 413; the scanner is bounded (depth 64), no GB-sized recursion",
 			run: func(t *testing.T, s *suite) string {
 				return s.expectStatus(t, "POST", "/v1/tasks", brackets, 400, 413)
 			}},
-		{name: "post-brackets-parallel", attack: "four 4 MiB `[` bodies at once", class: "input", expect: "four at once: each HTTP 400 or 413, daemon alive", gap: gapInput,
+		{name: "post-brackets-parallel", attack: "four 4 MiB `[` bodies at once", class: "input", expect: "four at once: each HTTP 400 or 413, daemon alive",
 			run: func(t *testing.T, s *suite) string {
 				var wg sync.WaitGroup
 				obs := make([]string, 4)
@@ -44,7 +44,7 @@ func requestCases() []hcase {
 				wg.Wait()
 				return obs[0] + " (x4)"
 			}},
-		{name: "post-deep-config", attack: "a task whose config nests arrays 10,000 deep", class: "input", expect: "HTTP 400: config nested 10,000 deep is past the depth limit", gap: gapInput,
+		{name: "post-deep-config", attack: "a task whose config nests arrays 10,000 deep", class: "input", expect: "HTTP 400: config nested 10,000 deep is past the depth limit",
 			run: func(t *testing.T, s *suite) string {
 				return s.expectStatus(t, "POST", "/v1/tasks", nestedTask(s.d.nextID("deep"), 10000), 400)
 			}},
@@ -131,7 +131,7 @@ func requestCases() []hcase {
 			run: func(t *testing.T, s *suite) string {
 				return s.runFile(t, strings.Repeat("[", 16<<20), 2)
 			}},
-		{name: "run-deep-config", attack: "`loomd run` on a config nested 10,000 deep", class: "input", expect: "loomd run exits 2 for a config nested 10,000 deep", gap: gapInput,
+		{name: "run-deep-config", attack: "`loomd run` on a config nested 10,000 deep", class: "input", expect: "loomd run exits 2 for a config nested 10,000 deep",
 			run: func(t *testing.T, s *suite) string {
 				return s.runFile(t, nestedTask("deep", 10000), 2)
 			}},
