@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 
 	"github.com/loomrt/loom/internal/queue"
 	"github.com/loomrt/loom/runtime"
@@ -62,6 +63,15 @@ type Config struct {
 	MaxBody int64
 	// Logger receives request errors; nil discards them.
 	Logger *slog.Logger
+	// ReadTimeout bounds reading one request's headers and body; a client
+	// that trickles its body is cut off. Default 30 s. Long polls are not
+	// affected: the deadline is lifted once the body is read.
+	ReadTimeout time.Duration
+	// MaxConns caps the connections served at once; more wait in the
+	// kernel's backlog. Default 512.
+	MaxConns int
+	// IdleTimeout closes keep-alive connections idle this long. Default 2 min.
+	IdleTimeout time.Duration
 }
 
 // DefaultAddr is where the API listens unless told otherwise.
@@ -95,6 +105,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 4 << 20
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = 30 * time.Second
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 512
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 2 * time.Minute
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
@@ -130,9 +149,13 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("api: listening on %s: %w (is another loomd running? choose another --listen)", s.cfg.Addr, err)
 	}
+	// A connection cap and read deadlines: slow or idle clients cannot hold
+	// the API (200 slow-body connections once stayed open for good).
+	ln = netutil.LimitListener(ln, s.cfg.MaxConns)
 	srv := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:           s.readDeadline(s.handler),
+		ReadHeaderTimeout: min(10*time.Second, s.cfg.ReadTimeout),
+		IdleTimeout:       s.cfg.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.mu.Lock()
@@ -144,6 +167,26 @@ func (s *Server) Start() error {
 		}
 	}()
 	return nil
+}
+
+// readDeadline gives each request ReadTimeout to deliver its body. It is
+// lifted at once for requests without a body, and by the handlers once they
+// have read theirs, so long polls may take as long as ?wait= allows.
+func (s *Server) readDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		if r.ContentLength == 0 || r.Body == http.NoBody {
+			_ = rc.SetReadDeadline(time.Time{})
+		} else {
+			_ = rc.SetReadDeadline(time.Now().Add(s.cfg.ReadTimeout))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// bodyRead lifts the read deadline once a handler has its body.
+func bodyRead(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 }
 
 // Addr is the address the server listens on (useful with port 0), or ""
@@ -293,9 +336,12 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("task is larger than %d bytes", mbe.Limit))
 			return
 		}
+		// The read deadline stays: the server must not wait for the
+		// rest of a body that did not come in time.
 		writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
 		return
 	}
+	bodyRead(w)
 	rec, isNew, err := s.cfg.Queue.Submit(r.Context(), body)
 	if err != nil {
 		if errors.Is(err, runtime.ErrInvalidTask) {

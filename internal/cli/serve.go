@@ -30,6 +30,8 @@ type serveOptions struct {
 	data            string
 	listen          string
 	token           string
+	apiReadTimeout  time.Duration
+	apiMaxConns     int
 	concurrency     int
 	natsURLs        []string
 	natsListen      string
@@ -83,6 +85,8 @@ signal forces the exit, and forced tasks run again later.`,
 	f.StringVar(&o.data, "data", "loom-data", "data directory: the embedded NATS JetStream store (fsync on every write)")
 	f.StringVar(&o.listen, "listen", api.DefaultAddr, "HTTP API address; anything but loopback requires --token")
 	f.StringVar(&o.token, "token", "", "bearer token the HTTP API requires (required off loopback)")
+	f.DurationVar(&o.apiReadTimeout, "api-read-timeout", 30*time.Second, "time a client has to send a request's headers and body; slower clients are cut off")
+	f.IntVar(&o.apiMaxConns, "api-max-conns", 512, "HTTP API connections served at once; more wait in the backlog")
 	f.IntVar(&o.concurrency, "concurrency", 8, "tasks in flight at once")
 	f.StringSliceVar(&o.natsURLs, "nats", nil, "external NATS URL(s), comma-separated, instead of the embedded server")
 	f.StringVar(&o.natsListen, "nats-listen", "", "expose the embedded NATS server on this address (e.g. 127.0.0.1:4222) so other daemons can join with --nats")
@@ -244,7 +248,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 
 	srv, err := api.New(api.Config{Addr: o.listen, Token: o.token, Queue: q, Plugins: plugins, Metrics: metrics,
-		Logger: logger.With("component", "api")})
+		ReadTimeout: o.apiReadTimeout, MaxConns: o.apiMaxConns, Logger: logger.With("component", "api")})
 	if err != nil {
 		return usageErr(err)
 	}

@@ -121,9 +121,9 @@ func requestCases() []hcase {
 				}
 				return fmt.Sprintf("HTTP %d", code)
 			}},
-		{name: "slow-body-200", attack: "200 connections sending a 100 KB body a byte every 2 s", class: "connections", expect: "200 slow-body connections: the API keeps answering and closes them after its read timeout", gap: gapInput, serial: true,
+		{name: "slow-body-200", attack: "200 connections sending a 100 KB body a byte every 2 s", class: "connections", expect: "200 slow-body connections: the API keeps answering and closes them after its read timeout", serial: true,
 			run: func(t *testing.T, s *suite) string { return s.slowConns(t, true) }},
-		{name: "slow-headers-200", attack: "200 connections whose headers never end", class: "connections", expect: "200 connections that never finish their headers are closed after the read-header timeout", gap: gapInput, serial: true,
+		{name: "slow-headers-200", attack: "200 connections whose headers never end", class: "connections", expect: "200 connections that never finish their headers are closed after the read-header timeout", serial: true,
 			run: func(t *testing.T, s *suite) string { return s.slowConns(t, false) }},
 		{name: "concurrent-attacks", attack: "8 CPU, pattern and memory attacks at once, 10 ordinary tasks alongside", class: "concurrency", expect: "ordinary tasks complete while 8 CPU, pattern and memory attacks run at once", serial: true,
 			run: func(t *testing.T, s *suite) string { return s.concurrentAttacks(t) }},

@@ -234,7 +234,7 @@ func TestHostile(t *testing.T) {
 
 // daemonArgs are the serve flags of the suite's daemon.
 func daemonArgs() []string {
-	return []string{"--concurrency", "8", "--max-attempts", "3"}
+	return []string{"--concurrency", "8", "--max-attempts", "3", "--api-read-timeout", "5s"}
 }
 
 // runCase runs one case, probes the daemon and records the outcome.
