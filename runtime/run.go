@@ -249,6 +249,7 @@ func (rt *Runtime) runHookWith(ctx context.Context, pt *pluginType, task *Task, 
 		res.Status = 1
 		res.Message = fmt.Sprintf("hook %s of %s timed out after %s (raise timeouts.%s in %s, or loomd run --timeout)",
 			hook, pt.name, timeout, hook, pt.plugin.defFile)
+		res.Error = map[string]any{"kind": "timeout", "message": res.Message}
 		_, trace, _ := describeLuaError(callErr)
 		res.Stderr = appendLine(res.Stderr, trace)
 	case callErr != nil:

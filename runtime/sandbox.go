@@ -9,6 +9,8 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 
+	"github.com/loomrt/loom/bindings"
+
 	"github.com/loomrt/loom/runtime/internal/lpattern"
 )
 
@@ -131,6 +133,10 @@ func newSandboxState(lim Limits, quota *int) *lua.LState {
 	for _, name := range []string{"find", "match", "gmatch", "gsub"} {
 		str.RawSetString(name, L.NewFunction(sbPattern(str.RawGetString(name).(*lua.LFunction), name)))
 	}
+	// gfind is Lua 5.0's name for gmatch: the guarded one, never the raw one.
+	if str.RawGetString("gfind") != lua.LNil {
+		str.RawSetString("gfind", str.RawGetString("gmatch"))
+	}
 	tbl := L.GetGlobal("table").(*lua.LTable)
 	tbl.RawSetString("concat", L.NewFunction(sbTableConcat(lim.MaxStringSize)))
 
@@ -178,7 +184,7 @@ func sbUnpack(maxN int) lua.LGFunction {
 			return 0
 		}
 		if n > maxN {
-			L.RaiseError("unpack: %d values is more than the limit of %d", n, maxN)
+			raiseLimit(L, "unpack: %d values is more than the limit of %d", n, maxN)
 		}
 		for k := i; k <= j; k++ {
 			L.Push(t.RawGetInt(k))
@@ -196,7 +202,7 @@ func sbStringRep(maxSize int) lua.LGFunction {
 			return 1
 		}
 		if int64(len(s))*int64(n) > int64(maxSize) {
-			L.RaiseError("string.rep: a result of %d bytes exceeds the %d-byte string limit", int64(len(s))*int64(n), maxSize)
+			raiseLimit(L, "string.rep: a result of %d bytes exceeds the %d-byte string limit", int64(len(s))*int64(n), maxSize)
 		}
 		L.Push(lua.LString(strings.Repeat(s, n)))
 		return 1
@@ -251,7 +257,7 @@ func sbStringFormat(orig *lua.LFunction, maxSize int) lua.LGFunction {
 			arg++
 			size += formatArgSize(L, arg, f[i])
 			if size > maxSize {
-				L.RaiseError("string.format: result exceeds the %d-byte string limit", maxSize)
+				raiseLimit(L, "string.format: result exceeds the %d-byte string limit", maxSize)
 			}
 		}
 		top := L.GetTop()
@@ -261,7 +267,7 @@ func sbStringFormat(orig *lua.LFunction, maxSize int) lua.LGFunction {
 		}
 		L.Call(top, 1)
 		if s, ok := L.Get(-1).(lua.LString); ok && len(s) > maxSize {
-			L.RaiseError("string.format: result exceeds the %d-byte string limit", maxSize)
+			raiseLimit(L, "string.format: result exceeds the %d-byte string limit", maxSize)
 		}
 		return 1
 	}
@@ -325,7 +331,7 @@ func sbTableConcat(maxSize int) lua.LGFunction {
 				b.WriteString(sep)
 			}
 			if b.Len() > maxSize {
-				L.RaiseError("table.concat: result exceeds the %d-byte string limit", maxSize)
+				raiseLimit(L, "table.concat: result exceeds the %d-byte string limit", maxSize)
 			}
 		}
 		L.Push(lua.LString(b.String()))
@@ -338,6 +344,12 @@ func sbTableConcat(maxSize int) lua.LGFunction {
 // ("a-"):rep(3).."b" takes billions (13.5 s and 2.7 GiB unguarded).
 const patternSteps = 20_000_000
 
+// raiseLimit raises a sandbox limit as a structured error of kind
+// "limit", so plugins and operators can tell it from a plugin's own error.
+func raiseLimit(L *lua.LState, format string, args ...any) {
+	bindings.Raise(L, bindings.Errorf("limit", format, args...))
+}
+
 // sbPattern vets a pattern call with a step-budgeted copy of gopher-lua's
 // matcher before handing it to gopher-lua's own function: the matcher runs
 // inside one Go call that the hook's deadline cannot interrupt. Patterns
@@ -346,7 +358,9 @@ func sbPattern(orig *lua.LFunction, name string) lua.LGFunction {
 	return func(L *lua.LState) int {
 		str := L.CheckString(1)
 		pat := L.CheckString(2)
-		if len(str) > 0 && strings.ContainsAny(pat, "*+-?") {
+		// Quantifiers backtrack; %b and %f scan the rest of the subject at
+		// every start position, quadratic even without a quantifier.
+		if len(str) > 0 && (strings.ContainsAny(pat, "*+-?") || strings.Contains(pat, "%b") || strings.Contains(pat, "%f")) {
 			offset, limit := 0, -1
 			vet := true
 			switch name {
@@ -371,7 +385,7 @@ func sbPattern(orig *lua.LFunction, name string) lua.LGFunction {
 					done = ctx.Done()
 				}
 				if _, err := lpattern.Find(pat, src, offset, limit, patternSteps, done); err != nil && strings.Contains(err.Error(), "too complex") {
-					L.RaiseError("string.%s: %v", name, err)
+					raiseLimit(L, "string.%s: %v", name, err)
 				}
 			}
 		}
@@ -390,7 +404,7 @@ func sbCoroutine(orig *lua.LFunction, name string, maxN int, count *int) lua.LGF
 	return func(L *lua.LState) int {
 		*count++
 		if *count > maxN {
-			L.RaiseError("coroutine.%s: more than %d coroutines in one task", name, maxN)
+			raiseLimit(L, "coroutine.%s: more than %d coroutines in one task", name, maxN)
 		}
 		top := L.GetTop()
 		L.Push(orig)

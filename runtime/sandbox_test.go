@@ -107,6 +107,10 @@ func TestSandboxEscapes(t *testing.T) {
 		{"cyclic result", `local t = {} t.self = t self.result.result.loop = t`, "cycle"},
 		{"deep result", `local t = {} local c = t for i = 1, 1e4 do c.x = {} c = c.x end self.result.result.deep = t`, "deeper than"},
 		{"status as table", `self.result.status = {code = 1}`, "status must be an integer"},
+		{"gfind backtracking bomb", `for m in string.gfind(("a"):rep(300), ("a-"):rep(3) .. "b") do end`, "pattern too complex|timed out"},
+		{"balance %b without quantifier", `return string.find(("("):rep(300000), "%b()")`, "pattern too complex|timed out"},
+		{"frontier %f with a lazy run", `return string.find(("a"):rep(300000), "a-%f[b]")`, "pattern too complex|timed out"},
+		{"find with init and plain=false", `return string.find(("a"):rep(300), ("a-"):rep(3) .. "b", 1, false)`, "pattern too complex|timed out"},
 		{"format %d of nil", `self.result.result.providerid = string.format("%d", nil)`, "bad argument #2 to format (number expected, got nil)"},
 		{"format %x of a table", `return string.format("%x", {})`, "number expected, got table"},
 		{"format %s of nil", `return string.format("id %s", nil)`, "string expected, got nil"},
@@ -271,5 +275,21 @@ func TestStringFormatLuaSemantics(t *testing.T) {
 	}
 	if got, want := res.Result["out"], `42| 3.14|7|s|"a\"b"|ff`; got != want {
 		t.Fatalf("format = %q, want %q", got, want)
+	}
+}
+
+// Sandbox limits and deadlines carry an error kind operators and plugins
+// can branch on: "limit" for a refused builtin, "timeout" for a deadline.
+func TestLimitAndTimeoutKinds(t *testing.T) {
+	for _, tc := range []struct{ code, kind string }{
+		{`return string.find(("a"):rep(300), ("a-"):rep(3) .. "b")`, "limit"},
+		{`return ("x"):rep(1e9)`, "limit"},
+		{`while true do end`, "timeout"},
+	} {
+		rt := boxRuntime(t, tc.code, nil)
+		res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
+		if res.Status == 0 || res.Error["kind"] != tc.kind {
+			t.Errorf("%s: status %d, error %v; want kind %q", tc.code, res.Status, res.Error, tc.kind)
+		}
 	}
 }

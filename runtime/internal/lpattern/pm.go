@@ -541,6 +541,15 @@ type budget struct {
 	done    <-chan struct{}
 }
 
+// spend charges n steps at once, for instructions that loop over the
+// subject inside one step (loom).
+func (b *budget) spend(n int) {
+	b.left -= n
+	if b.left < 0 {
+		panic(newError(_UNKNOWN, "pattern too complex for this input (more than the step budget); simplify it, anchor it, or split the input"))
+	}
+}
+
 func recursiveVM(src []byte, insts []inst, pc, sp, recLevel int, b *budget, ms ...*MatchData) (bool, int, *MatchData) {
 	recLevel++
 	if recLevel > maxRecursionLevel {
@@ -603,11 +612,13 @@ redo:
 			return false, sp, m
 		}
 		count := 1
+		start := sp
 		for sp = sp + 1; sp < len(src); sp++ {
 			if int(src[sp]) == inst.Operand2 {
 				count--
 			}
 			if count == 0 {
+				b.spend(sp - start) // loom: a %b scan is as many steps as bytes it reads
 				pc++
 				sp++
 				goto redo
@@ -616,6 +627,7 @@ redo:
 				count++
 			}
 		}
+		b.spend(sp - start)
 		return false, sp, m
 	case opNumber:
 		idx := inst.Operand1 * 2
@@ -623,6 +635,7 @@ redo:
 			panic(newError(_UNKNOWN, "invalid capture index"))
 		}
 		capture := src[m.Capture(idx):m.Capture(idx+1)]
+		b.spend(len(capture)) // loom: a back-reference compares len(capture) bytes
 		for i := 0; i < len(capture); i++ {
 			if i+sp >= len(src) || capture[i] != src[i+sp] {
 				return false, sp, m
