@@ -281,12 +281,17 @@ func TestStringFormatLuaSemantics(t *testing.T) {
 // Sandbox limits and deadlines carry an error kind operators and plugins
 // can branch on: "limit" for a refused builtin, "timeout" for a deadline.
 func TestLimitAndTimeoutKinds(t *testing.T) {
-	for _, tc := range []struct{ code, kind string }{
-		{`return string.find(("a"):rep(300), ("a-"):rep(3) .. "b")`, "limit"},
-		{`return ("x"):rep(1e9)`, "limit"},
-		{`while true do end`, "timeout"},
+	for _, tc := range []struct {
+		code, kind string
+		timeout    time.Duration
+	}{
+		// A generous deadline: under -race the step budget must still
+		// trip before it.
+		{`return string.find(("a"):rep(300), ("a-"):rep(3) .. "b")`, "limit", time.Minute},
+		{`return ("x"):rep(1e9)`, "limit", time.Minute},
+		{`while true do end`, "timeout", 300 * time.Millisecond},
 	} {
-		rt := boxRuntime(t, tc.code, nil)
+		rt := boxRuntimeTimeout(t, tc.code, nil, tc.timeout)
 		res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
 		if res.Status == 0 || res.Error["kind"] != tc.kind {
 			t.Errorf("%s: status %d, error %v; want kind %q", tc.code, res.Status, res.Error, tc.kind)
