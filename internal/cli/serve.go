@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/loomrt/loom/internal/api"
@@ -37,6 +36,12 @@ type serveOptions struct {
 	natsListen      string
 	natsToken       string
 	natsCreds       string
+	natsUser        string
+	natsPassword    string
+	natsNkey        string
+	natsCA          string
+	natsCert        string
+	natsKey         string
 	natsDomain      string
 	shutdownTimeout time.Duration
 	ackWait         time.Duration
@@ -90,8 +95,14 @@ signal forces the exit, and forced tasks run again later.`,
 	f.IntVar(&o.concurrency, "concurrency", 8, "tasks in flight at once")
 	f.StringSliceVar(&o.natsURLs, "nats", nil, "external NATS URL(s), comma-separated, instead of the embedded server")
 	f.StringVar(&o.natsListen, "nats-listen", "", "expose the embedded NATS server on this address (e.g. 127.0.0.1:4222) so other daemons can join with --nats")
-	f.StringVar(&o.natsToken, "nats-token", "", "NATS token: required from clients of --nats-listen, sent to --nats")
+	f.StringVar(&o.natsToken, "nats-token", "", "NATS token sent to --nats; with the embedded server, the token it requires instead of the nkey (prefer LOOM_NATS_TOKEN: flags show in ps)")
+	f.StringVar(&o.natsNkey, "nats-nkey", "", "NATS user nkey seed file: signs in to --nats; with the embedded server, the key it requires (default <data>/nats.nk, generated with mode 0600)")
+	f.StringVar(&o.natsUser, "nats-user", "", "NATS user name for --nats (with --nats-password)")
+	f.StringVar(&o.natsPassword, "nats-password", "", "NATS password for --nats-user (prefer LOOM_NATS_PASSWORD: flags show in ps)")
 	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS credentials file (JWT and nkey) for --nats")
+	f.StringVar(&o.natsCA, "nats-ca", "", "PEM file of CAs that sign the --nats servers' certificates (TLS)")
+	f.StringVar(&o.natsCert, "nats-cert", "", "TLS client certificate (PEM) for --nats servers that verify clients, with --nats-key")
+	f.StringVar(&o.natsKey, "nats-key", "", "private key (PEM) of --nats-cert")
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the stream and buckets on an external NATS cluster (1, 3 or 5)")
 	f.StringVar(&o.natsDomain, "nats-domain", "", "JetStream domain (embedded server's own, or the one to reach through a leafnode)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight tasks may run after SIGTERM/SIGINT before they are interrupted")
@@ -191,6 +202,13 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		DataDir:      o.data,
 		URLs:         o.natsURLs,
 		Token:        o.natsToken,
+		User:         o.natsUser,
+		Password:     o.natsPassword,
+		NkeyFile:     o.natsNkey,
+		CredsFile:    o.natsCreds,
+		TLSCA:        o.natsCA,
+		TLSCert:      o.natsCert,
+		TLSKey:       o.natsKey,
 		ListenAddr:   o.natsListen,
 		Domain:       o.natsDomain,
 		AckWait:      o.ackWait,
@@ -202,9 +220,6 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 	if len(o.natsURLs) > 0 {
 		qcfg.DataDir = ""
-	}
-	if o.natsCreds != "" {
-		qcfg.NATSOptions = append(qcfg.NATSOptions, nats.UserCredentials(o.natsCreds))
 	}
 
 	if o.g.ssh.hostKeys == "" {
@@ -289,6 +304,9 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		attrs = append(attrs, "nats", u)
 	}
 	logger.Info("loomd serving", attrs...)
+	if hint := q.JoinHint(); hint != "" {
+		logger.Info("the embedded nats server listens; other daemons join it with: "+hint, "nats", q.ClientURL())
+	}
 
 	var sig os.Signal
 	select {

@@ -22,12 +22,30 @@ type Config struct {
 	// of starting the embedded one. Everything after the connection is the
 	// same code path.
 	URLs []string
-	// Token authenticates to an external NATS. With the embedded server and
-	// a ListenAddr, it is also the token the server requires from clients.
+	// Token authenticates to an external NATS. With the embedded server it
+	// is the token the server requires from every client instead of the
+	// nkey (NkeyFile).
 	Token string
+	// User and Password authenticate to an external NATS.
+	User, Password string
+	// NkeyFile is a user nkey seed file. With an external NATS, the client
+	// signs the server's nonce with it. With the embedded server, it is the
+	// key the server requires from every client, loomd's own in-process
+	// client included; default DataDir/nats.nk, generated on first start
+	// (mode 0600). Another daemon joins with a copy of it.
+	NkeyFile string
+	// CredsFile is a NATS credentials file (user JWT and nkey seed) for an
+	// external NATS.
+	CredsFile string
+	// TLSCA is a PEM file of CAs to verify an external NATS server's
+	// certificate with (default: the system pool, once the server asks for
+	// TLS). TLSCert and TLSKey are a client certificate and key, for a
+	// server that verifies clients.
+	TLSCA, TLSCert, TLSKey string
 	// ListenAddr exposes the embedded server's client port (host:port) so
 	// other daemons and tools can connect. Empty means no listener: only the
-	// in-process connection. A non-loopback address requires Token.
+	// in-process connection. Clients always need the credentials (NkeyFile
+	// or Token), on loopback too.
 	ListenAddr string
 	// ServerName is the embedded server's stable name; default
 	// "loomd-<hostname>".
@@ -146,13 +164,11 @@ func (c Config) validate() error {
 		errs = append(errs, errors.New("a NATS listen address only applies to the embedded server; drop it when connecting to an external NATS"))
 	}
 	if c.ListenAddr != "" {
-		host, _, err := net.SplitHostPort(c.ListenAddr)
-		if err != nil {
+		if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
 			errs = append(errs, fmt.Errorf("NATS listen address %q: %w (want host:port, e.g. 127.0.0.1:4222)", c.ListenAddr, err))
-		} else if !IsLoopback(host) && c.Token == "" {
-			errs = append(errs, fmt.Errorf("NATS listen address %q is reachable from other machines and would accept anyone: set a NATS token, or listen on 127.0.0.1", c.ListenAddr))
 		}
 	}
+	errs = append(errs, c.validateAuth()...)
 	if c.AckWait < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("ack wait %v is too short: use at least 100ms (default 30s)", c.AckWait))
 	}

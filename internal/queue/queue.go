@@ -54,6 +54,7 @@ type Queue struct {
 	cfg    Config
 	log    *slog.Logger
 	srv    *server.Server // nil with an external NATS
+	auth   embeddedAuth   // the embedded server's credentials
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	stream jetstream.Stream
@@ -114,9 +115,6 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { q.log.Info("reconnected to nats", "url", nc.ConnectedUrlRedacted()) }),
 	}
-	if cfg.Token != "" {
-		opts = append(opts, nats.Token(cfg.Token))
-	}
 	url := strings.Join(cfg.URLs, ",")
 	if len(cfg.URLs) == 0 {
 		unlock, err := lockDataDir(cfg.DataDir)
@@ -124,20 +122,30 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 			return nil, err
 		}
 		q.unlock = unlock
-		srv, err := startServer(cfg)
+		if q.auth, err = newEmbeddedAuth(cfg); err != nil {
+			return nil, err
+		}
+		srv, err := startServer(cfg, q.auth)
 		if err != nil {
 			return nil, err
 		}
 		q.srv = srv
 		url = srv.ClientURL()
 		opts = append(opts, nats.InProcessServer(srv))
+		opts = append(opts, q.auth.client...)
+	} else {
+		auth, err := clientAuth(cfg)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, auth...)
 	}
 	nc, err := nats.Connect(url, append(opts, cfg.NATSOptions...)...)
 	if err != nil {
 		if q.srv != nil {
 			return nil, fmt.Errorf("connecting to the embedded nats server: %w", err)
 		}
-		return nil, fmt.Errorf("connecting to nats at %s: %w (is the server running and reachable? check --nats and the token)", url, err)
+		return nil, fmt.Errorf("connecting to nats at %s: %w (is the server running and reachable? check --nats and the credentials: --nats-nkey, --nats-token, --nats-user, --nats-creds, TLS)", redactURLs(cfg.URLs), err)
 	}
 	q.nc = nc
 	if cfg.Domain != "" && q.srv == nil {
@@ -160,7 +168,7 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 	return q, nil
 }
 
-func startServer(cfg Config) (*server.Server, error) {
+func startServer(cfg Config, auth embeddedAuth) (*server.Server, error) {
 	dir := filepath.Join(cfg.DataDir, "jetstream")
 	opts := &server.Options{
 		ServerName:         cfg.ServerName,
@@ -175,6 +183,11 @@ func startServer(cfg Config) (*server.Server, error) {
 		NoSigs:             true,
 		NoLog:              true,
 		MaxPayload:         4 << 20,
+		// Every client authenticates, the in-process one included: with a
+		// listener, any local process could otherwise read task bodies
+		// (secrets) and forge records.
+		Nkeys:         auth.nkeys,
+		Authorization: cfg.Token,
 	}
 	if cfg.ListenAddr != "" {
 		host, port, _ := net.SplitHostPort(cfg.ListenAddr)
@@ -188,9 +201,6 @@ func startServer(cfg Config) (*server.Server, error) {
 		opts.DontListen = false
 		opts.Host = host
 		opts.Port = p
-		if cfg.Token != "" {
-			opts.Authorization = cfg.Token
-		}
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
