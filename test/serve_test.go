@@ -113,7 +113,10 @@ func TestServeTwoDaemonsShare(t *testing.T) {
 	dir := serveDir(t, "noop")
 	natsAddr := freePort(t)
 	a := startDaemon(t, dir, "a.log", nil, "--nats-listen", natsAddr, "--concurrency", "3")
-	b := startDaemon(t, dir, "b.log", nil, "--nats", "nats://"+natsAddr, "--concurrency", "3")
+	// The embedded server requires its nkey from every client: B signs in
+	// with A's generated seed, as the join hint in A's log says.
+	b := startDaemon(t, dir, "b.log", nil, "--nats", "nats://"+natsAddr, "--concurrency", "3",
+		"--nats-nkey", filepath.Join(dir, "data", "nats.nk"))
 	var bodies []string
 	for i := range n {
 		bodies = append(bodies, noopTask(fmt.Sprintf("s-%03d", i), "noop", 0.03))

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -484,6 +485,7 @@ func TestZombieIsFenced(t *testing.T) {
 	bcfg := testConfig(t)
 	bcfg.DataDir = ""
 	bcfg.URLs = []string{a.ClientURL()}
+	bcfg.NkeyFile = filepath.Join(cfg.DataDir, "nats.nk") // a's generated key
 	bcfg.Owner = "healthy"
 	bcfg.AckWait = cfg.AckWait
 	b := open(t, bcfg)
