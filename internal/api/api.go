@@ -72,6 +72,10 @@ type Config struct {
 	MaxConns int
 	// IdleTimeout closes keep-alive connections idle this long. Default 2 min.
 	IdleTimeout time.Duration
+	// Pprof serves the Go profiler under /debug/pprof/ (behind Token like
+	// every route). Off by default: profiles show the daemon's internals
+	// and a CPU profile costs CPU while it runs.
+	Pprof bool
 }
 
 // DefaultAddr is where the API listens unless told otherwise.
@@ -224,6 +228,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/healthz", s.route("healthz", map[string]http.HandlerFunc{"GET": s.health}))
 	metrics := promhttp.HandlerFor(s.cfg.Metrics.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
 	mux.Handle("/metrics", s.route("metrics", map[string]http.HandlerFunc{"GET": metrics.ServeHTTP}))
+	mux.Handle("/debug/pprof/", s.route("pprof", map[string]http.HandlerFunc{"*": s.pprof()}))
 	mux.Handle("/", s.route("other", map[string]http.HandlerFunc{"*": func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s; see docs/api.md", r.Method, r.URL.Path))
 	}}))

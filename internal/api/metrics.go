@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,37 +17,69 @@ import (
 // the global default). Create it before the queue, and pass Observe as the
 // queue's OnTransition.
 type Metrics struct {
-	reg      *prometheus.Registry
-	tasks    *prometheus.CounterVec
-	running  *prometheus.GaugeVec
-	duration *prometheus.HistogramVec
-	requests *prometheus.CounterVec
+	reg       *prometheus.Registry
+	tasks     *prometheus.CounterVec
+	running   *prometheus.GaugeVec
+	duration  *prometheus.HistogramVec
+	queueWait *prometheus.HistogramVec
+	latency   *prometheus.HistogramVec
+	requests  *prometheus.CounterVec
+
+	mu    sync.Mutex
+	mine  map[string][]string // tasks this process counts as running: id -> labels
+	types map[[2]string]bool  // family/type label pairs in use, at most maxTypeLabels
 }
+
+// maxTypeLabels bounds the plugin types the task metrics keep apart.
+// Submits may name any type (served or not); past this many distinct
+// family/type pairs, new ones share the type label "_other", so a client
+// cannot grow the series without bound.
+const maxTypeLabels = 256
+
+// OtherType is the type label of the plugin types past maxTypeLabels.
+const OtherType = "_other"
+
+// taskBuckets cover hooks from a millisecond to an hour.
+var taskBuckets = []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 3600}
 
 // NewMetrics creates the registry with the task metrics, and the Go and
 // process collectors.
 func NewMetrics() *Metrics {
+	labels := []string{"family", "type", "hook"}
+	withState := append([]string{"state"}, labels...)
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loom_tasks_total",
 			Help: "Task state changes made by this daemon, by the state entered (queued on submit; running per attempt; queued again on a retry; succeeded or failed at the end).",
-		}, []string{"state", "family", "type", "hook"}),
+		}, withState),
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "loom_tasks_running",
 			Help: "Tasks this daemon is running now.",
-		}, []string{"family", "type", "hook"}),
+		}, labels),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "loom_task_duration_seconds",
-			Help:    "Run time of finished task attempts, from start to outcome, by outcome (succeeded, failed, retry).",
-			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 3600},
-		}, []string{"state", "family", "type", "hook"}),
+			Help:    "Run time of this daemon's task attempts, from claim to outcome, by outcome (state: succeeded, failed, retry).",
+			Buckets: taskBuckets,
+		}, withState),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "loom_task_queue_wait_seconds",
+			Help:    "Time tasks waited in the queue, from submit to the claim of their first attempt.",
+			Buckets: taskBuckets,
+		}, labels),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "loom_task_latency_seconds",
+			Help:    "Time from submit to the recorded final outcome (state: succeeded, failed), retries included.",
+			Buckets: taskBuckets,
+		}, withState),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loom_http_requests_total",
 			Help: "HTTP API requests, by route and status code.",
 		}, []string{"route", "code"}),
+		mine:  map[string][]string{},
+		types: map[[2]string]bool{},
 	}
-	m.reg.MustRegister(m.tasks, m.running, m.duration, m.requests,
+	m.reg.MustRegister(m.tasks, m.running, m.duration, m.queueWait, m.latency, m.requests,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -57,29 +90,62 @@ func NewMetrics() *Metrics {
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // Observe records one task state change. It matches the signature of
-// queue.Config.OnTransition.
+// queue.Config.OnTransition. The running gauge and the run-time histogram
+// follow only the attempts this process claimed: a task taken over from a
+// silent daemon, or failed here after another daemon's attempts ran out,
+// is not this process's to count down.
 func (m *Metrics) Observe(t queue.Transition) {
 	r := t.Record
-	labels := []string{r.Family, r.Type, r.Hook}
-	if t.From == queue.Running {
-		m.running.WithLabelValues(labels...).Dec()
-		if r.Started != nil {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	labels := m.labelsLocked(r)
+	now := time.Now()
+	end := now
+	if r.Finished != nil {
+		end = *r.Finished
+	}
+	if prev, ok := m.mine[r.TaskID]; ok && t.From == queue.Running {
+		delete(m.mine, r.TaskID)
+		m.running.WithLabelValues(prev...).Dec()
+		if r.State != queue.Running && r.Started != nil {
 			state := string(r.State)
 			if r.State == queue.Queued {
 				state = "retry"
 			}
-			end := time.Now()
-			if r.Finished != nil {
-				end = *r.Finished
-			}
-			m.duration.WithLabelValues(append([]string{state}, labels...)...).Observe(end.Sub(*r.Started).Seconds())
+			m.duration.WithLabelValues(append([]string{state}, prev...)...).Observe(seconds(end.Sub(*r.Started)))
 		}
 	}
 	if r.State == queue.Running {
+		m.mine[r.TaskID] = labels
 		m.running.WithLabelValues(labels...).Inc()
+		if r.Attempts == 1 && r.Started != nil && !r.Created.IsZero() {
+			m.queueWait.WithLabelValues(labels...).Observe(seconds(r.Started.Sub(r.Created)))
+		}
+	}
+	if r.State.Terminal() && t.From != r.State && !r.Created.IsZero() {
+		m.latency.WithLabelValues(append([]string{string(r.State)}, labels...)...).Observe(seconds(end.Sub(r.Created)))
 	}
 	m.tasks.WithLabelValues(append([]string{string(r.State)}, labels...)...).Inc()
 }
+
+// labelsLocked is the family, type and hook labels of a record, with the
+// type folded into OtherType past maxTypeLabels distinct types.
+func (m *Metrics) labelsLocked(r queue.Record) []string {
+	key := [2]string{r.Family, r.Type}
+	typ := r.Type
+	if !m.types[key] {
+		if len(m.types) < maxTypeLabels {
+			m.types[key] = true
+		} else {
+			typ = OtherType
+		}
+	}
+	return []string{r.Family, typ, r.Hook}
+}
+
+// seconds is d in seconds, never negative (clocks of two daemons may
+// disagree on when a task was submitted).
+func seconds(d time.Duration) float64 { return max(d, 0).Seconds() }
 
 // watchSources registers the collectors that read the queue and the
 // runtime at scrape time.

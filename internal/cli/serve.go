@@ -54,6 +54,7 @@ type serveOptions struct {
 	isolation       string
 	pluginMemory    string
 	limitMode       string
+	pprof           bool
 }
 
 func (a *App) newServeCmd(g *globalOptions) *cobra.Command {
@@ -75,8 +76,9 @@ worker that dies fails only its task, and is replaced.
 
 Every flag can also be set with a LOOM_* environment variable (--nats-listen
 is LOOM_NATS_LISTEN) or in the --config file. SIGTERM or SIGINT stops taking
-tasks and lets the running ones finish for up to --shutdown-timeout; a second
-signal forces the exit, and forced tasks run again later.`,
+tasks and lets the running ones finish for up to --shutdown-timeout, then
+exits 0. A second signal, or the end of --shutdown-timeout with tasks still
+running, interrupts them and exits 1; the interrupted tasks run again later.`,
 		Example: `  loomd --plugins examples/plugins
   loomd serve --data /var/lib/loomd --listen 0.0.0.0:7070 --token "$TOKEN"
   loomd serve --nats-listen 127.0.0.1:4222            # let other daemons join
@@ -92,6 +94,7 @@ signal forces the exit, and forced tasks run again later.`,
 	f.StringVar(&o.token, "token", "", "bearer token the HTTP API requires (required off loopback)")
 	f.DurationVar(&o.apiReadTimeout, "api-read-timeout", 30*time.Second, "time a client has to send a request's headers and body; slower clients are cut off")
 	f.IntVar(&o.apiMaxConns, "api-max-conns", 512, "HTTP API connections served at once; more wait in the backlog")
+	f.BoolVar(&o.pprof, "pprof", false, "serve the Go profiler under /debug/pprof/ on the API listener (behind --token; shows the daemon's internals: turn it on only to debug)")
 	f.IntVar(&o.concurrency, "concurrency", 8, "tasks in flight at once")
 	f.StringSliceVar(&o.natsURLs, "nats", nil, "external NATS URL(s), comma-separated, instead of the embedded server")
 	f.StringVar(&o.natsListen, "nats-listen", "", "expose the embedded NATS server on this address (e.g. 127.0.0.1:4222) so other daemons can join with --nats")
@@ -263,7 +266,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 
 	srv, err := api.New(api.Config{Addr: o.listen, Token: o.token, Queue: q, Plugins: plugins, Metrics: metrics,
-		ReadTimeout: o.apiReadTimeout, MaxConns: o.apiMaxConns, Logger: logger.With("component", "api")})
+		ReadTimeout: o.apiReadTimeout, MaxConns: o.apiMaxConns, Pprof: o.pprof, Logger: logger.With("component", "api")})
 	if err != nil {
 		return usageErr(err)
 	}
@@ -331,9 +334,12 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	select {
 	case <-served:
 	case <-timer.C:
+		// Tasks were still running: this exit is forced, whether or not
+		// they stop quickly once interrupted.
 		logger.Warn("shutdown timeout reached: interrupting tasks in flight; they will run again")
 		q.AbortRunning()
-		forced = waitOrSignal(served, sigs, 10*time.Second)
+		forced = true
+		waitOrSignal(served, sigs, 10*time.Second)
 	case <-sigs:
 		logger.Warn("second signal: forcing the exit; interrupted tasks will run again")
 		q.AbortRunning()
@@ -352,7 +358,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		logger.Error("closing the queue", "err", err)
 	}
 	if forced {
-		logger.Warn("loomd stopped (forced)")
+		logger.Warn("loomd stopped (forced): tasks in flight were interrupted", "exit", ExitFailure)
 		return silentExit(ExitFailure)
 	}
 	logger.Info("loomd stopped")

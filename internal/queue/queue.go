@@ -71,7 +71,8 @@ type Queue struct {
 
 	w workers
 
-	noHeartbeat bool // tests: let a running task's delivery expire
+	noHeartbeat  bool            // tests: let a running task's delivery expire
+	afterPublish func(id string) // tests: runs between a submit's publish and its record
 
 	unlock func() // releases the data directory
 
@@ -324,7 +325,16 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 		TaskName: t.TaskName,
 		Created:  time.Now().UTC(),
 	}
+	if q.afterPublish != nil {
+		q.afterPublish(t.TaskID)
+	}
 	rev, err := q.kvFor(t.TaskID).Create(ctx, keyPrefix+t.TaskID, mustJSON(rec))
+	if !ack.Duplicate {
+		// Counted at the publish, the source of "queued": a worker may have
+		// claimed the task and written its record before this Create.
+		rec.Revision = rev
+		q.notify(Transition{From: "", Record: rec})
+	}
 	switch {
 	case errors.Is(err, jetstream.ErrKeyExists):
 		cur, gerr := q.Get(ctx, t.TaskID)
@@ -336,11 +346,7 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 		return Record{}, false, fmt.Errorf("recording task %s: %w (it is queued and will run; its record is created when it starts)", t.TaskID, err)
 	}
 	rec.Revision = rev
-	if ack.Duplicate {
-		return rec, false, nil
-	}
-	q.notify(Transition{From: "", Record: rec})
-	return rec, true, nil
+	return rec, !ack.Duplicate, nil
 }
 
 // Get returns the record of a task, with its result, or ErrNotFound.
@@ -626,6 +632,7 @@ func (q *Queue) shutdown() {
 }
 
 func (q *Queue) notify(t Transition) {
+	q.logOutcome(t)
 	if q.cfg.OnTransition != nil {
 		q.cfg.OnTransition(t)
 	}

@@ -514,8 +514,7 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 				next.Result, next.ResultRef = nil, name
 			}
 		}
-		if q.commit(ctx, log, rec, next) {
-			log.Debug("task finished", "state", next.State, "status", status)
+		if q.commit(ctx, log, rec, next) { // commit logs the outcome line
 			q.ack(log, msg)
 		}
 	}

@@ -1,0 +1,116 @@
+package api
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/loomrt/loom/internal/queue"
+)
+
+// family returns the gathered metric family name, or fails.
+func gather(t *testing.T, m *Metrics, name string) []*dto.Metric {
+	t.Helper()
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatalf("gathering: %v", err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			return f.GetMetric()
+		}
+	}
+	return nil
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// The three latency histograms take their values from the record's own
+// times: submit -> claim, claim -> outcome, submit -> outcome.
+func TestObserveHistograms(t *testing.T) {
+	m := NewMetrics()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	claim, done := t0.Add(2*time.Second), t0.Add(5*time.Second)
+	rec := queue.Record{TaskID: "h-1", State: queue.Queued, Family: "automator", Type: "shell", Hook: "install", Created: t0}
+	m.Observe(queue.Transition{Record: rec})
+	rec.State, rec.Attempts, rec.Started = queue.Running, 1, &claim
+	m.Observe(queue.Transition{From: queue.Queued, Record: rec})
+	rec.State, rec.Finished = queue.Succeeded, &done
+	m.Observe(queue.Transition{From: queue.Running, Record: rec})
+
+	for name, want := range map[string]float64{
+		"loom_task_queue_wait_seconds": 2,
+		"loom_task_duration_seconds":   3,
+		"loom_task_latency_seconds":    5,
+	} {
+		got := gather(t, m, name)
+		if len(got) != 1 || got[0].GetHistogram().GetSampleCount() != 1 || got[0].GetHistogram().GetSampleSum() != want {
+			t.Errorf("%s = %v, want one sample of %vs", name, got, want)
+			continue
+		}
+		if l := label(got[0], "type"); l != "shell" {
+			t.Errorf("%s type label = %q", name, l)
+		}
+		if name != "loom_task_queue_wait_seconds" && label(got[0], "state") != "succeeded" {
+			t.Errorf("%s state label = %q, want succeeded", name, label(got[0], "state"))
+		}
+	}
+	for _, g := range gather(t, m, "loom_tasks_running") {
+		if g.GetGauge().GetValue() != 0 {
+			t.Errorf("loom_tasks_running = %v after the task finished", g.GetGauge().GetValue())
+		}
+	}
+}
+
+// A transition away from running that this process did not claim (the
+// max-deliveries fail of a dead daemon's task) moves neither the running
+// gauge nor the run-time histogram.
+func TestObserveRunningOnlyOwnAttempts(t *testing.T) {
+	m := NewMetrics()
+	now := time.Now()
+	rec := queue.Record{TaskID: "o-1", State: queue.Failed, Family: "automator", Type: "shell", Hook: "install",
+		Attempts: 3, Created: now, Started: &now, Finished: &now}
+	m.Observe(queue.Transition{From: queue.Running, Record: rec})
+	for _, g := range gather(t, m, "loom_tasks_running") {
+		if v := g.GetGauge().GetValue(); v != 0 {
+			t.Errorf("loom_tasks_running = %v, want 0: the attempt was another daemon's", v)
+		}
+	}
+	if got := gather(t, m, "loom_task_duration_seconds"); len(got) != 0 {
+		t.Errorf("run time observed for another daemon's attempt: %v", got)
+	}
+	if got := gather(t, m, "loom_task_latency_seconds"); len(got) != 1 {
+		t.Errorf("submit-to-result = %v, want one sample for the failure recorded here", got)
+	}
+}
+
+// Submits may name any plugin type; the type label stays bounded.
+func TestObserveBoundsTypeLabels(t *testing.T) {
+	m := NewMetrics()
+	for i := range maxTypeLabels + 50 {
+		m.Observe(queue.Transition{Record: queue.Record{TaskID: fmt.Sprint("c-", i), State: queue.Queued,
+			Family: "automator", Type: fmt.Sprint("t", i), Hook: "install", Created: time.Now()}})
+	}
+	got := gather(t, m, "loom_tasks_total")
+	if len(got) != maxTypeLabels+1 {
+		t.Fatalf("%d series, want %d types and %s", len(got), maxTypeLabels, OtherType)
+	}
+	var other float64
+	for _, s := range got {
+		if label(s, "type") == OtherType {
+			other = s.GetCounter().GetValue()
+		}
+	}
+	if other != 50 {
+		t.Errorf("%s counted %v tasks, want 50", OtherType, other)
+	}
+}

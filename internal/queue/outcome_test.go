@@ -1,0 +1,162 @@
+package queue
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// logBuffer collects JSON log lines for assertions, safely across the
+// queue's goroutines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// lines returns the parsed lines whose msg is msg.
+func (b *logBuffer) lines(msg string) []map[string]any {
+	b.mu.Lock()
+	data := append([]byte(nil), b.buf.Bytes()...)
+	b.mu.Unlock()
+	var out []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// waitLine waits (bounded) for a line with msg about task id.
+func (b *logBuffer) waitLine(t *testing.T, msg, id string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, l := range b.lines(msg) {
+			if l["task"] == id {
+				return l
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no %q line for task %s in the log:\n%s", msg, id, b.buf.String())
+	return nil
+}
+
+// A finished task logs one info "task finished" line, a failed one one
+// warn "task failed" line, each with the task's id, type, hook, status,
+// duration and its (truncated) message, and nothing else of the result.
+func TestOutcomeLogLines(t *testing.T) {
+	var logs logBuffer
+	cfg := testConfig(t)
+	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	q := open(t, cfg)
+	long := strings.Repeat("é", 400)
+	c := newCounter(func(_ context.Context, id string, _ int) ([]byte, int, error) {
+		if id == "bad-1" {
+			return []byte(`{"status":3,"message":"disk full ` + long + `","stdout":"SECRET-STDOUT","error":{"kind":"plugin"}}`), 3, nil
+		}
+		return []byte(`{"status":0,"message":"all good","stdout":"SECRET-STDOUT","result":{"k":"SECRET-RESULT"}}`), 0, nil
+	})
+	serve(t, q, c, 2, shell)
+	submit(t, q, task("ok-1", "shell"))
+	submit(t, q, task("bad-1", "shell"))
+	wait(t, q, "ok-1")
+	wait(t, q, "bad-1")
+
+	ok := logs.waitLine(t, "task finished", "ok-1")
+	if ok["level"] != "INFO" || ok["type"] != "shell" || ok["family"] != "automator" || ok["hook"] != "install" ||
+		ok["taskName"] != "INSTALL" || ok["status"] != float64(0) || ok["message"] != "all good" || ok["duration"] == nil {
+		t.Errorf("task finished line = %v", ok)
+	}
+	bad := logs.waitLine(t, "task failed", "bad-1")
+	msg, _ := bad["message"].(string)
+	if bad["level"] != "WARN" || bad["status"] != float64(3) || bad["error_kind"] != "plugin" ||
+		!strings.HasPrefix(msg, "disk full é") || !strings.HasSuffix(msg, "…") || len(msg) > maxLogMessage+len("…") {
+		t.Errorf("task failed line = %v", bad)
+	}
+	if n := len(logs.lines("task finished")) + len(logs.lines("task failed")); n != 2 {
+		t.Errorf("%d outcome lines for 2 tasks", n)
+	}
+	if s := logs.buf.String(); strings.Contains(s, "SECRET-") {
+		t.Errorf("the log carries result fields beyond the message:\n%s", s)
+	}
+}
+
+// A task that fails without running (its attempts ran out) logs "task
+// failed" with the reason as its message.
+func TestOutcomeLogInfraFailure(t *testing.T) {
+	var logs logBuffer
+	cfg := testConfig(t)
+	cfg.MaxAttempts = 1
+	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	q := open(t, cfg)
+	c := newCounter(func(context.Context, string, int) ([]byte, int, error) {
+		return nil, 0, errors.New("lost the vm")
+	})
+	serve(t, q, c, 1, shell)
+	submit(t, q, task("inf-1", "shell"))
+	if got := wait(t, q, "inf-1"); got.State != Failed {
+		t.Fatalf("inf-1 = %s", got.State)
+	}
+	l := logs.waitLine(t, "task failed", "inf-1")
+	if m, _ := l["message"].(string); !strings.Contains(m, "lost the vm") {
+		t.Errorf("task failed line = %v, want the reason in message", l)
+	}
+}
+
+// A worker may claim a task, and write its record, between the submit's
+// publish and the submit's own record: the submit still counts the task
+// as queued, once (it undercounted 2 in 20,000 under load).
+func TestSubmitCountsQueuedWhenWorkerWritesFirst(t *testing.T) {
+	var mu sync.Mutex
+	var seen []Transition
+	cfg := testConfig(t)
+	cfg.OnTransition = func(tr Transition) {
+		mu.Lock()
+		seen = append(seen, tr)
+		mu.Unlock()
+	}
+	q := open(t, cfg)
+	q.afterPublish = func(id string) { // a worker's claim wins the race
+		now := time.Now().UTC()
+		rec := Record{TaskID: id, State: Running, Attempts: 1, Family: "automator", Type: "shell", Hook: "install", Started: &now}
+		if _, err := q.write(context.Background(), Record{}, rec); err != nil {
+			t.Errorf("writing the worker's record: %v", err)
+		}
+	}
+	rec, isNew, err := q.Submit(context.Background(), task("race-1", "shell"))
+	if err != nil || !isNew {
+		t.Fatalf("Submit = %+v, %v, %v; want a new task", rec, isNew, err)
+	}
+	q.afterPublish = nil
+	if _, isNew, err := q.Submit(context.Background(), task("race-1", "shell")); err != nil || isNew {
+		t.Fatalf("second Submit: new %v, err %v; want a duplicate", isNew, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	queued := 0
+	for _, tr := range seen {
+		if tr.From == "" && tr.Record.State == Queued && tr.Record.TaskID == "race-1" {
+			queued++
+		}
+	}
+	if queued != 1 {
+		t.Errorf("%d queued transitions for race-1, want 1: %+v", queued, seen)
+	}
+}
