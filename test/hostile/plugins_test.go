@@ -85,7 +85,7 @@ for i = 1, 1000 do keep[i] = json.decode(doc) end`),
 			want:   want{kinds: memoryKinds, msg: []string{"256"}}},
 
 		// Deadlines (issue 9 item 3).
-		{name: "tailcall-to-deadline", class: "deadline", expect: "kind timeout within 100 ms of the 1 s deadline; traceback capped", gap: gapDeadline,
+		{name: "tailcall-to-deadline", class: "deadline", expect: "kind timeout within 100 ms of the 1 s deadline; traceback capped",
 			plugin: &plugin{body: `local function f(n) return f(n + 1) end; return f(1)`},
 			want: want{kinds: timeoutKinds, within: withinDeadline, check: func(t *testing.T, s *suite, r record) {
 				if n := len(str(r.Result["stderr"])); n > 64<<10 {
