@@ -46,6 +46,10 @@ type Host interface {
 	// AddSecret registers a value that must never appear in logs, results
 	// or error messages for the rest of the task.
 	AddSecret(secret string)
+	// Redact returns s with every secret of the task removed, in every
+	// encoding. A binding that shortens text (a log line cut at 64 KiB)
+	// must redact first, so a cut never leaves a secret's first characters.
+	Redact(s string) string
 	// TaskID is the id of the task being run, for error messages. It is
 	// empty outside a task (in the REPL before :task, at load time).
 	TaskID() string

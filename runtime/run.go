@@ -12,6 +12,7 @@ import (
 	lua "github.com/yuin/gopher-lua"
 
 	"github.com/loomrt/loom/bindings/luaval"
+	"github.com/loomrt/loom/bindings/redact"
 )
 
 // Run parses a Coopr task and runs it. See RunTask.
@@ -224,7 +225,9 @@ func (rt *Runtime) runHookWith(ctx context.Context, pt *pluginType, task *Task, 
 		return fail(1, "converting task %s to Lua: %v", task.label(), err)
 	}
 	tt, _ := taskT.(*lua.LTable)
-	v.grants = rt.grantsFor(rt.snap.Load(), task, tenant, workDir, pt.plugin.dir, namedPaths(tt))
+	snap := rt.snap.Load()
+	v.registerTaskSecrets(snap, tt)
+	v.grants = rt.grantsFor(snap, task, tenant, workDir, pt.plugin.dir, namedPaths(tt))
 	input, missing := v.buildInput(task, tt)
 	if missing != "" {
 		return fail(1, "%s", missing)
@@ -298,27 +301,96 @@ func appendLine(a, b string) string {
 	return a + "\n" + b
 }
 
-// redactResult removes the task's secrets from the human-readable parts
-// of a result. result and ipaddresses are data the next tasks need (a
-// provider legitimately returns ssh-auth), so they are left as they are.
+// redactResult removes the task's secrets from a result. Every secret
+// leaves the human-readable parts (message, output, error table). Result
+// data (result, ipaddresses, extra keys) is what the next tasks need: a
+// provider legitimately hands on credentials in result["ssh-auth"], which
+// is left alone; elsewhere only the values of sensitive definition fields
+// are removed.
 func (v *vm) redactResult(r *Result) {
-	r.Message = v.secrets.redact(r.Message)
-	r.Stdout = v.secrets.redact(r.Stdout)
-	r.Stderr = v.secrets.redact(r.Stderr)
-	if r.Error != nil {
-		redactMap(r.Error, v.secrets)
+	s := v.secrets
+	if s.Empty() {
+		return
 	}
+	r.Message = s.String(r.Message)
+	r.Stdout = s.String(r.Stdout)
+	r.Stderr = s.String(r.Stderr)
+	r.Hostname = s.Data(r.Hostname)
+	r.Error = redactMap(s, r.Error, false)
+	// ssh-auth is the channel Coopr defined for handing credentials to the
+	// node's next tasks (a static provider returns its sensitive default
+	// password there), so it passes as it is.
+	auth, hasAuth := r.Result["ssh-auth"]
+	r.Result = redactMap(s, r.Result, true)
+	if hasAuth {
+		r.Result["ssh-auth"] = auth
+	}
+	r.IPAddresses = redactMap(s, r.IPAddresses, true)
+	r.Extra = redactMap(s, r.Extra, true)
 }
 
-func redactMap(m map[string]any, s *secretSet) {
-	for k, val := range m {
-		switch x := val.(type) {
-		case string:
-			m[k] = s.redact(x)
-		case map[string]any:
-			redactMap(x, s)
-		}
+func redactMap(s *redact.Set, m map[string]any, fieldsOnly bool) map[string]any {
+	if m == nil {
+		return nil
 	}
+	out, _ := s.Value(m, fieldsOnly).(map[string]any)
+	return out
+}
+
+// registerTaskSecrets registers, as field secrets, the values of every key
+// anywhere in the task that some loaded definition declares sensitive (or
+// of type password): an automator task carries its provider's fields, and
+// the provider's api_token must be redacted there too. Numbers count.
+func (v *vm) registerTaskSecrets(snap *snapshot, taskT *lua.LTable) {
+	names := snap.sensitiveNames()
+	if len(names) == 0 || taskT == nil {
+		return
+	}
+	var walk func(t *lua.LTable, depth int)
+	walk = func(t *lua.LTable, depth int) {
+		if depth > MaxTaskDepth {
+			return
+		}
+		t.ForEach(func(k, val lua.LValue) {
+			ks, isName := k.(lua.LString)
+			sensitive := isName && names[string(ks)]
+			switch x := val.(type) {
+			case lua.LString:
+				if sensitive {
+					v.secrets.AddField(string(x))
+				}
+			case lua.LNumber:
+				if sensitive {
+					v.secrets.AddNumber(float64(x), true)
+				}
+			case *lua.LTable:
+				if sensitive {
+					// A sensitive field holding a list or map: every
+					// string in it is secret.
+					v.registerAll(x, depth+1)
+				}
+				walk(x, depth+1)
+			}
+		})
+	}
+	walk(taskT, 0)
+}
+
+// registerAll registers every string and number in t as a field secret.
+func (v *vm) registerAll(t *lua.LTable, depth int) {
+	if depth > MaxTaskDepth {
+		return
+	}
+	t.ForEach(func(_, val lua.LValue) {
+		switch x := val.(type) {
+		case lua.LString:
+			v.secrets.AddField(string(x))
+		case lua.LNumber:
+			v.secrets.AddNumber(float64(x), true)
+		case *lua.LTable:
+			v.registerAll(x, depth+1)
+		}
+	})
 }
 
 // newInstance builds self: {task, result, env, classname} whose metatable
@@ -397,7 +469,7 @@ func (v *vm) buildInput(task *Task, taskT *lua.LTable) (input *lua.LTable, missi
 		}
 	}
 	if s, ok := get(config, "ssh-auth", "password").(lua.LString); ok {
-		v.secrets.add(string(s))
+		v.secrets.Add(string(s))
 	}
 	if !withFields {
 		return input, ""
@@ -444,8 +516,11 @@ func (v *vm) applyParameters(fields *lua.LTable) string {
 				fields.RawSetString(name, luaval.FromGo(v.L, f.Default))
 			}
 			if f.Sensitive || f.Type == "password" {
-				if s, ok := fields.RawGetString(name).(lua.LString); ok {
-					v.secrets.add(string(s))
+				switch x := fields.RawGetString(name).(type) {
+				case lua.LString:
+					v.secrets.AddField(string(x))
+				case lua.LNumber:
+					v.secrets.AddNumber(float64(x), true)
 				}
 			}
 		}

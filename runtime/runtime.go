@@ -87,6 +87,31 @@ type Runtime struct {
 type snapshot struct {
 	types  map[string]*pluginType
 	errors []*LoadError
+
+	sensitiveOnce sync.Once
+	sensitive     map[string]bool
+}
+
+// sensitiveNames is the set of field names that any loaded definition
+// declares sensitive or of type password. A task's values under these
+// keys are secrets wherever they appear in the task.
+func (s *snapshot) sensitiveNames() map[string]bool {
+	s.sensitiveOnce.Do(func() {
+		s.sensitive = map[string]bool{}
+		for _, pt := range s.types {
+			for _, g := range pt.def.Parameters {
+				if g == nil {
+					continue
+				}
+				for name, f := range g.Fields {
+					if f != nil && (f.Sensitive || f.Type == "password") {
+						s.sensitive[name] = true
+					}
+				}
+			}
+		}
+	})
+	return s.sensitive
 }
 
 // pluginType is one provider or automator type of a loaded plugin version.

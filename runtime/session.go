@@ -10,6 +10,8 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 	"github.com/yuin/gopher-lua/parse"
+
+	"github.com/loomrt/loom/bindings/redact"
 )
 
 // Session is an interactive hold on one VM, for the REPL: the same
@@ -61,7 +63,7 @@ func (s *Session) open(typeName string) error {
 func newSessionVM(rt *Runtime, pt *pluginType) (*vm, error) {
 	if pt.def.Classname == "" && pt.def.Main == "" && len(pt.plugin.top) == 0 {
 		// A bare sandbox: no plugin code, an empty entry table.
-		v := &vm{rt: rt, pt: pt, tenant: rt.opts.Tenant, loading: map[string]bool{}, secrets: newSecretSet()}
+		v := &vm{rt: rt, pt: pt, tenant: rt.opts.Tenant, loading: map[string]bool{}, secrets: redact.New()}
 		v.L = newSandboxState(rt.limits, &v.coroutines)
 		v.ctx = context.Background()
 		v.logger = rt.logger
@@ -135,6 +137,13 @@ func (s *Session) Eval(ctx context.Context, code string, logger *slog.Logger) ([
 	v.begin(ctx, s.taskID(), "repl", logger)
 	defer v.end()
 	L := v.L
+	// What the REPL prints is redacted as a result is: the task's
+	// sensitive values are secrets here too.
+	if self, ok := L.GetGlobal("self").(*lua.LTable); ok {
+		if tt, ok := self.RawGetString("task").(*lua.LTable); ok {
+			v.registerTaskSecrets(s.rt.snap.Load(), tt)
+		}
+	}
 	top := L.GetTop()
 	L.Push(L.NewFunctionFromProto(proto))
 	if err := L.PCall(0, lua.MultRet, nil); err != nil {
@@ -143,7 +152,7 @@ func (s *Session) Eval(ctx context.Context, code string, logger *slog.Logger) ([
 			return nil, fmt.Errorf("interrupted: %v", context.Cause(ctx))
 		}
 		msg, trace, _ := describeLuaError(err)
-		return nil, &EvalError{Message: v.secrets.redact(msg), Traceback: trace}
+		return nil, &EvalError{Message: v.secrets.String(msg), Traceback: trace}
 	}
 	n := L.GetTop() - top
 	out := make([]lua.LValue, n)
@@ -153,6 +162,11 @@ func (s *Session) Eval(ctx context.Context, code string, logger *slog.Logger) ([
 	L.SetTop(top)
 	return out, nil
 }
+
+// Redact removes the secrets known to the session (the current task's
+// sensitive values, credentials bindings registered in the last Eval or
+// Run) from s: the REPL passes everything it prints through it.
+func (s *Session) Redact(str string) string { return s.v.secrets.String(str) }
 
 // recover replaces a VM whose statement was interrupted: its globals may
 // be half-updated, exactly as after a hook timeout.

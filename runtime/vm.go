@@ -11,6 +11,7 @@ import (
 	luar "layeh.com/gopher-luar"
 
 	"github.com/loomrt/loom/bindings"
+	"github.com/loomrt/loom/bindings/redact"
 )
 
 // vm is one warm Lua state serving one plugin type. It is driven by one
@@ -39,7 +40,7 @@ type vm struct {
 	workDir    string
 	grants     []bindings.Grant
 	taskID     string
-	secrets    *secretSet
+	secrets    *redact.Set
 	coroutines int
 
 	uses   int
@@ -52,7 +53,7 @@ var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0
 // newVM builds a sandboxed state for pt serving tenant and provisions
 // it: runs the plugin's chunks and captures the entry table.
 func newVM(rt *Runtime, pt *pluginType, tenant string) (*vm, error) {
-	v := &vm{rt: rt, pt: pt, tenant: tenant, loading: make(map[string]bool), secrets: newSecretSet()}
+	v := &vm{rt: rt, pt: pt, tenant: tenant, loading: make(map[string]bool), secrets: redact.New()}
 	v.L = newSandboxState(rt.limits, &v.coroutines)
 	v.ctx = context.Background()
 	v.logger = rt.logger.With("plugin", pt.name)
@@ -280,7 +281,10 @@ func (v *vm) Permissions() bindings.Permissions {
 }
 
 // AddSecret implements bindings.Host.
-func (v *vm) AddSecret(s string) { v.secrets.add(s) }
+func (v *vm) AddSecret(s string) { v.secrets.Add(s) }
+
+// Redact implements bindings.Host.
+func (v *vm) Redact(s string) string { return v.secrets.String(s) }
 
 // TaskID implements bindings.Host.
 func (v *vm) TaskID() string { return v.taskID }
@@ -291,7 +295,7 @@ func (v *vm) begin(ctx context.Context, taskID, hook string, logger *slog.Logger
 	v.ctx = ctx
 	v.taskID = taskID
 	v.coroutines = 0
-	v.secrets = newSecretSet()
+	v.secrets = redact.New()
 	v.logger = nil
 	v.baseLogger = logger
 	v.logAttrs = [3]string{taskID, v.pt.name, hook}

@@ -18,6 +18,7 @@ import (
 	lua "github.com/yuin/gopher-lua"
 
 	"github.com/loomrt/loom/bindings"
+	"github.com/loomrt/loom/bindings/redact"
 )
 
 // Host is a bindings.Host for tests. Its fields may be set before use.
@@ -79,6 +80,16 @@ func (h *Host) AddSecret(s string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.secrets = append(h.secrets, s)
+}
+
+// Redact implements bindings.Host: the registered secrets are replaced in
+// every encoding, as the runtime does.
+func (h *Host) Redact(s string) string {
+	set := redact.New()
+	for _, x := range h.Secrets() {
+		set.Add(x)
+	}
+	return set.String(s)
 }
 
 // Secrets returns the values registered with AddSecret.

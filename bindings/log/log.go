@@ -74,9 +74,12 @@ func logFunc(h bindings.Host, lvl slog.Level) lua.LGFunction {
 						dropped++
 						continue
 					}
-					val := capped(L.ToStringMeta(v).String())
-					budget -= len(k) + len(val)
-					attrs = append(attrs, slog.String(k, val))
+					// Redact before the cut, or a secret's first
+					// characters survive it.
+					key := capped(h.Redact(k))
+					val := capped(h.Redact(L.ToStringMeta(v).String()))
+					budget -= len(key) + len(val)
+					attrs = append(attrs, slog.String(key, val))
 				}
 				if dropped > 0 {
 					attrs = append(attrs, slog.Int("attrs_dropped", dropped))
@@ -103,7 +106,7 @@ func logFunc(h bindings.Host, lvl slog.Level) lua.LGFunction {
 				msg = strings.Join(parts, " ")
 			}
 		}
-		logger.Log(ctx, lvl, capped(msg), attrs...)
+		logger.Log(ctx, lvl, capped(h.Redact(msg)), attrs...)
 		return 0
 	}
 }

@@ -361,7 +361,7 @@ func (r *REPL) evalAndPrint(parent context.Context, code string) {
 	var b strings.Builder
 	if err == nil {
 		for _, v := range vals {
-			b.WriteString(Format(v))
+			b.WriteString(r.s.Redact(Format(v)))
 			b.WriteByte('\n')
 		}
 	}
