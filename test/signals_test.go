@@ -134,14 +134,33 @@ func TestServeOperatorSignals(t *testing.T) {
 	}
 }
 
-// The end of --shutdown-timeout with a hook still running interrupts it
-// and exits 1, as a second signal does; without --pprof there is no
-// profiler.
-func TestServeShutdownTimeoutExits1(t *testing.T) {
+// A submit for a type no daemon serves is accepted with "served": false
+// and a warning; submit --wait gives up after --timeout with exit 3. The
+// end of --shutdown-timeout with a hook still running interrupts it and
+// exits 1, as a second signal does. Without --pprof there is no profiler.
+func TestServeSubmitWarningsAndForcedExit(t *testing.T) {
 	dir := serveDir(t, "noop")
 	d := startDaemon(t, dir, "d.log", nil, "--shutdown-timeout", "1s")
 	if code, b := d.call("GET", "/debug/pprof/", ""); code != http.StatusNotFound || !strings.Contains(string(b), "--pprof") {
 		t.Errorf("GET /debug/pprof/ without --pprof = %d %s, want 404 naming --pprof", code, b)
+	}
+
+	server := "--server=" + d.url()
+	r := loomd(t, noopTask("nobody-1", "nobody", 0), "submit", "-", server)
+	if r.code != 0 || gjson(t, []byte(r.stdout), "served") != "false" || gjson(t, []byte(r.stdout), "taskId") != "nobody-1" ||
+		!strings.Contains(r.stderr, "no loomd serves plugin type automator/nobody") || !strings.Contains(r.stderr, "automator/noop") {
+		t.Errorf("submit for an unserved type = %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	r = loomd(t, noopTask("served-1", "noop", 0), "submit", "-", server)
+	if r.code != 0 || gjson(t, []byte(r.stdout), "served") != "true" || r.stderr != "" {
+		t.Errorf("submit for a served type = %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	r = loomd(t, noopTask("nobody-2", "nobody", 0), "submit", "-", server, "--wait", "--timeout", "300ms")
+	if r.code != 3 || !strings.Contains(r.stderr, "nobody-2 is still queued after 300ms") || !strings.Contains(r.stderr, "loomd task wait nobody-2") {
+		t.Errorf("submit --wait --timeout for an unserved type = %d, want 3\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if r := loomd(t, "", "submit", "--help"); !strings.Contains(r.stdout, "--timeout duration") || !strings.Contains(r.stdout, "(default 10m0s)") {
+		t.Errorf("submit --help does not show the --timeout default of 10m:\n%s", r.stdout)
 	}
 	d.submit(noopTask("long-1", "noop", 60))
 	d.waitFor("the task runs", func() bool { return starts(t, d.log)["long-1"] == 1 })

@@ -34,6 +34,9 @@ type Queue interface {
 	List(ctx context.Context, f queue.Filter) ([]queue.Record, error)
 	Depth(ctx context.Context) (map[queue.Route]int, error)
 	Health(ctx context.Context) error
+	// Served reports whether any daemon serves a plugin type, and lists
+	// the types served.
+	Served(route queue.Route) (bool, []queue.Route)
 }
 
 // Plugins is what the API needs from the runtime; *runtime.Runtime has it.
@@ -331,6 +334,10 @@ type SubmitResponse struct {
 	State  queue.State `json:"state"`
 	// Duplicate is true when the id was already known: nothing was queued.
 	Duplicate bool `json:"duplicate,omitempty"`
+	// Served is false when no daemon serves the task's plugin type now: the
+	// task waits in the queue until one does. Warning then says so.
+	Served  bool   `json:"served"`
+	Warning string `json:"warning,omitempty"`
 }
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
@@ -362,7 +369,16 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		code = http.StatusOK
 	}
 	w.Header().Set("Location", "/v1/tasks/"+rec.TaskID)
-	writeJSON(w, code, SubmitResponse{TaskID: rec.TaskID, State: rec.State, Duplicate: !isNew})
+	resp := SubmitResponse{TaskID: rec.TaskID, State: rec.State, Duplicate: !isNew, Served: true}
+	if !rec.State.Terminal() {
+		route := queue.Route{Family: rec.Family, Type: rec.Type}
+		var all []queue.Route
+		resp.Served, all = s.cfg.Queue.Served(route)
+		if !resp.Served {
+			resp.Warning = unservedWarning(route, all)
+		}
+	}
+	writeJSON(w, code, resp)
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
@@ -491,4 +507,23 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.WriteHeader(code)
 	enc := json.NewEncoder(w)
 	_ = enc.Encode(v)
+}
+
+// unservedWarning tells a submitter that no daemon serves the task's
+// type, and which types are served.
+func unservedWarning(r queue.Route, served []queue.Route) string {
+	const show = 20
+	names := make([]string, 0, min(len(served), show+1))
+	for i, s := range served {
+		if i == show {
+			names = append(names, fmt.Sprintf("and %d more (GET /v1/plugins on each daemon)", len(served)-show))
+			break
+		}
+		names = append(names, s.String())
+	}
+	list := "none"
+	if len(names) > 0 {
+		list = strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("no loomd serves plugin type %s: the task waits in the queue until a daemon loads that plugin (check the type name and the daemons' --plugins); types served now: %s", r, list)
 }

@@ -19,6 +19,7 @@ const (
 	ExitOK      = 0
 	ExitFailure = 1 // the task ran and failed (status != 0), or a check found problems
 	ExitUsage   = 2 // bad flags, bad input, config or plugin load errors
+	ExitTimeout = 3 // gave up waiting for a task (--timeout); the task keeps going
 )
 
 // App is the environment a command runs in. NewSystemApp is the only

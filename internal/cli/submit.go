@@ -125,8 +125,18 @@ func (c *apiClient) waitTask(ctx context.Context, id string, timeout time.Durati
 		var t api.Task
 		err := c.do(ctx, "GET", "/v1/tasks/"+url.PathEscape(id)+"?wait="+poll.String(), nil, &t)
 		if err != nil {
-			if ctx.Err() != nil {
-				return t, fmt.Errorf("task %s is not finished after %v; check later with 'loomd task wait %s'", id, timeout, id)
+			if ctx.Err() != nil && timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// The long poll was cut by our deadline: say where the task is.
+				gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				gerr := c.do(gctx, "GET", "/v1/tasks/"+url.PathEscape(id), nil, &t)
+				cancel()
+				if gerr == nil && !t.State.Terminal() {
+					return t, &exitError{code: ExitTimeout, err: fmt.Errorf("task %s is still %s after %v; it keeps going: check later with 'loomd task wait %s'", id, t.State, timeout, id)}
+				}
+				if gerr == nil {
+					return t, nil // it finished just as we gave up
+				}
+				return t, &exitError{code: ExitTimeout, err: fmt.Errorf("task %s is not finished after %v; it keeps going: check later with 'loomd task wait %s'", id, timeout, id)}
 			}
 			return t, err
 		}
@@ -134,7 +144,7 @@ func (c *apiClient) waitTask(ctx context.Context, id string, timeout time.Durati
 			return t, nil
 		}
 		if ctx.Err() != nil {
-			return t, fmt.Errorf("task %s is still %s after %v; check later with 'loomd task wait %s'", id, t.State, timeout, id)
+			return t, &exitError{code: ExitTimeout, err: fmt.Errorf("task %s is still %s after %v; it keeps going: check later with 'loomd task wait %s'", id, t.State, timeout, id)}
 		}
 	}
 }
@@ -156,7 +166,13 @@ task gets a new one. Submitting an id loomd already knows runs nothing again.
 
 Prints {"taskId": ..., "state": ...}. With --wait it waits for the task to
 finish and prints its result JSON, with loomd run's exit status: 0 when the
-status is 0, 1 when the task failed, 2 for a malformed task or bad flags.`,
+status is 0, 1 when the task failed, 2 for a malformed task or bad flags.
+--wait gives up after --timeout (default 10m) with exit status 3; the task
+keeps going ('loomd task wait ID' picks it up). --timeout 0 waits for good.
+
+When no loomd serves the task's plugin type, loomd accepts the task (it
+waits in the queue), answers "served": false, and submit prints the
+warning on stderr.`,
 		Example: `  loomd submit examples/tasks/install.json
   loomd submit --wait task.json --server http://10.0.0.5:7070 --token "$LOOM_TOKEN"
   cat task.json | loomd submit -`,
@@ -168,7 +184,10 @@ status is 0, 1 when the task failed, 2 for a malformed task or bad flags.`,
 	}
 	o.client.addFlags(cmd.Flags())
 	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait for the task to finish and print its result")
-	cmd.Flags().DurationVar(&o.timeout, "wait-timeout", 0, "with --wait, give up after this long (exit 1; the task keeps going)")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 10*time.Minute, "with --wait, give up after this long (exit 3; the task keeps going); 0 waits for good")
+	// --wait-timeout is the old name of --timeout.
+	cmd.Flags().DurationVar(&o.timeout, "wait-timeout", 10*time.Minute, "")
+	_ = cmd.Flags().MarkDeprecated("wait-timeout", "use --timeout")
 	return cmd
 }
 
@@ -193,6 +212,9 @@ func (a *App) runSubmit(ctx context.Context, o *submitOptions) error {
 	var sub api.SubmitResponse
 	if err := c.do(ctx, "POST", "/v1/tasks", data, &sub); err != nil {
 		return clientErr(err)
+	}
+	if sub.Warning != "" {
+		fmt.Fprintf(a.Err, "loomd: warning: %s\n", sub.Warning)
 	}
 	if !o.wait {
 		return a.printJSON(sub)

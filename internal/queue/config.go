@@ -58,6 +58,10 @@ type Config struct {
 
 	// Owner names this worker in task records; default "<hostname>-<pid>".
 	Owner string
+	// ServedTTL is how long a daemon's announcement that it serves a plugin
+	// type counts (see Served); each daemon renews its own every third of
+	// it. A daemon that died stops counting after this long. Default 15s.
+	ServedTTL time.Duration
 	// AckWait is how long a delivered task may go without a heartbeat
 	// before it is redelivered to another worker; default 30s. Heartbeats
 	// are sent every AckWait/3.
@@ -131,6 +135,9 @@ func (c Config) withDefaults() Config {
 	if c.AckWait == 0 {
 		c.AckWait = 30 * time.Second
 	}
+	if c.ServedTTL == 0 {
+		c.ServedTTL = 15 * time.Second
+	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 5
 	}
@@ -171,6 +178,9 @@ func (c Config) validate() error {
 	errs = append(errs, c.validateAuth()...)
 	if c.AckWait < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("ack wait %v is too short: use at least 100ms (default 30s)", c.AckWait))
+	}
+	if c.ServedTTL < 300*time.Millisecond {
+		errs = append(errs, fmt.Errorf("served ttl %v is too short: use at least 300ms (default 15s)", c.ServedTTL))
 	}
 	if c.MaxCrashes < 1 {
 		errs = append(errs, fmt.Errorf("max crashes %d: must be at least 1", c.MaxCrashes))

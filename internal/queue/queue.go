@@ -71,6 +71,8 @@ type Queue struct {
 
 	w workers
 
+	served *served // which plugin types the daemons serve (served.go)
+
 	noHeartbeat  bool            // tests: let a running task's delivery expire
 	afterPublish func(id string) // tests: runs between a submit's publish and its record
 
@@ -162,6 +164,9 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 	}
 	q.maxValue = int(nc.MaxPayload()) - 16*1024
 	if err := q.startWatch(); err != nil {
+		return nil, err
+	}
+	if err := q.startServed(ctx); err != nil {
 		return nil, err
 	}
 	ok = true
@@ -612,6 +617,7 @@ func (q *Queue) Close() error {
 }
 
 func (q *Queue) shutdown() {
+	q.served.close()
 	q.abort()
 	q.w.stop()
 	for _, w := range q.watch {

@@ -191,6 +191,7 @@ func (q *Queue) SetTypes(ctx context.Context, routes []Route) error {
 		q.w.mu.Unlock()
 		q.log.Info("serving plugin type", "family", r.Family, "type", r.Type, "consumer", r.consumerName())
 	}
+	q.announceTypes()
 	return errors.Join(errs...)
 }
 

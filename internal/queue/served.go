@@ -1,0 +1,270 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ServedBucket is the KV bucket of the plugin types the daemons serve:
+// one key per (type, daemon), <family>.<type>.<owner>, refreshed every
+// third of Config.ServedTTL while the daemon serves the type. It is kept
+// in memory: after a restart of the server the daemons announce
+// themselves again within a heartbeat.
+const ServedBucket = "LOOM_SERVED"
+
+// servedEntry is one daemon's announcement that it serves a route.
+type servedEntry struct {
+	Family string    `json:"family"`
+	Type   string    `json:"type"`
+	Owner  string    `json:"owner"`
+	At     time.Time `json:"at"`
+}
+
+// served tracks which routes any daemon serves, from the announcements
+// in ServedBucket, and announces this daemon's own.
+type served struct {
+	kv   jetstream.KeyValue
+	ttl  time.Duration
+	kick chan struct{}
+
+	mu        sync.Mutex
+	seen      map[string]seenEntry // key -> latest announcement
+	announced map[string]bool      // keys this daemon wrote
+
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+type seenEntry struct {
+	route Route
+	at    time.Time // local time it was seen (or the server's, for the first snapshot)
+}
+
+// startServed opens the bucket, follows it, and starts announcing the
+// routes given to SetTypes. It returns once the current announcements are
+// read, so Served answers from the start.
+func (q *Queue) startServed(ctx context.Context) error {
+	kv, err := q.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      ServedBucket,
+		Description: "plugin types loomd daemons serve, key <family>.<type>.<owner>, refreshed by each daemon's heartbeat",
+		History:     1,
+		TTL:         2 * q.cfg.ServedTTL, // removes what a dead daemon left behind
+		Storage:     jetstream.MemoryStorage,
+		Replicas:    q.cfg.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("creating kv bucket %s: %w", ServedBucket, err)
+	}
+	s := &served{kv: kv, ttl: q.cfg.ServedTTL, kick: make(chan struct{}, 1), seen: map[string]seenEntry{}, announced: map[string]bool{}}
+	w, err := kv.WatchAll(context.Background())
+	if err != nil {
+		return fmt.Errorf("watching kv bucket %s: %w", ServedBucket, err)
+	}
+	synced := make(chan struct{})
+	lctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		defer func() { _ = w.Stop() }()
+		initial := true
+		for {
+			select {
+			case <-lctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					if initial {
+						initial = false
+						close(synced)
+					}
+					continue
+				}
+				s.observe(e, initial)
+			}
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.announceLoop(lctx, q)
+	}()
+	q.served = s
+	select {
+	case <-synced:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("reading kv bucket %s: %w", ServedBucket, ctx.Err())
+	}
+}
+
+// observe records one change of the bucket.
+func (s *served) observe(e jetstream.KeyValueEntry, initial bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(s.seen, e.Key())
+		return
+	}
+	var a servedEntry
+	if json.Unmarshal(e.Value(), &a) != nil || a.Family == "" || a.Type == "" {
+		return
+	}
+	at := time.Now()
+	if initial {
+		at = e.Created() // written before we looked: may already be stale
+	}
+	s.seen[e.Key()] = seenEntry{route: Route{Family: a.Family, Type: a.Type}, at: at}
+}
+
+// announceLoop writes this daemon's routes every third of the TTL, and at
+// once when SetTypes changed them.
+func (s *served) announceLoop(ctx context.Context, q *Queue) {
+	t := time.NewTicker(s.ttl / 3)
+	defer t.Stop()
+	for {
+		s.announce(ctx, q)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+	}
+}
+
+func (s *served) announce(ctx context.Context, q *Queue) {
+	routes := q.Types()
+	want := map[string]Route{}
+	for _, r := range routes {
+		want[servedKey(r, q.cfg.Owner)] = r
+	}
+	s.mu.Lock()
+	var gone []string
+	for k := range s.announced {
+		if _, ok := want[k]; !ok {
+			gone = append(gone, k)
+		}
+	}
+	s.mu.Unlock()
+	var failed error
+	for k, r := range want {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := s.kv.Put(wctx, k, mustJSON(servedEntry{Family: r.Family, Type: r.Type, Owner: q.cfg.Owner, At: time.Now().UTC()}))
+		cancel()
+		if err != nil {
+			failed = err
+			continue
+		}
+		s.mu.Lock()
+		s.announced[k] = true
+		s.mu.Unlock()
+	}
+	for _, k := range gone {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := s.kv.Delete(wctx, k)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrKeyNotFound) {
+			s.mu.Lock()
+			delete(s.announced, k)
+			s.mu.Unlock()
+		}
+	}
+	if failed != nil && ctx.Err() == nil {
+		q.log.Warn("announcing the served plugin types failed; submits elsewhere may warn that they are not served", "err", failed)
+	}
+}
+
+// close stops announcing and withdraws this daemon's announcements, so
+// submits stop counting on it at once.
+func (s *served) close() {
+	if s == nil {
+		return
+	}
+	s.stop()
+	s.wg.Wait()
+	s.mu.Lock()
+	keys := make([]string, 0, len(s.announced))
+	for k := range s.announced {
+		keys = append(keys, k)
+	}
+	s.mu.Unlock()
+	for _, k := range keys {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = s.kv.Delete(ctx, k)
+		cancel()
+	}
+}
+
+// Served reports whether this daemon or any other one serves route, by
+// their announcements of the last Config.ServedTTL, and lists every route
+// served (sorted), for a message naming them.
+func (q *Queue) Served(route Route) (bool, []Route) {
+	all := map[Route]bool{}
+	for _, r := range q.Types() {
+		all[r] = true
+	}
+	if s := q.served; s != nil {
+		now := time.Now()
+		s.mu.Lock()
+		for k, e := range s.seen {
+			switch age := now.Sub(e.at); {
+			case age <= s.ttl:
+				all[e.route] = true
+			case age > 2*s.ttl: // the server has expired it too
+				delete(s.seen, k)
+			}
+		}
+		s.mu.Unlock()
+	}
+	out := make([]Route, 0, len(all))
+	for r := range all {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, cmpRoute)
+	return all[route], out
+}
+
+// announceTypes makes the announcer write the current routes now.
+func (q *Queue) announceTypes() {
+	if q.served == nil {
+		return
+	}
+	select {
+	case q.served.kick <- struct{}{}:
+	default:
+	}
+}
+
+// servedKey is <family>.<type>.<owner>, each part escaped to the
+// characters a KV key token may hold.
+func servedKey(r Route, owner string) string {
+	return keyToken(r.Family) + "." + keyToken(r.Type) + "." + keyToken(owner)
+}
+
+func keyToken(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-':
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "_%02x", c)
+		}
+	}
+	if b.Len() == 0 {
+		return "_"
+	}
+	return b.String()
+}

@@ -1,0 +1,93 @@
+package queue
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+)
+
+// eventually polls cond for up to 10 s; it returns whether cond held.
+func eventually(cond func() bool) bool {
+	end := time.Now().Add(10 * time.Second)
+	for time.Now().Before(end) {
+		if cond() {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return cond()
+}
+
+// Every daemon sees which plugin types any daemon serves: announced on
+// SetTypes, withdrawn on SetTypes and Close, and forgotten after the TTL
+// when a daemon stops renewing (it died).
+func TestServedAcrossDaemons(t *testing.T) {
+	web := Route{Family: "automator", Type: "web"}
+	nope := Route{Family: "automator", Type: "nope"}
+	cfg := testConfig(t)
+	cfg.ListenAddr = "127.0.0.1:0"
+	cfg.Token = "served-test-token"
+	cfg.ServedTTL = 600 * time.Millisecond
+	a := open(t, cfg)
+	b := open(t, Config{URLs: []string{a.ClientURL()}, Token: cfg.Token, ServedTTL: cfg.ServedTTL, Logger: testLogger()})
+	ctx := context.Background()
+	if err := a.SetTypes(ctx, []Route{shell}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetTypes(ctx, []Route{web}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := a.Served(shell); !ok {
+		t.Errorf("a does not count its own type as served")
+	}
+	if !eventually(func() bool { ok, _ := b.Served(shell); return ok }) {
+		t.Fatalf("b never saw a serve %s", shell)
+	}
+	if !eventually(func() bool { ok, _ := a.Served(web); return ok }) {
+		t.Fatalf("a never saw b serve %s", web)
+	}
+	ok, all := b.Served(nope)
+	if ok || !slices.Equal(all, []Route{shell, web}) {
+		t.Errorf("Served(%s) = %v, %v; want false and [%s %s]", nope, ok, all, shell, web)
+	}
+
+	// b stops serving web: withdrawn at once, not after the TTL.
+	if err := b.SetTypes(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(func() bool { ok, _ := a.Served(web); return !ok }) {
+		t.Errorf("a still counts %s as served after b dropped it", web)
+	}
+
+	// A daemon that dies leaves its announcement behind: it stops counting
+	// after the TTL since its last renewal.
+	if _, err := a.served.kv.Put(ctx, servedKey(web, "dead-daemon"), mustJSON(servedEntry{Family: web.Family, Type: web.Type, Owner: "dead-daemon", At: time.Now()})); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(func() bool { ok, _ := b.Served(web); return ok }) {
+		t.Fatalf("b never saw the dead daemon's announcement")
+	}
+	if !eventually(func() bool { ok, _ := b.Served(web); return !ok }) {
+		t.Errorf("a dead daemon's announcement still counts after its TTL")
+	}
+
+	// Closing a daemon withdraws its types.
+	if err := b.SetTypes(ctx, []Route{web}); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(func() bool { ok, _ := a.Served(web); return ok }) {
+		t.Fatalf("a never saw b serve %s again", web)
+	}
+	_ = b.Close()
+	if !eventually(func() bool { ok, _ := a.Served(web); return !ok }) {
+		t.Errorf("a still counts %s as served after b closed", web)
+	}
+}
+
+func TestServedKeyEscapes(t *testing.T) {
+	got := servedKey(Route{Family: "automator", Type: "my_type:v2"}, "host.example-42")
+	if want := "automator.my_5ftype_3av2.host_2eexample-42"; got != want {
+		t.Errorf("servedKey = %q, want %q", got, want)
+	}
+}
