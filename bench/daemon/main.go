@@ -45,6 +45,7 @@ func main() {
 	keep := flag.Bool("keep", false, "keep the temp dir")
 	fsync := flag.String("fsync", "always", "loomd --fsync")
 	isolation := flag.String("isolation", "worker", "loomd --isolation: worker (hooks in worker processes) or none (in process)")
+	logLevel := flag.String("log-level", "warn", "loomd --log-level (info logs a line per finished task)")
 	ceiling := flag.Bool("ceiling", false, "measure only one work-queue stream with fsync on every write (no loomd): the ceiling the task stream sets")
 	flag.Parse()
 	if *ceiling {
@@ -54,13 +55,13 @@ func main() {
 		}
 		return
 	}
-	if err := run(*bin, *plugins, *tasks, *clients, *concurrency, *samples, *reloads, *keep, *fsync, *isolation); err != nil {
+	if err := run(*bin, *plugins, *tasks, *clients, *concurrency, *samples, *reloads, *keep, *fsync, *isolation, *logLevel); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads int, keep bool, fsync, isolation string) error {
+func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads int, keep bool, fsync, isolation, logLevel string) error {
 	dir, err := os.MkdirTemp("", "loomd-bench-")
 	if err != nil {
 		return err
@@ -79,7 +80,7 @@ func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads
 	}
 	base := "http://" + addr
 	args := []string{"serve", "--plugins", filepath.Join(dir, "plugins"), "--data", filepath.Join(dir, "data"),
-		"--work-dir", filepath.Join(dir, "work"), "--listen", addr, "--concurrency", fmt.Sprint(concurrency), "--log-level", "warn", "--fsync", fsync, "--isolation", isolation}
+		"--work-dir", filepath.Join(dir, "work"), "--listen", addr, "--concurrency", fmt.Sprint(concurrency), "--log-level", logLevel, "--fsync", fsync, "--isolation", isolation}
 	cmd := exec.Command(bin, args...)
 	logf, err := os.Create(filepath.Join(dir, "loomd.log"))
 	if err != nil {
@@ -154,8 +155,14 @@ func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads
 	for err := range errs {
 		return err
 	}
-	fmt.Printf("throughput, %d no-op tasks over %d types, %d API clients (submit, run, result seen), --concurrency %d --fsync %s --isolation %s: %.0f tasks/s (%.2f s)\n",
-		nTasks, nPlugins, nClients, concurrency, fsync, isolation, float64(nTasks)/el.Seconds(), el.Seconds())
+	fmt.Printf("throughput, %d no-op tasks over %d types, %d API clients (submit, run, result seen), --concurrency %d --fsync %s --isolation %s --log-level %s: %.0f tasks/s (%.2f s)\n",
+		nTasks, nPlugins, nClients, concurrency, fsync, isolation, logLevel, float64(nTasks)/el.Seconds(), el.Seconds())
+	counts, err := taskCounters(hc, base)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("loom_tasks_total after %d tasks: queued %.0f, running %.0f, succeeded %.0f, failed %.0f\n",
+		nSamples+nTasks, counts["queued"], counts["running"], counts["succeeded"], counts["failed"])
 	own := procCPU(fmt.Sprint(cmd.Process.Pid)) - own0
 	all := treeCPU(cmd.Process.Pid) - cpu0
 	fmt.Printf("CPU during the throughput run, per task: %.0f µs (loomd %.0f µs, its workers %.0f µs)\n",
@@ -190,6 +197,30 @@ func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads
 	fmt.Printf("hot reload, plugin file written until a new task runs the new version (%d reloads): median %.0f ms, max %.0f ms\n",
 		nReloads, ms(rl[len(rl)/2]), ms(rl[len(rl)-1]))
 	return nil
+}
+
+// taskCounters sums loom_tasks_total by state from /metrics.
+func taskCounters(hc *http.Client, base string) (map[string]float64, error) {
+	resp, err := hc.Get(base + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "loom_tasks_total{")
+		if !ok {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `state="`)
+		state, _, _ := strings.Cut(rest, `"`)
+		var v float64
+		if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
+			out[state] += v
+		}
+	}
+	return out, sc.Err()
 }
 
 func perTask(d time.Duration, n int) float64 { return float64(d.Microseconds()) / float64(n) }

@@ -98,6 +98,13 @@ func (m *Metrics) Observe(t queue.Transition) {
 	r := t.Record
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if t.Lost { // the attempt ended here without a state change
+		if prev, ok := m.mine[r.TaskID]; ok {
+			delete(m.mine, r.TaskID)
+			m.running.WithLabelValues(prev...).Dec()
+		}
+		return
+	}
 	labels := m.labelsLocked(r)
 	now := time.Now()
 	end := now

@@ -114,3 +114,25 @@ func TestObserveBoundsTypeLabels(t *testing.T) {
 		t.Errorf("%s counted %v tasks, want 50", OtherType, other)
 	}
 }
+
+// An attempt that lost its claim stops counting as running here.
+func TestObserveLostAttempt(t *testing.T) {
+	m := NewMetrics()
+	now := time.Now()
+	rec := queue.Record{TaskID: "l-1", State: queue.Running, Family: "automator", Type: "shell", Hook: "install", Attempts: 1, Created: now, Started: &now}
+	m.Observe(queue.Transition{From: queue.Queued, Record: rec})
+	m.Observe(queue.Transition{From: queue.Running, Record: rec, Lost: true})
+	for _, g := range gather(t, m, "loom_tasks_running") {
+		if v := g.GetGauge().GetValue(); v != 0 {
+			t.Errorf("loom_tasks_running = %v after the attempt was lost, want 0", v)
+		}
+	}
+	if got := gather(t, m, "loom_task_duration_seconds"); len(got) != 0 {
+		t.Errorf("run time observed for a lost attempt: %v", got)
+	}
+	for _, c := range gather(t, m, "loom_tasks_total") {
+		if label(c, "state") != "running" {
+			t.Errorf("a lost attempt counted a state change: %v", c)
+		}
+	}
+}

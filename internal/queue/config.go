@@ -106,6 +106,11 @@ type Config struct {
 type Transition struct {
 	From   State // "" for a new task
 	Record Record
+	// Lost marks the end of an attempt this process ran whose outcome was
+	// not recorded (another daemon took the task over, or the write kept
+	// failing): no state changed, but the attempt no longer runs here.
+	// Record is the record as this process last wrote it.
+	Lost bool
 }
 
 // Mode names how the queue reaches NATS: "embedded" or "external".

@@ -17,7 +17,7 @@ const maxLogMessage = 256
 // stdout or stderr.
 func (q *Queue) logOutcome(t Transition) {
 	r := t.Record
-	if !r.State.Terminal() || t.From == r.State {
+	if t.Lost || !r.State.Terminal() || t.From == r.State {
 		return
 	}
 	attrs := []any{"task", r.TaskID, "family", r.Family, "type", r.Type, "hook", r.Hook, "taskName", r.TaskName,

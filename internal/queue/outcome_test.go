@@ -160,3 +160,46 @@ func TestSubmitCountsQueuedWhenWorkerWritesFirst(t *testing.T) {
 		t.Errorf("%d queued transitions for race-1, want 1: %+v", queued, seen)
 	}
 }
+
+// An attempt whose claim was taken over ends here with a Lost transition
+// (no state change, no outcome line), so the running gauge can count it
+// down.
+func TestLostClaimNotifies(t *testing.T) {
+	var mu sync.Mutex
+	var seen []Transition
+	var logs logBuffer
+	cfg := testConfig(t)
+	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	cfg.OnTransition = func(tr Transition) {
+		mu.Lock()
+		seen = append(seen, tr)
+		mu.Unlock()
+	}
+	q := open(t, cfg)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	mine := Record{TaskID: "lost-1", State: Running, Attempts: 1, Owner: "me", Family: "automator", Type: "shell", Hook: "install", Started: &now}
+	rev, err := q.write(ctx, Record{}, mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine.Revision = rev
+	theirs := mine
+	theirs.Attempts, theirs.Owner = 2, "other"
+	if _, err := q.write(ctx, mine, theirs); err != nil { // another daemon takes it over
+		t.Fatal(err)
+	}
+	done := mine
+	done.State, done.Finished = Succeeded, &now
+	if q.commit(ctx, q.log, mine, done) {
+		t.Fatal("commit over a taken-over claim succeeded")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || !seen[0].Lost || seen[0].Record.State != Running || seen[0].Record.TaskID != "lost-1" {
+		t.Errorf("transitions = %+v, want one Lost transition of the running attempt", seen)
+	}
+	if n := len(logs.lines("task finished")) + len(logs.lines("task failed")); n != 0 {
+		t.Errorf("%d outcome lines for an attempt whose outcome was dropped", n)
+	}
+}

@@ -645,10 +645,12 @@ func (q *Queue) commit(ctx context.Context, log *slog.Logger, cur, next Record) 
 		}
 		if isConflict(err) {
 			log.Warn("lost the claim on the task: another attempt took it over; dropping this attempt's outcome", "state", next.State)
+			q.notify(Transition{From: cur.State, Record: cur, Lost: true})
 			return false
 		}
 		if i >= 5 || q.abortCtx.Err() != nil && i >= 1 {
 			log.Error("cannot record the task's outcome; it will be redelivered", "err", err)
+			q.notify(Transition{From: cur.State, Record: cur, Lost: true})
 			return false
 		}
 		time.Sleep(time.Duration(100*(i+1)) * time.Millisecond)
