@@ -5,13 +5,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"unsafe"
 
 	lua "github.com/yuin/gopher-lua"
 
 	"github.com/loomrt/loom/bindings"
-
-	"github.com/loomrt/loom/runtime/internal/lpattern"
 )
 
 // Limits bound what one plugin VM may consume. Zero fields take defaults.
@@ -130,13 +127,13 @@ func newSandboxState(lim Limits, quota *int) *lua.LState {
 	str.RawSetString("rep", L.NewFunction(sbStringRep(lim.MaxStringSize)))
 	str.RawSetString("format", L.NewFunction(sbStringFormat(str.RawGetString("format").(*lua.LFunction), lim.MaxStringSize)))
 	str.RawSetString("dump", lua.LNil)
-	for _, name := range []string{"find", "match", "gmatch", "gsub"} {
-		str.RawSetString(name, L.NewFunction(sbPattern(str.RawGetString(name).(*lua.LFunction), name)))
-	}
-	// gfind is Lua 5.0's name for gmatch: the guarded one, never the raw one.
-	if str.RawGetString("gfind") != lua.LNil {
-		str.RawSetString("gfind", str.RawGetString("gmatch"))
-	}
+	// Patterns run on lpattern (sandbox_pattern.go), never on gopher-lua's
+	// matcher; gfind is Lua 5.0's name for gmatch.
+	str.RawSetString("find", L.NewFunction(sbFind(true)))
+	str.RawSetString("match", L.NewFunction(sbFind(false)))
+	str.RawSetString("gmatch", L.NewFunction(sbGmatch))
+	str.RawSetString("gfind", str.RawGetString("gmatch"))
+	str.RawSetString("gsub", L.NewFunction(sbGsub(lim.MaxStringSize)))
 	tbl := L.GetGlobal("table").(*lua.LTable)
 	tbl.RawSetString("concat", L.NewFunction(sbTableConcat(lim.MaxStringSize)))
 
@@ -339,64 +336,10 @@ func sbTableConcat(maxSize int) lua.LGFunction {
 	}
 }
 
-// patternSteps bounds the backtracking of one pattern call. A legitimate
-// gsub over a megabyte takes a few million steps; ("a"):rep(300) against
-// ("a-"):rep(3).."b" takes billions (13.5 s and 2.7 GiB unguarded).
-const patternSteps = 20_000_000
-
 // raiseLimit raises a sandbox limit as a structured error of kind
 // "limit", so plugins and operators can tell it from a plugin's own error.
 func raiseLimit(L *lua.LState, format string, args ...any) {
 	bindings.Raise(L, bindings.Errorf("limit", format, args...))
-}
-
-// sbPattern vets a pattern call with a step-budgeted copy of gopher-lua's
-// matcher before handing it to gopher-lua's own function: the matcher runs
-// inside one Go call that the hook's deadline cannot interrupt. Patterns
-// without quantifiers match in linear time and skip the vetting.
-func sbPattern(orig *lua.LFunction, name string) lua.LGFunction {
-	return func(L *lua.LState) int {
-		str := L.CheckString(1)
-		pat := L.CheckString(2)
-		// Quantifiers backtrack; %b and %f scan the rest of the subject at
-		// every start position, quadratic even without a quantifier.
-		if len(str) > 0 && (strings.ContainsAny(pat, "*+-?") || strings.Contains(pat, "%b") || strings.Contains(pat, "%f")) {
-			offset, limit := 0, -1
-			vet := true
-			switch name {
-			case "find", "match":
-				limit = 1
-				init := L.OptInt(3, 1)
-				if init < 0 {
-					init = len(str) + init + 1
-				}
-				if init < 1 {
-					init = 1
-				}
-				offset = init - 1
-				vet = offset <= len(str) && !(name == "find" && L.GetTop() >= 4 && lua.LVAsBool(L.Get(4)))
-			case "gsub":
-				limit = L.OptInt(4, -1)
-			}
-			if vet {
-				src := unsafe.Slice(unsafe.StringData(str), len(str)) // read only
-				var done <-chan struct{}
-				if ctx := L.Context(); ctx != nil {
-					done = ctx.Done()
-				}
-				if _, err := lpattern.Find(pat, src, offset, limit, patternSteps, done); err != nil && strings.Contains(err.Error(), "too complex") {
-					raiseLimit(L, "string.%s: %v", name, err)
-				}
-			}
-		}
-		top := L.GetTop()
-		L.Push(orig)
-		for i := 1; i <= top; i++ {
-			L.Push(L.Get(i))
-		}
-		L.Call(top, lua.MultRet)
-		return L.GetTop() - top
-	}
 }
 
 // sbCoroutine counts coroutines per task: each is a whole Lua state.

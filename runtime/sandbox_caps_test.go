@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -50,4 +51,82 @@ func TestTracebackCapped(t *testing.T) {
 			t.Errorf("short traceback:\n%s", tb)
 		}
 	})
+}
+
+// TestPatternsMatchLua51: the sandbox's find, match, gmatch and gsub (a
+// port of Lua 5.1's matcher) give PUC Lua 5.1's results on
+// testdata/patterns.lua; testdata/patterns.out is lua5.1's output.
+func TestPatternsMatchLua51(t *testing.T) {
+	script, err := os.ReadFile("testdata/patterns.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile("testdata/patterns.out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := boxRuntimeTimeout(t, "self.result.result.out = (function()\n"+string(script)+"\nend)()", nil, time.Minute)
+	res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
+	if res.Status != 0 {
+		t.Fatalf("status %d: %s", res.Status, res.Message)
+	}
+	got := strings.Split(res.Result["out"].(string), "\n")
+	wantLines := strings.Split(strings.TrimRight(string(want), "\n"), "\n")
+	for i := 0; i < max(len(got), len(wantLines)); i++ {
+		var g, w string
+		if i < len(got) {
+			g = got[i]
+		}
+		if i < len(wantLines) {
+			w = wantLines[i]
+		}
+		if g != w {
+			t.Errorf("line %d:\n got %s\nwant %s", i+1, g, w)
+		}
+	}
+}
+
+// TestCapsFailFast: each builtin refuses an oversized result with kind
+// limit before building it. The deadline is a minute, so a kind timeout
+// would mean the cap did not act.
+func TestCapsFailFast(t *testing.T) {
+	for _, tc := range []struct{ name, code, msg string }{
+		{"gsub expansion", `local s = string.rep("x", 1048576); s:gsub("x", string.rep("y", 1000))`, "string.gsub: the result exceeds"},
+		{"gsub function expansion", `local s = string.rep("x", 1048576); local y = string.rep("y", 100); s:gsub("x", function() return y end)`, "string.gsub: the result exceeds"},
+		{"gsub table expansion", `local s = string.rep("x", 1048576); s:gsub("x", {x = string.rep("y", 100)})`, "string.gsub: the result exceeds"},
+		{"gsub backtracking", `local s = string.rep("a", 300000); s:gsub(".-b", "")`, "string.gsub: pattern too complex"},
+		{"gmatch storm", `for m in string.rep("a", 300000):gmatch("a*a*a*a*b") do end`, "string.gmatch: pattern too complex"},
+		{"match nesting", `return string.rep("a", 500):match(string.rep("a?", 500))`, "nested more than"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := boxRuntimeTimeout(t, tc.code, nil, time.Minute)
+			res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
+			if res.Status == 0 || res.Error["kind"] != "limit" || !strings.Contains(res.Message, tc.msg) {
+				t.Fatalf("status %d, error %v, message %q; want kind limit and %q", res.Status, res.Error, res.Message, tc.msg)
+			}
+		})
+	}
+}
+
+// TestPatternsOnBigInputs: linear pattern work over big subjects fits the
+// budget (gopher-lua's gsub was quadratic: 68 s for 300 KB).
+func TestPatternsOnBigInputs(t *testing.T) {
+	code := `
+		local s = string.rep("word ", 600000) -- 3 MB
+		local r, n = s:gsub("%s+", "_")
+		local words = 0
+		for w in s:gmatch("%a+") do words = words + 1 end
+		local trimmed = ("  " .. s .. "  "):match("^%s*(.-)%s*$")
+		self.result.result.n, self.result.result.len, self.result.result.words = n, #r, words
+		self.result.result.trimmed = #trimmed
+		self.result.result.last = select(2, s:find(".*d"))`
+	rt := boxRuntimeTimeout(t, code, nil, time.Minute)
+	res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
+	if res.Status != 0 {
+		t.Fatalf("status %d: %s", res.Status, res.Message)
+	}
+	if res.Result["n"] != float64(600000) || res.Result["len"] != float64(3000000) || res.Result["words"] != float64(600000) ||
+		res.Result["trimmed"] != float64(2999999) || res.Result["last"] != float64(2999999) {
+		t.Fatalf("result %+v", res.Result)
+	}
 }
