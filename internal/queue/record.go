@@ -104,18 +104,25 @@ func (r Route) consumerName() string {
 	var b strings.Builder
 	b.WriteString("loom_")
 	for _, s := range []string{r.Family, r.Type} {
-		for i := 0; i < len(s); i++ {
-			c := s[i]
-			switch {
-			case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-':
-				b.WriteByte(c)
-			default:
-				fmt.Fprintf(&b, "_%02x", c)
-			}
-		}
+		escapeName(&b, s)
 		b.WriteString("__")
 	}
 	return strings.TrimSuffix(b.String(), "__")
+}
+
+// escapeName writes s keeping letters, digits and '-', and hex-escaping
+// every other byte as _xx: the result fits a consumer name or a KV key
+// token.
+func escapeName(b *strings.Builder, s string) {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-':
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(b, "_%02x", c)
+		}
+	}
 }
 
 func (r Route) validate() error {

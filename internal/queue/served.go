@@ -52,16 +52,23 @@ type seenEntry struct {
 // routes given to SetTypes. It returns once the current announcements are
 // read, so Served answers from the start.
 func (q *Queue) startServed(ctx context.Context) error {
-	kv, err := q.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kcfg := jetstream.KeyValueConfig{
 		Bucket:      ServedBucket,
 		Description: "plugin types loomd daemons serve, key <family>.<type>.<owner>, refreshed by each daemon's heartbeat",
 		History:     1,
 		TTL:         2 * q.cfg.ServedTTL, // removes what a dead daemon left behind
 		Storage:     jetstream.MemoryStorage,
 		Replicas:    q.cfg.Replicas,
-	})
+	}
+	kv, err := q.js.CreateOrUpdateKeyValue(ctx, kcfg)
 	if err != nil {
-		return fmt.Errorf("creating kv bucket %s: %w", ServedBucket, err)
+		// A server without JetStream memory storage (max_memory_store: 0),
+		// or a bucket another daemon made on file: use file storage.
+		kcfg.Storage = jetstream.FileStorage
+		var ferr error
+		if kv, ferr = q.js.CreateOrUpdateKeyValue(ctx, kcfg); ferr != nil {
+			return fmt.Errorf("creating kv bucket %s: in memory: %w; on file: %w", ServedBucket, err, ferr)
+		}
 	}
 	s := &served{kv: kv, ttl: q.cfg.ServedTTL, kick: make(chan struct{}, 1), seen: map[string]seenEntry{}, announced: map[string]bool{}}
 	w, err := kv.WatchAll(context.Background())
@@ -254,15 +261,7 @@ func servedKey(r Route, owner string) string {
 
 func keyToken(s string) string {
 	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-':
-			b.WriteByte(c)
-		default:
-			fmt.Fprintf(&b, "_%02x", c)
-		}
-	}
+	escapeName(&b, s)
 	if b.Len() == 0 {
 		return "_"
 	}
