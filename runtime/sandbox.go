@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,10 +14,12 @@ import (
 
 // Limits bound what one plugin VM may consume. Zero fields take defaults.
 type Limits struct {
-	// MaxStringSize caps strings built by string.rep, table.concat and
-	// string.format (default 16 MiB).
+	// MaxStringSize caps strings built by string.rep, string.format,
+	// string.gsub, table.concat and os.date (default 16 MiB). Each checks
+	// before it allocates.
 	MaxStringSize int
-	// MaxUnpack caps the values unpack() may push (default 65536).
+	// MaxUnpack caps the values one call may return: unpack and
+	// string.byte (default 65536).
 	MaxUnpack int
 	// MaxCoroutines caps coroutines created per task (default 256); each
 	// is a whole Lua state of 20-100 KiB.
@@ -108,9 +111,10 @@ func newSandboxState(lim Limits, quota *int) *lua.LState {
 	// os keeps only the clock; debug only traceback.
 	osT := L.GetGlobal("os").(*lua.LTable)
 	safeOs := L.CreateTable(0, 3)
-	for _, f := range []string{"time", "clock", "date"} {
+	for _, f := range []string{"time", "clock"} {
 		safeOs.RawSetString(f, osT.RawGetString(f))
 	}
+	safeOs.RawSetString("date", L.NewFunction(sbOsDate(osT.RawGetString("date").(*lua.LFunction), lim.MaxStringSize)))
 	g.RawSetString("os", safeOs)
 	dbg := L.GetGlobal("debug").(*lua.LTable)
 	safeDbg := L.CreateTable(0, 1)
@@ -125,6 +129,7 @@ func newSandboxState(lim Limits, quota *int) *lua.LState {
 
 	str := L.GetGlobal("string").(*lua.LTable)
 	str.RawSetString("rep", L.NewFunction(sbStringRep(lim.MaxStringSize)))
+	str.RawSetString("byte", L.NewFunction(sbStringByte(lim.MaxUnpack)))
 	str.RawSetString("format", L.NewFunction(sbStringFormat(str.RawGetString("format").(*lua.LFunction), lim.MaxStringSize)))
 	str.RawSetString("dump", lua.LNil)
 	// Patterns run on lpattern (sandbox_pattern.go), never on gopher-lua's
@@ -136,6 +141,7 @@ func newSandboxState(lim Limits, quota *int) *lua.LState {
 	str.RawSetString("gsub", L.NewFunction(sbGsub(lim.MaxStringSize)))
 	tbl := L.GetGlobal("table").(*lua.LTable)
 	tbl.RawSetString("concat", L.NewFunction(sbTableConcat(lim.MaxStringSize)))
+	tbl.RawSetString("sort", L.NewFunction(sbTableSort))
 
 	co := L.GetGlobal("coroutine").(*lua.LTable)
 	for _, name := range []string{"create", "wrap"} {
@@ -188,6 +194,109 @@ func sbUnpack(maxN int) lua.LGFunction {
 		}
 		return n
 	}
+}
+
+// sbStringByte is Lua 5.1's string.byte, refusing more than maxN values
+// before pushing any: string.byte(s, 1, -1) of a 16 MB string would push
+// 16M values onto the Lua stack.
+func sbStringByte(maxN int) lua.LGFunction {
+	return func(L *lua.LState) int {
+		s := L.CheckString(1)
+		posi := posRelative(L.OptInt(2, 1), len(s))
+		pose := posRelative(L.OptInt(3, posi), len(s))
+		posi = max(posi, 1)
+		pose = min(pose, len(s))
+		if posi > pose {
+			return 0
+		}
+		n := pose - posi + 1
+		if n > maxN {
+			raiseLimit(L, "string.byte: %d values is more than the limit of %d (take the string in slices, or use string.sub and string.find)", n, maxN)
+		}
+		for i := posi - 1; i < pose; i++ {
+			L.Push(lua.LNumber(s[i]))
+		}
+		return n
+	}
+}
+
+// posRelative is Lua 5.1's posrelat: a negative position counts from the
+// end of a string of length n.
+func posRelative(pos, n int) int {
+	if pos < 0 {
+		pos += n + 1
+	}
+	return max(pos, 0)
+}
+
+// dateConversionMax bounds the bytes one os.date conversion writes (the
+// longest, %c, writes 18).
+const dateConversionMax = 32
+
+// sbOsDate refuses a format whose result could exceed the string cap
+// before formatting it.
+func sbOsDate(orig *lua.LFunction, maxSize int) lua.LGFunction {
+	return func(L *lua.LState) int {
+		if L.GetTop() >= 1 {
+			f := L.CheckString(1)
+			if bound := len(f) + dateConversionMax*strings.Count(f, "%"); bound > maxSize {
+				raiseLimit(L, "os.date: a format of %d bytes with %d conversions may exceed the %d-byte string limit", len(f), strings.Count(f, "%"), maxSize)
+			}
+		}
+		top := L.GetTop()
+		L.Push(orig)
+		for i := 1; i <= top; i++ {
+			L.Push(L.Get(i))
+		}
+		L.Call(top, 1)
+		return 1
+	}
+}
+
+// sbTableSort sorts t[1..#t] in a Go slice, looking at the hook's
+// deadline every 65536 comparisons: sorting a few million values without
+// a comparator is one Go call the deadline could not otherwise stop.
+// gopher-lua's own sort also ignored every element outside the table's
+// array part.
+func sbTableSort(L *lua.LState) int {
+	t := L.CheckTable(1)
+	var fn *lua.LFunction
+	if L.GetTop() >= 2 && L.Get(2) != lua.LNil {
+		fn = L.CheckFunction(2)
+	}
+	n := t.Len()
+	vals := make([]lua.LValue, n)
+	for i := range vals {
+		vals[i] = t.RawGetInt(i + 1)
+	}
+	var done <-chan struct{}
+	if ctx := L.Context(); ctx != nil {
+		done = ctx.Done()
+	}
+	count := 0
+	sort.Slice(vals, func(i, j int) bool {
+		if count++; count&0xffff == 0 && done != nil {
+			select {
+			case <-done:
+				L.RaiseError("table.sort: stopped at the hook's deadline")
+			default:
+			}
+		}
+		if fn == nil {
+			return L.LessThan(vals[i], vals[j])
+		}
+		L.Push(fn)
+		L.Push(vals[i])
+		L.Push(vals[j])
+		L.Call(2, 1)
+		less := lua.LVAsBool(L.Get(-1))
+		L.Pop(1)
+		return less
+	})
+	for i, v := range vals {
+		t.RawSetInt(i+1, v)
+	}
+	return 0
 }
 
 func sbStringRep(maxSize int) lua.LGFunction {

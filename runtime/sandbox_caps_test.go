@@ -97,6 +97,11 @@ func TestCapsFailFast(t *testing.T) {
 		{"gsub backtracking", `local s = string.rep("a", 300000); s:gsub(".-b", "")`, "string.gsub: pattern too complex"},
 		{"gmatch storm", `for m in string.rep("a", 300000):gmatch("a*a*a*a*b") do end`, "string.gmatch: pattern too complex"},
 		{"match nesting", `return string.rep("a", 500):match(string.rep("a?", 500))`, "nested more than"},
+		{"string.byte of 16 MB", `local s = string.rep("b", 16000000); return select("#", s:byte(1, -1))`, "string.byte: 16000000 values"},
+		{"os.date huge format", `return os.date(string.rep("%c", 8388608))`, "os.date: a format of"},
+		{"unpack", `return unpack({}, 1, 1e8)`, "unpack: 100000000 values"},
+		{"string.rep", `return string.rep("x", 1e10)`, "string.rep: a result of"},
+		{"table.concat", `local s = string.rep("x", 1048576); local t = {}; for i = 1, 64 do t[i] = s end; return table.concat(t)`, "table.concat: result exceeds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rt := boxRuntimeTimeout(t, tc.code, nil, time.Minute)
@@ -128,5 +133,59 @@ func TestPatternsOnBigInputs(t *testing.T) {
 	if res.Result["n"] != float64(600000) || res.Result["len"] != float64(3000000) || res.Result["words"] != float64(600000) ||
 		res.Result["trimmed"] != float64(2999999) || res.Result["last"] != float64(2999999) {
 		t.Fatalf("result %+v", res.Result)
+	}
+}
+
+// TestBuiltinsLikeLua51: the sandbox's own string.byte, os.date and
+// table.sort keep Lua 5.1's results.
+func TestBuiltinsLikeLua51(t *testing.T) {
+	code := `
+		local r = self.result.result
+		r.b1 = table.concat({("hello"):byte(1, -1)}, ",")
+		r.b2 = table.concat({("hello"):byte(-2)}, ",")
+		r.b3 = select("#", ("hello"):byte(4, 2))
+		r.b4 = table.concat({("hello"):byte(0, 2)}, ",")
+		r.b5 = table.concat({("hello"):byte(3, 100)}, ",")
+		r.b6 = ("A"):byte()
+		r.d1 = os.date("!%Y-%m-%d %H:%M:%S", 86400)
+		r.d2 = os.date("!*t", 0).year
+		local t = {5, 3, 9, 1, 7}
+		table.sort(t)
+		r.s1 = table.concat(t, ",")
+		table.sort(t, function(a, b) return a > b end)
+		r.s2 = table.concat(t, ",")
+		local words = {"pear", "apple", "fig"}
+		table.sort(words)
+		r.s3 = table.concat(words, ",")
+		r.s4 = pcall(table.sort, {1, "x", 2})
+		local big = {}
+		for i = 1, 200000 do big[i] = (i * 7919) % 200000 end
+		table.sort(big)
+		local ok = true
+		for i = 2, #big do ok = ok and big[i - 1] <= big[i] end
+		r.s5 = ok`
+	rt := boxRuntimeTimeout(t, code, nil, time.Minute)
+	res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
+	if res.Status != 0 {
+		t.Fatalf("status %d: %s", res.Status, res.Message)
+	}
+	want := map[string]any{"b1": "104,101,108,108,111", "b2": "108", "b3": float64(0), "b4": "104,101", "b5": "108,108,111",
+		"b6": float64(65), "d1": "1970-01-02 00:00:00", "d2": float64(1970), "s1": "1,3,5,7,9", "s2": "9,7,5,3,1",
+		"s3": "apple,fig,pear", "s4": false, "s5": true}
+	for k, w := range want {
+		if res.Result[k] != w {
+			t.Errorf("%s = %v, want %v", k, res.Result[k], w)
+		}
+	}
+}
+
+// TestSortStopsAtDeadline: a comparator-free sort of a big table is one
+// Go call; it still ends at the hook's deadline, with kind timeout.
+func TestSortStopsAtDeadline(t *testing.T) {
+	code := `local t = {}; for i = 1, 1000000 do t[i] = (i * 7919) % 1000000 end; while true do table.sort(t); table.sort(t, function(a, b) return a > b end) end`
+	rt := boxRuntimeTimeout(t, code, nil, 2*time.Second)
+	res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
+	if res.Status == 0 || res.Error["kind"] != "timeout" {
+		t.Fatalf("status %d, error %v; want kind timeout", res.Status, res.Error)
 	}
 }
