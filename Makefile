@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: build test vet unit race hostile bench stubs
+.PHONY: build test vet unit race hostile faults bench stubs
 
 build:
 	$(GO) build -o bin/loomd ./cmd/loomd
@@ -32,6 +32,14 @@ bench:
 hostile:
 	@mkdir -p bin
 	LOOM_HOSTILE=1 LOOM_HOSTILE_REPORT=$(CURDIR)/bin/hostile-report.md $(GO) test -count=1 -parallel 4 -timeout 10m ./test/hostile/
+
+# Fault tests (test/faults_test.go): real disk exhaustion (a tmpfs under
+# --data filled for 3 s and for 60 s; LOOM_FAULTS_LONG=1 makes it 5 min),
+# kill -9 while full, and --store-max, against loomd serve as a real
+# process. Needs root (mount). Each counts lost, stuck, wrong and
+# twice-run tasks, which must all be 0.
+faults:
+	LOOM_FAULTS=1 $(GO) test -count=1 -timeout 15m -run 'TestFault' -v ./test/
 
 # Regenerate the LuaLS stubs and the generated binding reference from the
 # bindings' specs (a test fails when they are stale).

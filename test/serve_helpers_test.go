@@ -4,7 +4,6 @@ package test
 // plugin, daemons as real processes, and HTTP calls to their API.
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -296,11 +295,11 @@ func (d *daemon) logLines() []map[string]any {
 		return nil
 	}
 	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
+	// Lines of any length: a Scanner stops at its first over-long line
+	// and would hide every line after it.
+	for _, line := range bytes.Split(data, []byte("\n")) {
 		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) == nil {
+		if json.Unmarshal(line, &m) == nil {
 			out = append(out, m)
 		}
 	}

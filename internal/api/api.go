@@ -360,6 +360,12 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
+		if errors.Is(err, queue.ErrStoreFull) {
+			// 507: the request was fine, the store has no room. Fast,
+			// and retryable with the same taskId once space is back.
+			writeError(w, http.StatusInsufficientStorage, err.Error())
+			return
+		}
 		s.log.Error("submitting a task failed", "err", err)
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return

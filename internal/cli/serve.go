@@ -50,6 +50,8 @@ type serveOptions struct {
 	reloadDebounce  time.Duration
 	timeout         time.Duration
 	fsync           string
+	storeMax        string
+	storeReserve    string
 	replicas        int
 	isolation       string
 	pluginMemory    string
@@ -113,6 +115,8 @@ running, interrupts them and exits 1; the interrupted tasks run again later.`,
 	f.IntVar(&o.maxAttempts, "max-attempts", 5, "attempts after infrastructure failures (runner errors, dead daemons) before a task fails")
 	f.BoolVar(&o.watch, "watch", true, "reload plugins when files under --plugins change")
 	f.DurationVar(&o.reloadDebounce, "reload-debounce", 200*time.Millisecond, "quiet time after the last plugin file change before reloading")
+	f.StringVar(&o.storeMax, "store-max", "", "size limit of the embedded store (e.g. 10GiB); past it submits get 507 until records expire or are deleted (default: 75% of the free space at start)")
+	f.StringVar(&o.storeReserve, "store-reserve", "32MiB", "free disk space under --data below which the embedded store counts as full: submits get 507 before a write can fail")
 	f.StringVar(&o.fsync, "fsync", "always", "embedded store fsync policy: \"always\" (every write; survives power loss) or an interval such as 1s (faster; a crash of the machine may lose that much)")
 	f.DurationVar(&o.timeout, "timeout", 0, "deadline for each hook, overriding the plugin definitions' timeouts (default: theirs, or 10m)")
 	// Isolation of hooks (docs/operations.md, "Worker processes").
@@ -180,6 +184,19 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		}
 		syncInterval = d
 	}
+	var storeMax, storeReserve int64
+	if o.storeMax != "" {
+		n, err := runtime.ParseSize(o.storeMax)
+		if err != nil {
+			return usageErr(fmt.Errorf("--store-max: %w", err))
+		}
+		storeMax = n
+	}
+	if n, err := runtime.ParseSize(o.storeReserve); err != nil {
+		return usageErr(fmt.Errorf("--store-reserve: %w", err))
+	} else {
+		storeReserve = n
+	}
 	var pluginMemory int64
 	switch o.isolation {
 	case isolationWorker:
@@ -217,6 +234,8 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		AckWait:      o.ackWait,
 		MaxAttempts:  o.maxAttempts,
 		SyncInterval: syncInterval,
+		MaxStore:     storeMax,
+		StoreReserve: storeReserve,
 		Replicas:     o.replicas,
 		Logger:       logger.With("component", "queue"),
 		OnTransition: metrics.Observe,

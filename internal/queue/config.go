@@ -93,6 +93,13 @@ type Config struct {
 	// MaxStore caps the embedded server's disk use in bytes; 0 lets the
 	// server choose (75% of free space).
 	MaxStore int64
+	// StoreReserve is the free space under DataDir below which the
+	// embedded store counts as full and submits are refused (default
+	// DefaultStoreReserve).
+	StoreReserve int64
+	// StoreCheckInterval is how often the store's capacity is checked,
+	// and a full store probed for recovery (default 500ms).
+	StoreCheckInterval time.Duration
 
 	// Logger receives the queue's logs (and the embedded server's, at
 	// debug level); default slog.Default() with nothing sent to stdout.
@@ -160,6 +167,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
+	}
+	if c.StoreReserve == 0 {
+		c.StoreReserve = DefaultStoreReserve
+	}
+	if c.StoreCheckInterval == 0 {
+		c.StoreCheckInterval = 500 * time.Millisecond
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -53,8 +53,9 @@ const StateShards = 4
 type Queue struct {
 	cfg    Config
 	log    *slog.Logger
-	srv    *server.Server // nil with an external NATS
-	auth   embeddedAuth   // the embedded server's credentials
+	srvRef *serverRef   // the embedded server; nil with an external NATS
+	store  storeState   // full or not, and why
+	auth   embeddedAuth // the embedded server's credentials
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	stream jetstream.Stream
@@ -66,6 +67,7 @@ type Queue struct {
 
 	mu      sync.Mutex
 	waiters map[string][]chan Record
+	flights map[string]*flight // tasks this daemon holds, by id
 	closed  bool
 	serving bool
 
@@ -128,13 +130,13 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 		if q.auth, err = newEmbeddedAuth(cfg); err != nil {
 			return nil, err
 		}
-		srv, err := startServer(cfg, q.auth)
+		srv, err := startServer(cfg, q.auth, q.onServerError)
 		if err != nil {
 			return nil, err
 		}
-		q.srv = srv
+		q.srvRef = &serverRef{srv: srv}
 		url = srv.ClientURL()
-		opts = append(opts, nats.InProcessServer(srv))
+		opts = append(opts, nats.InProcessServer(q.srvRef))
 		opts = append(opts, q.auth.client...)
 	} else {
 		auth, err := clientAuth(cfg)
@@ -145,13 +147,13 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 	}
 	nc, err := nats.Connect(url, append(opts, cfg.NATSOptions...)...)
 	if err != nil {
-		if q.srv != nil {
+		if q.srvRef != nil {
 			return nil, fmt.Errorf("connecting to the embedded nats server: %w", err)
 		}
 		return nil, fmt.Errorf("connecting to nats at %s: %w (is the server running and reachable? check --nats and the credentials: --nats-nkey, --nats-token, --nats-user, --nats-creds, TLS)", redactURLs(cfg.URLs), err)
 	}
 	q.nc = nc
-	if cfg.Domain != "" && q.srv == nil {
+	if cfg.Domain != "" && q.srvRef == nil {
 		q.js, err = jetstream.NewWithDomain(nc, cfg.Domain)
 	} else {
 		q.js, err = jetstream.New(nc)
@@ -166,6 +168,8 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 	if err := q.startWatch(); err != nil {
 		return nil, err
 	}
+	q.watchWG.Add(1)
+	go q.watchStore(cfg.StoreCheckInterval)
 	if err := q.startServed(ctx); err != nil {
 		return nil, err
 	}
@@ -174,7 +178,7 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 	return q, nil
 }
 
-func startServer(cfg Config, auth embeddedAuth) (*server.Server, error) {
+func startServer(cfg Config, auth embeddedAuth, onError func(string)) (*server.Server, error) {
 	dir := filepath.Join(cfg.DataDir, "jetstream")
 	opts := &server.Options{
 		ServerName:         cfg.ServerName,
@@ -212,7 +216,7 @@ func startServer(cfg Config, auth embeddedAuth) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuring the embedded nats server (store %s): %w", dir, err)
 	}
-	srv.SetLoggerV2(serverLogger{cfg.Logger.With("component", "nats")}, false, false, false)
+	srv.SetLoggerV2(serverLogger{l: cfg.Logger.With("component", "nats"), onError: onError}, false, false, false)
 	srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
@@ -274,10 +278,11 @@ func (q *Queue) Mode() string { return q.cfg.Mode() }
 // ClientURL is the URL other daemons and tools use to join the embedded
 // server, or "" when it does not listen.
 func (q *Queue) ClientURL() string {
-	if q.srv == nil || q.cfg.ListenAddr == "" {
+	srv := q.server()
+	if srv == nil || q.cfg.ListenAddr == "" {
 		return ""
 	}
-	return q.srv.ClientURL()
+	return srv.ClientURL()
 }
 
 // Submit validates a Coopr task and queues it. A task without taskId gets
@@ -308,6 +313,12 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 	if err := route.validate(); err != nil {
 		return Record{}, false, fmt.Errorf("%w: %v", runtime.ErrInvalidTask, err)
 	}
+	// A full store fails the submit at once, before a write can fail
+	// (and, with the embedded server, leave its file store refusing
+	// writes until it is reloaded, or while it restarts).
+	if err := q.storeFullErr(); err != nil {
+		return Record{}, false, err
+	}
 	if cur, err := q.Get(ctx, t.TaskID); err == nil {
 		return cur, false, nil
 	} else if !errors.Is(err, ErrNotFound) {
@@ -318,6 +329,10 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 	// record and no message.
 	ack, err := q.js.Publish(ctx, route.Subject(), task, jetstream.WithMsgID(t.TaskID))
 	if err != nil {
+		q.noteWriteErr(err)
+		if full := q.storeFullErr(); full != nil {
+			return Record{}, false, fmt.Errorf("queueing task %s: %w", t.TaskID, full)
+		}
 		return Record{}, false, fmt.Errorf("queueing task %s: %w (it may or may not be queued: submitting it again with the same taskId is safe)", t.TaskID, err)
 	}
 	rec = Record{
@@ -348,7 +363,11 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 		}
 		return cur, !ack.Duplicate, nil
 	case err != nil:
-		return Record{}, false, fmt.Errorf("recording task %s: %w (it is queued and will run; its record is created when it starts)", t.TaskID, err)
+		// The task is queued and will run; the worker that claims it
+		// creates the record. The submit succeeded.
+		q.noteWriteErr(err)
+		q.log.Warn("recording a queued task failed; its record is created when it starts", "task", t.TaskID, "err", err)
+		return rec, !ack.Duplicate, nil
 	}
 	rec.Revision = rev
 	return rec, !ack.Duplicate, nil
@@ -581,6 +600,9 @@ func (q *Queue) Health(ctx context.Context) error {
 	if closed {
 		return ErrClosed
 	}
+	if err := q.storeFullErr(); err != nil {
+		return err
+	}
 	if s := q.nc.Status(); s != nats.CONNECTED {
 		return fmt.Errorf("nats connection is %s", s)
 	}
@@ -628,9 +650,9 @@ func (q *Queue) shutdown() {
 		q.nc.Close()
 	}
 	q.watchWG.Wait()
-	if q.srv != nil {
-		q.srv.Shutdown()
-		q.srv.WaitForShutdown()
+	if srv := q.server(); srv != nil {
+		srv.Shutdown()
+		srv.WaitForShutdown()
 	}
 	if q.unlock != nil {
 		q.unlock()
@@ -653,11 +675,20 @@ func mustJSON(v any) []byte {
 }
 
 // serverLogger sends the embedded server's logs to slog.
-type serverLogger struct{ l *slog.Logger }
+type serverLogger struct {
+	l       *slog.Logger
+	onError func(string) // sees every error line (store write failures)
+}
 
 func (s serverLogger) Noticef(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
 func (s serverLogger) Warnf(format string, v ...any)   { s.l.Warn(fmt.Sprintf(format, v...)) }
 func (s serverLogger) Fatalf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
-func (s serverLogger) Errorf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
-func (s serverLogger) Debugf(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }
-func (s serverLogger) Tracef(format string, v ...any)  {}
+func (s serverLogger) Errorf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	s.l.Error(msg)
+	if s.onError != nil {
+		s.onError(msg)
+	}
+}
+func (s serverLogger) Debugf(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
+func (s serverLogger) Tracef(format string, v ...any) {}

@@ -48,11 +48,10 @@ type seenEntry struct {
 	at    time.Time // local time it was seen (or the server's, for the first snapshot)
 }
 
-// startServed opens the bucket, follows it, and starts announcing the
-// routes given to SetTypes. It returns once the current announcements are
-// read, so Served answers from the start.
-func (q *Queue) startServed(ctx context.Context) error {
-	kcfg := jetstream.KeyValueConfig{
+// servedConfig is the served bucket's configuration. It lives in memory,
+// so a restarted embedded server needs it created again.
+func (q *Queue) servedConfig() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
 		Bucket:      ServedBucket,
 		Description: "plugin types loomd daemons serve, key <family>.<type>.<owner>, refreshed by each daemon's heartbeat",
 		History:     1,
@@ -60,6 +59,11 @@ func (q *Queue) startServed(ctx context.Context) error {
 		Storage:     jetstream.MemoryStorage,
 		Replicas:    q.cfg.Replicas,
 	}
+}
+
+// servedBucket creates or opens the served bucket.
+func (q *Queue) servedBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	kcfg := q.servedConfig()
 	kv, err := q.js.CreateOrUpdateKeyValue(ctx, kcfg)
 	if err != nil {
 		// A server without JetStream memory storage (max_memory_store: 0),
@@ -67,8 +71,19 @@ func (q *Queue) startServed(ctx context.Context) error {
 		kcfg.Storage = jetstream.FileStorage
 		var ferr error
 		if kv, ferr = q.js.CreateOrUpdateKeyValue(ctx, kcfg); ferr != nil {
-			return fmt.Errorf("creating kv bucket %s: in memory: %w; on file: %w", ServedBucket, err, ferr)
+			return nil, fmt.Errorf("creating kv bucket %s: in memory: %w; on file: %w", ServedBucket, err, ferr)
 		}
+	}
+	return kv, nil
+}
+
+// startServed opens the bucket, follows it, and starts announcing the
+// routes given to SetTypes. It returns once the current announcements are
+// read, so Served answers from the start.
+func (q *Queue) startServed(ctx context.Context) error {
+	kv, err := q.servedBucket(ctx)
+	if err != nil {
+		return err
 	}
 	s := &served{kv: kv, ttl: q.cfg.ServedTTL, kick: make(chan struct{}, 1), seen: map[string]seenEntry{}, announced: map[string]bool{}}
 	w, err := kv.WatchAll(context.Background())

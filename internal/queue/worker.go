@@ -231,10 +231,11 @@ func (q *Queue) consumerConfig(r Route) jetstream.ConsumerConfig {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckWait:       q.cfg.AckWait,
-		// Our own attempt count gives up first; MaxDeliver is the backstop
-		// for deliveries that died before they could count, and its
-		// advisory finishes such tasks (see handleMaxDeliveries).
-		MaxDeliver: q.cfg.MaxAttempts + 2,
+		// Deliveries are not counted: a delivery whose claim could not be
+		// written (a full store, a broker failover) must not use up the
+		// task's tries. The record's attempt count, written at each claim,
+		// is what gives up (MaxAttempts, MaxCrashes).
+		MaxDeliver: -1,
 	}
 }
 
@@ -329,6 +330,19 @@ func (q *Queue) Serve(ctx context.Context, runner Runner, concurrency int) error
 				<-slots
 				return func() { <-finishers }
 			}
+			if q.storeBroken() {
+				// The embedded store refuses every write until it is
+				// restarted: leave the tasks queued until then. (At a
+				// mere size limit claims go on: finishing tasks frees
+				// room, and a claim that cannot be written costs the
+				// task nothing.)
+				q.w.fetched(rs, gen, false)
+				select {
+				case <-ctx.Done():
+				case <-time.After(q.cfg.StoreCheckInterval):
+				}
+				return
+			}
 			q.w.mu.Lock()
 			cons := rs.cons
 			q.w.mu.Unlock()
@@ -420,7 +434,17 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 		_ = msg.TermWithReason("no usable task id")
 		return
 	}
-	rec, ok := q.claim(ctx, log, id, route, msg, meta, task, perr)
+	fl, dup := q.fly(id, msg)
+	if dup {
+		// This daemon is still running the task, or still writing its
+		// outcome: heartbeats stopped for a while (a full store, a broker
+		// failover) and the message came back. The running attempt owns
+		// it; it acks this newer delivery when it is done.
+		log.Info("task redelivered while this daemon still holds it; the running attempt keeps it")
+		return
+	}
+	defer q.land(id)
+	rec, ok := q.claim(ctx, log, id, route, fl.msg(), meta, task, perr)
 	if !ok {
 		return
 	}
@@ -429,9 +453,13 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 
 	taskCtx, cancel := context.WithCancel(q.abortCtx)
 	hbDone := make(chan struct{})
-	go func() { // heartbeats keep the delivery ours while the task runs
+	var hbWG sync.WaitGroup
+	hbWG.Add(1)
+	go func() { // heartbeats keep the delivery ours until the outcome is written
+		defer hbWG.Done()
 		t := time.NewTicker(q.cfg.AckWait / 3)
 		defer t.Stop()
+		failing := false
 		for {
 			select {
 			case <-hbDone:
@@ -440,15 +468,21 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 				if q.noHeartbeat {
 					continue
 				}
-				if err := msg.InProgress(); err != nil {
+				if err := fl.msg().InProgress(); err != nil && !failing {
+					failing = true
 					log.Warn("heartbeat failed; the task may be redelivered to another worker", "err", err)
+				} else if err == nil {
+					failing = false
 				}
 			}
 		}
 	}()
+	// Heartbeats go on while the outcome is written, however long that
+	// takes: the delivery stays ours and the hook does not run again.
+	defer hbWG.Wait()
+	defer close(hbDone)
 	result, status, runErr := safeRun(taskCtx, runner, msg.Data())
 	aborted := q.abortCtx.Err() != nil
-	close(hbDone)
 	cancel()
 	defer finish()()
 
@@ -460,7 +494,7 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 		next.Attempts--
 		next.Error = fmt.Sprintf("attempt %d was interrupted: %s shut down; it will run again", rec.Attempts, q.cfg.Owner)
 		if q.commit(ctx, log, rec, next) {
-			_ = msg.Nak()
+			_ = fl.msg().Nak()
 		}
 	case runErr != nil && errors.Is(runErr, ErrWorkerCrashed) && rec.Crashes+1 >= q.cfg.MaxCrashes:
 		next.Crashes++
@@ -473,7 +507,7 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 			"error": map[string]any{"kind": "crash", "message": runErr.Error(), "crashes": next.Crashes}})
 		if q.commit(ctx, log, rec, next) {
 			log.Error("task failed for good: it kept killing its worker", "crashes", next.Crashes, "err", runErr)
-			_ = msg.TermWithReason("worker crashes")
+			_ = fl.msg().TermWithReason("worker crashes")
 		}
 	case runErr != nil && rec.Attempts >= q.cfg.MaxAttempts:
 		next.State = Failed
@@ -481,7 +515,7 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 		next.Error = fmt.Sprintf("gave up after %d attempts; the last one failed: %v", rec.Attempts, runErr)
 		if q.commit(ctx, log, rec, next) {
 			log.Warn("task failed for good", "err", runErr)
-			_ = msg.TermWithReason("max attempts")
+			_ = fl.msg().TermWithReason("max attempts")
 		}
 	case runErr != nil:
 		next.State = Queued
@@ -491,7 +525,7 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 		}
 		if q.commit(ctx, log, rec, next) {
 			log.Warn("task attempt failed; retrying", "err", runErr, "delay", q.cfg.backoff(rec.Attempts))
-			_ = msg.NakWithDelay(q.cfg.backoff(rec.Attempts))
+			_ = fl.msg().NakWithDelay(q.cfg.backoff(rec.Attempts))
 		}
 	default:
 		next.State = Succeeded
@@ -516,7 +550,7 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 			}
 		}
 		if q.commit(ctx, log, rec, next) { // commit logs the outcome line
-			q.ack(log, msg)
+			q.ack(log, fl.msg())
 		}
 	}
 }
@@ -598,7 +632,8 @@ func (q *Queue) claim(ctx context.Context, log *slog.Logger, id string, route Ro
 			continue // someone else moved it; look again
 		}
 		if err != nil {
-			log.Warn("cannot update the task record; retrying later", "err", err)
+			q.noteWriteErr(err)
+			log.Warn("cannot update the task record; retrying later (deliveries are not counted)", "err", err)
 			_ = msg.NakWithDelay(q.cfg.backoff(1))
 			return Record{}, false
 		}
@@ -648,13 +683,60 @@ func (q *Queue) commit(ctx context.Context, log *slog.Logger, cur, next Record) 
 			q.notify(Transition{From: cur.State, Record: cur, Lost: true})
 			return false
 		}
-		if i >= 5 || q.abortCtx.Err() != nil && i >= 1 {
-			log.Error("cannot record the task's outcome; it will be redelivered", "err", err)
+		q.noteWriteErr(err)
+		if q.abortCtx.Err() != nil && i >= 1 {
+			log.Error("cannot record the task's outcome before the forced shutdown; it will run again", "err", err)
 			q.notify(Transition{From: cur.State, Record: cur, Lost: true})
 			return false
 		}
-		time.Sleep(time.Duration(100*(i+1)) * time.Millisecond)
+		// The outcome stays in memory and is retried until it is written
+		// (a full store, a broker failover, a restarting server), while
+		// heartbeats keep the delivery ours: a hook that ran is never run
+		// again for a failed bookkeeping write.
+		if i == 5 {
+			log.Error("cannot record the task's outcome yet; keeping it in memory and retrying", "err", err)
+		}
+		time.Sleep(min(time.Duration(100*(i+1))*time.Millisecond, 2*time.Second))
 	}
+}
+
+// flight is a task this daemon holds: running, or writing its outcome.
+// A redelivery of its message while it flies replaces the message the
+// flight acks, so the newest delivery is the one settled.
+type flight struct {
+	mu  sync.Mutex
+	cur jetstream.Msg
+}
+
+func (f *flight) msg() jetstream.Msg {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cur
+}
+
+// fly registers the task as held by this daemon. dup is true when it
+// already was: the new delivery is handed to the existing flight.
+func (q *Queue) fly(id string, msg jetstream.Msg) (fl *flight, dup bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.flights == nil {
+		q.flights = map[string]*flight{}
+	}
+	if f, ok := q.flights[id]; ok {
+		f.mu.Lock()
+		f.cur = msg
+		f.mu.Unlock()
+		return f, true
+	}
+	f := &flight{cur: msg}
+	q.flights[id] = f
+	return f, false
+}
+
+func (q *Queue) land(id string) {
+	q.mu.Lock()
+	delete(q.flights, id)
+	q.mu.Unlock()
 }
 
 func (q *Queue) ack(log *slog.Logger, msg jetstream.Msg) {
