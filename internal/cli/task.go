@@ -65,7 +65,7 @@ human-readable table on a terminal and JSON otherwise (or with --json).`,
 			return a.runTaskWait(cmd.Context(), o, args[0])
 		},
 	}
-	wait.Flags().DurationVar(&o.timeout, "timeout", 0, "give up after this long (exit 1; the task keeps going)")
+	wait.Flags().DurationVar(&o.timeout, "timeout", 0, "give up after this long (exit 3; the task keeps going)")
 	cmd.AddCommand(get, list, wait)
 	return cmd
 }
