@@ -269,34 +269,57 @@ func sbTableSort(L *lua.LState) int {
 	for i := range vals {
 		vals[i] = t.RawGetInt(i + 1)
 	}
-	var done <-chan struct{}
-	if ctx := L.Context(); ctx != nil {
-		done = ctx.Done()
-	}
-	count := 0
-	sort.Slice(vals, func(i, j int) bool {
-		if count++; count&0xffff == 0 && done != nil {
-			select {
-			case <-done:
-				L.RaiseError("table.sort: stopped at the hook's deadline")
-			default:
-			}
-		}
-		if fn == nil {
-			return L.LessThan(vals[i], vals[j])
-		}
-		L.Push(fn)
-		L.Push(vals[i])
-		L.Push(vals[j])
-		L.Call(2, 1)
-		less := lua.LVAsBool(L.Get(-1))
-		L.Pop(1)
-		return less
-	})
+	sort.Sort(&luaSorter{L: L, fn: fn, vals: vals, done: hookDone(L)})
 	for i, v := range vals {
 		t.RawSetInt(i+1, v)
 	}
 	return 0
+}
+
+// luaSorter orders Lua values with Lua's < or a comparator, looking at
+// the hook's deadline every 65536 comparisons.
+type luaSorter struct {
+	L     *lua.LState
+	fn    *lua.LFunction
+	vals  []lua.LValue
+	done  <-chan struct{}
+	count int
+}
+
+func (s *luaSorter) Len() int      { return len(s.vals) }
+func (s *luaSorter) Swap(i, j int) { s.vals[i], s.vals[j] = s.vals[j], s.vals[i] }
+
+func (s *luaSorter) Less(i, j int) bool {
+	if s.count++; s.count&0xffff == 0 && s.done != nil {
+		select {
+		case <-s.done:
+			s.L.RaiseError("table.sort: stopped at the hook's deadline")
+		default:
+		}
+	}
+	a, b := s.vals[i], s.vals[j]
+	if s.fn == nil {
+		// Lua's < without a metamethod lookup for the common cases.
+		if x, ok := a.(lua.LNumber); ok {
+			if y, ok := b.(lua.LNumber); ok {
+				return x < y
+			}
+		}
+		if x, ok := a.(lua.LString); ok {
+			if y, ok := b.(lua.LString); ok {
+				return x < y
+			}
+		}
+		return s.L.LessThan(a, b)
+	}
+	L := s.L
+	L.Push(s.fn)
+	L.Push(a)
+	L.Push(b)
+	L.Call(2, 1)
+	less := lua.LVAsBool(L.Get(-1))
+	L.Pop(1)
+	return less
 }
 
 func sbStringRep(maxSize int) lua.LGFunction {

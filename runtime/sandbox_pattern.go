@@ -30,11 +30,15 @@ func patternBudget(n int) int { return patternSteps + patternStepsPerByte*n }
 // newMatcher prepares a pattern call whose budget fits its subject and
 // which stops at the hook's deadline.
 func newMatcher(L *lua.LState, src, pat string, anchor bool) *lpattern.Matcher {
-	var done <-chan struct{}
+	return lpattern.New(src, pat, anchor, patternBudget(len(src)), hookDone(L))
+}
+
+// hookDone is the hook's context's done channel, or nil outside a hook.
+func hookDone(L *lua.LState) <-chan struct{} {
 	if ctx := L.Context(); ctx != nil {
-		done = ctx.Done()
+		return ctx.Done()
 	}
-	return lpattern.New(src, pat, anchor, patternBudget(len(src)), done)
+	return nil
 }
 
 // matchAt runs m at s, raising its failures: a malformed pattern as the
@@ -136,8 +140,11 @@ func sbGmatch(L *lua.LState) int {
 	s := L.CheckString(1)
 	p := L.CheckString(2)
 	pos := 0
+	m := newMatcher(L, s, p, false)
 	L.Push(L.NewFunction(func(L *lua.LState) int {
-		m := newMatcher(L, s, p, false)
+		// The iterator may outlive the call that made it (a global kept
+		// for a later task): the budget and deadline are this call's.
+		m.Reset(patternBudget(len(s)), hookDone(L))
 		for src := pos; src <= len(s); src++ {
 			if e := matchAt(L, "gmatch", m, src); e >= 0 {
 				pos = e
@@ -153,10 +160,12 @@ func sbGmatch(L *lua.LState) int {
 	return 1
 }
 
-// sbGsub is string.gsub, Lua 5.1's str_gsub: linear in the subject (the
-// result grows in one builder), and the result is checked against the
-// string cap before every append, so an expansion over the cap fails
-// with kind limit before it is built.
+// sbGsub is string.gsub, Lua 5.1's str_gsub: linear in the subject, and
+// never building a result over the string cap. With a string
+// replacement, a first pass sizes the result without allocating and
+// fails with kind limit before anything is built; the second builds it in
+// one allocation. A function or table replacement cannot be run twice, so
+// its result is checked before every append instead.
 func sbGsub(maxSize int) lua.LGFunction {
 	return func(L *lua.LState) int {
 		src := L.CheckString(1)
@@ -168,41 +177,59 @@ func sbGsub(maxSize int) lua.LGFunction {
 			L.ArgError(3, "string/function/table expected, got "+repl.Type().String())
 		}
 		maxN := L.OptInt(4, len(src)+1)
-		m := newMatcher(L, src, p, true)
+		tooBig := func() {
+			raiseLimit(L, "string.gsub: the result exceeds the %d-byte string limit", maxSize)
+		}
 		var b strings.Builder
-		add := func(s string) {
+		switch repl.(type) {
+		case lua.LString, lua.LNumber:
+			size := 0
+			gsubPass(L, newMatcher(L, src, p, true), repl, src, maxN, func(s string) {
+				if size += len(s); size > maxSize {
+					tooBig()
+				}
+			})
+			b.Grow(size)
+		}
+		n := gsubPass(L, newMatcher(L, src, p, true), repl, src, maxN, func(s string) {
 			if b.Len()+len(s) > maxSize {
-				raiseLimit(L, "string.gsub: the result exceeds the %d-byte string limit", maxSize)
+				tooBig()
 			}
 			b.WriteString(s)
-		}
-		n, s := 0, 0
-		for n < maxN {
-			e := matchAt(L, "gsub", m, s)
-			if e >= 0 {
-				n++
-				gsubValue(L, m, repl, src, s, e, add)
-			}
-			switch {
-			case e > s: // a non-empty match: skip it
-				s = e
-			case s < len(src):
-				add(src[s : s+1])
-				s++
-			default:
-				s = len(src) + 1
-			}
-			if s > len(src) || m.Anchored() {
-				break
-			}
-		}
-		if s < len(src) {
-			add(src[s:])
-		}
+		})
 		L.Push(lua.LString(b.String()))
 		L.Push(lua.LNumber(n))
 		return 2
 	}
+}
+
+// gsubPass runs gsub's loop, handing every piece of the result to add,
+// and returns the number of matches.
+func gsubPass(L *lua.LState, m *lpattern.Matcher, repl lua.LValue, src string, maxN int, add func(string)) int {
+	n, s := 0, 0
+	for n < maxN {
+		e := matchAt(L, "gsub", m, s)
+		if e >= 0 {
+			n++
+			gsubValue(L, m, repl, src, s, e, add)
+		}
+		switch {
+		case e > s: // a non-empty match: skip it
+			s = e
+		case s < len(src):
+			add(src[s : s+1])
+			s++
+		default:
+			s = len(src) + 1
+		}
+		if s > len(src) || m.Anchored() {
+			break
+		}
+	}
+	if s < len(src) {
+		add(src[s:])
+	}
+	return n
 }
 
 // gsubValue appends the replacement of the match [s, e): Lua 5.1's

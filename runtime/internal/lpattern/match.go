@@ -87,6 +87,10 @@ func New(src, pat string, anchor bool, steps int, done <-chan struct{}) *Matcher
 // asked for): the caller tries one start position only.
 func (m *Matcher) Anchored() bool { return m.anchored }
 
+// Reset gives the matcher a fresh budget and done channel: an iterator
+// (gmatch) reuses one matcher across calls, each its own Go call.
+func (m *Matcher) Reset(steps int, done <-chan struct{}) { m.steps, m.n, m.done = steps, 0, done }
+
 // Steps is the budget left.
 func (m *Matcher) Steps() int { return m.steps }
 
