@@ -107,6 +107,7 @@ environment, which wins over the file.`,
 		a.newVersionCmd(),
 	)
 	a.addMoreCommands(root, g)
+	a.addClusterCommands(root, g)
 	root.AddCommand(a.newServeCmd(g), a.newSubmitCmd(g), a.newTaskCmd(g))
 	return root
 }

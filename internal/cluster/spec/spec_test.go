@@ -1,0 +1,132 @@
+package spec
+
+import (
+	"strings"
+	"testing"
+)
+
+const good = `name: web
+dnsSuffix: .example.com
+provider:
+  type: static
+  fields: {inventory: inventory.json}
+config:
+  port: 8080
+  nested: {a: [1, 2]}
+nodegroups:
+  - name: db
+    count: 1
+    flavor: small
+    services: [base, db]
+  - name: app
+    count: 2
+    services: [base, app]
+services:
+  base:
+    actions:
+      install: {type: shell, fields: {script: base.sh}}
+  db:
+    provides: [database]
+    install: {requires: [base]}
+    actions:
+      install: {type: shell, fields: {script: db.sh, args: install}}
+      start: {type: shell, fields: {script: db.sh, args: start}}
+  app:
+    install: {requires: [base]}
+    runtime: {requires: [database]}
+    actions:
+      start: {type: shell, fields: {script: app.sh}}
+constraints:
+  services:
+    db: {min: 1, max: 1}
+`
+
+func TestParseGood(t *testing.T) {
+	s, err := Parse("good.yaml", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Name != "web" || s.DNSSuffix != "example.com" || s.Provider.Type != "static" || s.Provider.Name != "static" {
+		t.Errorf("spec header: %+v", s)
+	}
+	if s.Provider.Fields["inventory"] != "inventory.json" || s.Config["port"] != 8080 {
+		t.Errorf("fields %v config %v", s.Provider.Fields, s.Config)
+	}
+	nodes := s.Nodes()
+	if len(nodes) != 3 || nodes[0].ID != "web-db-1" || nodes[0].Num != 1000 || nodes[2].ID != "web-app-2" ||
+		nodes[2].Hostname != "web-app-2.example.com" || nodes[2].SSHUser != "root" || nodes[0].Flavor != "small" {
+		t.Errorf("nodes: %+v", nodes)
+	}
+	if got := s.DepsOf(s.Services["app"], "runtime"); len(got) != 1 || got[0] != "db" {
+		t.Errorf("app's runtime deps (database provided by db): %v", got)
+	}
+	if got := s.Automators([]string{"base", "db"}); len(got) != 1 || got[0] != "shell" {
+		t.Errorf("automators %v", got)
+	}
+}
+
+// TestParseCooprService loads a service in Coopr's JSON shape unchanged.
+func TestParseCooprService(t *testing.T) {
+	src := `{"name": "c", "provider": {"name": "aws-us-east-1", "providertype": "aws", "provisioner": {"region": "us-east-1"}},
+ "nodegroups": [{"name": "all", "count": 1, "services": ["hadoop-hdfs-datanode", "base"]}],
+ "services": [
+  {"name": "base", "description": "x", "provisioner": {"actions": {"install": {"type": "chef-solo", "fields": {"run_list": "recipe[base]"}}}}},
+  {"name": "hadoop-hdfs-datanode",
+   "dependencies": {"provides": ["hadoop-client"], "conflicts": [], "install": {"requires": ["base"], "uses": []},
+                    "runtime": {"requires": [], "uses": ["kerberos-master"]}},
+   "provisioner": {"actions": {"start": {"type": "chef-solo", "fields": {"run_list": "recipe[dn]"}}}},
+   "links": [{"label": "UI", "url": "http://%ip.access_v4.self%:50075"}]},
+  {"name": "kerberos-master", "provisioner": {"actions": {}}}
+ ]}`
+	s, err := Parse("c.json", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dn := s.Services["hadoop-hdfs-datanode"]
+	if dn.Provides[0] != "hadoop-client" || dn.Install.Requires[0] != "base" || dn.Actions["start"].Type != "chef-solo" ||
+		s.Provider.Name != "aws-us-east-1" || s.Provider.Type != "aws" || s.Provider.Fields["region"] != "us-east-1" {
+		t.Errorf("coopr service: %+v provider %+v", dn, s.Provider)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, c := range []struct {
+		name, src string
+		want      []string
+	}{
+		{"empty", ``, []string{"empty.yaml: the file is empty"}},
+		{"syntax", "name: [", []string{"syntax.yaml:1: not valid YAML or JSON"}},
+		{"unknown key", "name: a\nprovider: {type: x}\nnodegroup: []\n", []string{`unknown.yaml:3: unknown key "nodegroup" in the cluster spec (known keys: config, constraints, description, dnsSuffix, dns_suffix, name, nodegroups, provider, services)`}},
+		{"no type", "name: a\nprovider:\n  fields: {}\nnodegroups: []\n", []string{`:2: provider needs a "type"`}},
+		{"bad count", "name: a\nprovider: {type: x}\nnodegroups:\n  - name: g\n    count: lots\n", []string{`:5: nodegroups[0].count must be a whole number ≥ 0, not "lots"`}},
+		{"undefined service", "name: a\nprovider: {type: x}\nnodegroups:\n  - name: g\n    count: 1\n    services: [bse]\nservices:\n  base: {}\n",
+			[]string{`:6: node group "g" lists service "bse", which the spec's services do not define (did you mean "base"?)`}},
+		{"missing requirement", "name: a\nprovider: {type: x}\nnodegroups:\n  - {name: g, count: 1, services: [app]}\nservices:\n  db: {}\n  app:\n    runtime: {requires: [db]}\n",
+			[]string{`:7: service "app" requires "db" (runtime), which no node group carries`}},
+		{"cycle", "name: a\nprovider: {type: x}\nnodegroups:\n  - {name: g, count: 1, services: [p, q]}\nservices:\n  p: {install: {requires: [q]}}\n  q: {install: {uses: [p]}}\n",
+			[]string{`install dependencies form a cycle: p → q → p`}},
+		{"conflict", "name: a\nprovider: {type: x}\nnodegroups:\n  - {name: g, count: 1, services: [p]}\n  - {name: h, count: 1, services: [q]}\nservices:\n  p: {conflicts: [q]}\n  q: {}\n",
+			[]string{`:7: service "p" conflicts with "q", and both are on the cluster`}},
+		{"action type", "name: a\nprovider: {type: x}\nnodegroups: []\nservices:\n  p:\n    actions:\n      start: {fields: {}}\n      launch: {type: shell}\n",
+			[]string{`:7: service "p" action start needs a "type"`, `:8: unknown key "launch" in service "p" actions`}},
+		{"bad name", "name: Web_1\nprovider: {type: x}\nnodegroups: [{name: g, count: 1}]\n", []string{`:1: name "Web_1" must be a lower-case DNS label`}},
+		{"constraints", "name: a\nprovider: {type: x}\nnodegroups:\n  - {name: g, count: 2, services: [p, q]}\nservices:\n  p: {}\n  q: {}\nconstraints:\n  cantcoexist: [[p, q]]\n  services:\n    p: {max: 1}\n",
+			[]string{`:4: node group "g" carries p, q together`, `:9: service "p" is on 2 nodes; constraints.services wants it on between 0 and 1`}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			file := strings.ReplaceAll(c.name, " ", "") + ".yaml"
+			if c.name == "unknown key" {
+				file = "unknown.yaml"
+			}
+			_, err := Parse(file, []byte(c.src))
+			if err == nil {
+				t.Fatalf("no error")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error:\n%v\nwant it to contain\n%s", err, w)
+				}
+			}
+		})
+	}
+}
