@@ -221,10 +221,14 @@ func (s *served) close() {
 		keys = append(keys, k)
 	}
 	s.mu.Unlock()
+	// One short deadline for all: a daemon whose connection is gone must not
+	// wait per type to stop; its announcements then lapse after the TTL.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
 	for _, k := range keys {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = s.kv.Delete(ctx, k)
-		cancel()
+		if s.kv.Delete(ctx, k) != nil && ctx.Err() != nil {
+			return
+		}
 	}
 }
 
