@@ -36,10 +36,12 @@ hostile:
 # Fault tests (test/faults_test.go): real disk exhaustion (a tmpfs under
 # --data filled for 3 s and for 60 s; LOOM_FAULTS_LONG=1 makes it 5 min),
 # kill -9 while full, and --store-max, against loomd serve as a real
-# process. Needs root (mount). Each counts lost, stuck, wrong and
+# process (needs root: mount); and (internal/queue/failover_test.go) two
+# daemons on a 3-node nats-server cluster whose stream leader is killed
+# with kill -9 during 1,000 tasks. Each counts lost, stuck, wrong and
 # twice-run tasks, which must all be 0.
 faults:
-	LOOM_FAULTS=1 $(GO) test -count=1 -timeout 15m -run 'TestFault' -v ./test/
+	LOOM_FAULTS=1 LOOM_FAILOVER_TASKS=1000 $(GO) test -count=1 -timeout 15m -run 'TestFault' -v ./test/ ./internal/queue/
 
 # Regenerate the LuaLS stubs and the generated binding reference from the
 # bindings' specs (a test fails when they are stale).
