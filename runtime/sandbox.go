@@ -14,9 +14,9 @@ import (
 
 // Limits bound what one plugin VM may consume. Zero fields take defaults.
 type Limits struct {
-	// MaxStringSize caps strings built by string.rep, string.format,
-	// string.gsub, table.concat and os.date (default 16 MiB). Each checks
-	// before it allocates.
+	// MaxStringSize caps strings built by the .. operator, string.rep,
+	// string.format, string.gsub, table.concat and os.date (default
+	// 16 MiB). Each checks before it allocates.
 	MaxStringSize int
 	// MaxUnpack caps the values one call may return: unpack and
 	// string.byte (default 65536).
@@ -87,6 +87,10 @@ func newSandboxState(lim Limits, quota *int) *lua.LState {
 		RegistryMaxSize:     lim.RegistryMaxSize,
 		RegistryGrowStep:    1024,
 		MinimizeStackMemory: true,
+		MaxConcatSize:       lim.MaxStringSize,
+		ConcatLimitError: func(L *lua.LState, size, limit int) {
+			raiseLimit(L, "string concatenation (..): a result of %d bytes exceeds the %d-byte string limit", size, limit)
+		},
 	})
 	for _, lib := range []struct {
 		name string

@@ -100,6 +100,8 @@ func TestCapsFailFast(t *testing.T) {
 		{"string.byte of 16 MB", `local s = string.rep("b", 16000000); return select("#", s:byte(1, -1))`, "string.byte: 16000000 values"},
 		{"os.date huge format", `return os.date(string.rep("%c", 8388608))`, "os.date: a format of"},
 		{"unpack", `return unpack({}, 1, 1e8)`, "unpack: 100000000 values"},
+		{"concat doubling", `local s = "x"; while true do s = s .. s end`, "string concatenation (..): a result of 33554432 bytes"},
+		{"concat of many", `local s = string.rep("x", 6000000); return s .. s .. s`, "a result of 18000000 bytes"},
 		{"string.rep", `return string.rep("x", 1e10)`, "string.rep: a result of"},
 		{"table.concat", `local s = string.rep("x", 1048576); local t = {}; for i = 1, 64 do t[i] = s end; return table.concat(t)`, "table.concat: result exceeds"},
 	} {

@@ -54,8 +54,9 @@ func pluginCases() []hcase {
 		// Memory growth, every way Lua allocates (issue 9 item 1).
 		memCase("mem-concat-table", "kind memory, limit named; daemon unaffected",
 			`local s = string.rep("x", 1048576); local t = {}; for i = 1, 1e6 do t[#t + 1] = s .. i end`),
-		memCase("mem-concat-doubling", "kind memory",
-			`local s = "x"; while true do s = s .. s end`),
+		{name: "mem-concat-doubling", class: "memory", expect: "kind limit: the .. operator refuses a result over the 16 MiB string cap before building it",
+			plugin: memPlugin(`local s = "x"; while true do s = s .. s end`),
+			want:   want{kinds: limitKinds, msg: []string{"string limit"}}},
 		memCase("mem-tables", "kind memory",
 			`local t = {}; for i = 1, 1e9 do t[i] = {i, i, i, i} end`),
 		memCase("mem-closures", "kind memory",

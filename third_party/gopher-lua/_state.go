@@ -105,6 +105,11 @@ type Options struct {
 	// If `MinimizeStackMemory` is set, the call stack will be automatically grown or shrank up to a limit of
 	// `CallStackSize` in order to minimize memory usage. This does incur a slight performance penalty.
 	MinimizeStackMemory bool
+	// loom: MaxConcatSize caps the string the .. operator may build, checked
+	// before it allocates (0: no cap). ConcatLimitError raises the error
+	// when a concatenation would pass it (nil: a plain RaiseError).
+	MaxConcatSize    int
+	ConcatLimitError func(L *LState, size, limit int)
 }
 
 /* }}} */

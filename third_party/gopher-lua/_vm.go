@@ -949,14 +949,25 @@ func stringConcat(L *LState, total, last int) LValue {
 		} else {
 			buf := make([]string, total+1)
 			buf[total] = LVAsString(rhs)
+			size := len(buf[total])
 			for total > 0 {
 				lhs = L.reg.Get(i)
 				if !LVCanConvToString(lhs) {
 					break
 				}
 				buf[total-1] = LVAsString(lhs)
+				size += len(buf[total-1])
 				i--
 				total--
+			}
+			// loom: refuse a result over Options.MaxConcatSize before
+			// joining it: s = s .. s in a loop reached gigabytes in a few
+			// instructions, faster than any deadline.
+			if limit := L.Options.MaxConcatSize; limit > 0 && size > limit {
+				if L.Options.ConcatLimitError != nil {
+					L.Options.ConcatLimitError(L, size, limit)
+				}
+				L.RaiseError("string concatenation: a result of %d bytes exceeds the %d-byte string limit", size, limit)
 			}
 			rhs = LString(strings.Join(buf, ""))
 		}
