@@ -41,6 +41,8 @@ type served struct {
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
+
+	failing bool // the last announcement failed (announce loop only)
 }
 
 type seenEntry struct {
@@ -185,8 +187,8 @@ func (s *served) announce(ctx context.Context, q *Queue) {
 		_, err := s.kv.Put(wctx, k, mustJSON(servedEntry{Family: r.Family, Type: r.Type, Owner: q.cfg.Owner, At: time.Now().UTC()}))
 		cancel()
 		if err != nil {
-			failed = err
-			continue
+			failed = err // the next round tries again; no use waiting on each type now
+			break
 		}
 		s.mu.Lock()
 		s.announced[k] = true
@@ -202,8 +204,13 @@ func (s *served) announce(ctx context.Context, q *Queue) {
 			s.mu.Unlock()
 		}
 	}
-	if failed != nil && ctx.Err() == nil {
-		q.log.Warn("announcing the served plugin types failed; submits elsewhere may warn that they are not served", "err", failed)
+	switch { // one line when announcing starts failing, one when it recovers
+	case failed != nil && ctx.Err() == nil && !s.failing:
+		s.failing = true
+		q.log.Warn("announcing the served plugin types failed; retrying every few seconds (meanwhile submits may answer served:false for them)", "err", failed)
+	case failed == nil && s.failing:
+		s.failing = false
+		q.log.Info("announcing the served plugin types works again")
 	}
 }
 
