@@ -236,18 +236,30 @@ func (d *daemon) wait(id string) api.Task {
 	}
 }
 
-// list returns the tasks in state (all with "").
+// list returns the tasks in state (all with ""), following the cursors.
 func (d *daemon) list(state queue.State) []api.Task {
 	d.t.Helper()
-	code, b := d.call("GET", "/v1/tasks?limit=0&state="+string(state), "")
-	if code != http.StatusOK {
-		d.t.Fatalf("GET /v1/tasks = %d %s", code, b)
+	var out []api.Task
+	after := ""
+	for {
+		path := "/v1/tasks?limit=1000&state=" + string(state)
+		if after != "" {
+			path += "&after=" + after
+		}
+		code, b := d.call("GET", path, "")
+		if code != http.StatusOK {
+			d.t.Fatalf("GET %s = %d %s", path, code, b)
+		}
+		var l api.ListResponse
+		if err := json.Unmarshal(b, &l); err != nil {
+			d.t.Fatalf("decoding the list: %v", err)
+		}
+		out = append(out, l.Tasks...)
+		if l.Next == "" {
+			return out
+		}
+		after = l.Next
 	}
-	var l api.ListResponse
-	if err := json.Unmarshal(b, &l); err != nil {
-		d.t.Fatalf("decoding the list: %v", err)
-	}
-	return l.Tasks
 }
 
 // waitFor polls cond until it holds, up to the test deadline.

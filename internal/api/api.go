@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,7 +32,9 @@ type Queue interface {
 	Submit(ctx context.Context, task []byte) (queue.Record, bool, error)
 	Get(ctx context.Context, id string) (queue.Record, error)
 	Wait(ctx context.Context, id string) (queue.Record, error)
-	List(ctx context.Context, f queue.Filter) ([]queue.Record, error)
+	List(ctx context.Context, f queue.Filter) (queue.Page, error)
+	Delete(ctx context.Context, id string) (queue.Record, error)
+	Cancel(ctx context.Context, id string) (queue.Record, error)
 	Depth(ctx context.Context) (map[queue.Route]int, error)
 	Health(ctx context.Context) error
 	// Served reports whether any daemon serves a plugin type, and lists
@@ -226,7 +229,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/tasks", s.route("tasks", map[string]http.HandlerFunc{"POST": s.submit, "GET": s.list}))
-	mux.Handle("/v1/tasks/{id}", s.route("task", map[string]http.HandlerFunc{"GET": s.get}))
+	mux.Handle("/v1/tasks/{id}", s.route("task", map[string]http.HandlerFunc{"GET": s.get, "DELETE": s.delete}))
+	mux.Handle("/v1/tasks/{id}/cancel", s.route("cancel", map[string]http.HandlerFunc{"POST": s.cancel}))
 	mux.Handle("/v1/plugins", s.route("plugins", map[string]http.HandlerFunc{"GET": s.plugins}))
 	mux.Handle("/healthz", s.route("healthz", map[string]http.HandlerFunc{"GET": s.health}))
 	metrics := promhttp.HandlerFor(s.cfg.Metrics.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
@@ -301,9 +305,11 @@ func (s *Server) auth(next http.Handler) http.Handler {
 type Task struct {
 	TaskID string `json:"taskId"`
 	// TenantID is the task's tenantId (absent: the daemon's --tenant).
-	TenantID string      `json:"tenantId,omitempty"`
-	State    queue.State `json:"state"`
-	Attempts int         `json:"attempts"`
+	TenantID string `json:"tenantId,omitempty"`
+	// ClusterID is the task's clusterId.
+	ClusterID string      `json:"clusterId,omitempty"`
+	State     queue.State `json:"state"`
+	Attempts  int         `json:"attempts"`
 	// Crashes counts the attempts that killed their worker process.
 	Crashes  int             `json:"crashes,omitempty"`
 	Family   string          `json:"family,omitempty"`
@@ -322,7 +328,7 @@ type Task struct {
 // TaskOf converts a queue record.
 func TaskOf(r queue.Record) Task {
 	return Task{
-		TaskID: r.TaskID, TenantID: r.TenantID, State: r.State, Attempts: r.Attempts, Crashes: r.Crashes, Family: r.Family, Type: r.Type, Hook: r.Hook,
+		TaskID: r.TaskID, TenantID: r.TenantID, ClusterID: r.ClusterID, State: r.State, Attempts: r.Attempts, Crashes: r.Crashes, Family: r.Family, Type: r.Type, Hook: r.Hook,
 		TaskName: r.TaskName, Owner: r.Owner, Created: r.Created, Started: r.Started, Finished: r.Finished,
 		Status: r.Status, Result: r.Result, Error: r.Error,
 	}
@@ -416,11 +422,29 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 // ListResponse is the answer to GET /v1/tasks.
 type ListResponse struct {
 	Tasks []Task `json:"tasks"`
+	// Next is the cursor of the next page (pass it as ?after=), absent
+	// after the last page. Its format is opaque.
+	Next string `json:"next,omitempty"`
 }
+
+// listParams are the query parameters GET /v1/tasks takes.
+var listParams = []string{"state", "type", "cluster", "limit", "after"}
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	var f queue.Filter
+	var unknown []string
+	for k := range q {
+		if !slices.Contains(listParams, k) {
+			unknown = append(unknown, strconv.Quote(k))
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown query parameter %s: GET /v1/tasks takes %s (page with the \"next\" cursor as after=)",
+			strings.Join(unknown, ", "), strings.Join(listParams, ", ")))
+		return
+	}
+	f := queue.Filter{Type: q.Get("type"), Cluster: q.Get("cluster"), After: q.Get("after"), Limit: queue.DefaultPageSize}
 	if st := q.Get("state"); st != "" {
 		state, err := queue.ParseState(st)
 		if err != nil {
@@ -429,27 +453,77 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 		f.State = state
 	}
-	f.Type = q.Get("type")
-	f.Limit = 1000
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
-		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit=%q is not a count: use e.g. limit=100 (0 for no limit)", l))
+		if err != nil || n < 1 || n > queue.MaxPageSize {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit=%q: want a page size from 1 to %d (default %d); follow \"next\" for more", l, queue.MaxPageSize, queue.DefaultPageSize))
 			return
 		}
 		f.Limit = n
 	}
-	recs, err := s.cfg.Queue.List(r.Context(), f)
+	page, err := s.cfg.Queue.List(r.Context(), f)
 	if err != nil {
+		if errors.Is(err, queue.ErrBadCursor) {
+			writeError(w, http.StatusBadRequest, "after="+err.Error())
+			return
+		}
 		s.queueError(w, err, "")
 		return
 	}
-	out := ListResponse{Tasks: make([]Task, len(recs))}
-	for i, rec := range recs {
+	out := ListResponse{Tasks: make([]Task, len(page.Records)), Next: page.Next}
+	for i, rec := range page.Records {
 		out.Tasks[i] = TaskOf(rec)
 		out.Tasks[i].Result = nil // lists stay small: GET the task for its result
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// DeleteResponse is the answer to DELETE /v1/tasks/{id}.
+type DeleteResponse struct {
+	TaskID  string      `json:"taskId"`
+	State   queue.State `json:"state"` // the state it was deleted in
+	Deleted bool        `json:"deleted"`
+}
+
+func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	rec, err := s.cfg.Queue.Delete(r.Context(), id)
+	if errors.Is(err, queue.ErrNotFinished) {
+		writeError(w, http.StatusConflict, fmt.Sprintf("task %q is %s: only finished tasks can be deleted; cancel it first (POST /v1/tasks/%s/cancel, or loomd task cancel %s), then delete it", id, rec.State, id, id))
+		return
+	}
+	if err != nil {
+		s.queueError(w, err, id)
+		return
+	}
+	writeJSON(w, http.StatusOK, DeleteResponse{TaskID: rec.TaskID, State: rec.State, Deleted: true})
+}
+
+// CancelResponse is the answer to POST /v1/tasks/{id}/cancel: the task,
+// cancelled (200), or still running with its cancellation requested (202).
+type CancelResponse struct {
+	Task
+	// CancelRequested is true while the daemon running the task stops it.
+	CancelRequested bool `json:"cancelRequested,omitempty"`
+}
+
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	rec, err := s.cfg.Queue.Cancel(r.Context(), id)
+	if errors.Is(err, queue.ErrFinished) {
+		writeError(w, http.StatusConflict, fmt.Sprintf("task %q already finished (%s): there is nothing to cancel; delete it with DELETE /v1/tasks/%s", id, rec.State, id))
+		return
+	}
+	if err != nil {
+		s.queueError(w, err, id)
+		return
+	}
+	out := CancelResponse{Task: TaskOf(rec)}
+	code := http.StatusOK
+	if !rec.State.Terminal() {
+		out.CancelRequested, code = true, http.StatusAccepted
+	}
+	writeJSON(w, code, out)
 }
 
 // PluginsResponse is the answer to GET /v1/plugins.

@@ -249,8 +249,8 @@ func TestPluginsHealthMetrics(t *testing.T) {
 
 func TestJSONErrorsForUnknownRoutesAndMethods(t *testing.T) {
 	f := newFixture(t, Config{})
-	if code, body := f.do("DELETE", "/v1/tasks/x", ""); code != http.StatusMethodNotAllowed || decode[Error](t, body).Error == "" {
-		t.Errorf("DELETE = %d %s, want a JSON 405", code, body)
+	if code, body := f.do("PUT", "/v1/tasks/x", ""); code != http.StatusMethodNotAllowed || decode[Error](t, body).Error == "" {
+		t.Errorf("PUT = %d %s, want a JSON 405", code, body)
 	}
 	if code, body := f.do("GET", "/v2/nothing", ""); code != http.StatusNotFound || decode[Error](t, body).Error == "" {
 		t.Errorf("unknown path = %d %s, want a JSON 404", code, body)

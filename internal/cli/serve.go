@@ -46,6 +46,7 @@ type serveOptions struct {
 	shutdownTimeout time.Duration
 	ackWait         time.Duration
 	maxAttempts     int
+	retain          time.Duration
 	watch           bool
 	reloadDebounce  time.Duration
 	timeout         time.Duration
@@ -113,6 +114,7 @@ running, interrupts them and exits 1; the interrupted tasks run again later.`,
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight tasks may run after SIGTERM/SIGINT before they are interrupted")
 	f.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "a running task silent this long (its daemon died) is redelivered; heartbeats every third of it")
 	f.IntVar(&o.maxAttempts, "max-attempts", 5, "attempts after infrastructure failures (runner errors, dead daemons) before a task fails")
+	f.DurationVar(&o.retain, "retain", queue.DefaultRetain, "delete finished tasks (succeeded, failed, cancelled) this long after they finished; 0 keeps them forever")
 	f.BoolVar(&o.watch, "watch", true, "reload plugins when files under --plugins change")
 	f.DurationVar(&o.reloadDebounce, "reload-debounce", 200*time.Millisecond, "quiet time after the last plugin file change before reloading")
 	f.StringVar(&o.storeMax, "store-max", "", "size limit of the embedded store (e.g. 10GiB); past it submits get 507 until records expire or are deleted (default: 75% of the free space at start)")
@@ -217,8 +219,16 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	default:
 		return usageErr(fmt.Errorf("--isolation %q: want worker or none", o.isolation))
 	}
+	if o.retain < 0 {
+		return usageErr(fmt.Errorf("--retain %v: want a duration such as 168h, or 0 to keep finished tasks forever", o.retain))
+	}
+	retain := o.retain
+	if retain == 0 {
+		retain = -1 // the queue's "forever"
+	}
 	metrics := api.NewMetrics()
 	qcfg := queue.Config{
+		Retain:       retain,
 		DataDir:      o.data,
 		URLs:         o.natsURLs,
 		Token:        o.natsToken,
@@ -314,7 +324,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		}
 	}
 	attrs := []any{"api", "http://" + srv.Addr(), "queue", q.Mode(), "types", len(rt.Types()), "concurrency", o.concurrency,
-		"isolation", o.isolation,
+		"isolation", o.isolation, "retain", retainString(o.retain),
 		"startup", time.Since(start).Round(time.Microsecond)}
 	if sup != nil {
 		attrs = append(attrs, "plugin_memory", runtime.FormatSize(pluginMemory), "worker_limit", sup.LimitMode())
@@ -493,4 +503,12 @@ func watchPlugins(dir string, debounce time.Duration, logger *slog.Logger, reloa
 			wg.Wait()
 		})
 	}, nil
+}
+
+// retainString shows --retain in the startup line.
+func retainString(d time.Duration) string {
+	if d == 0 {
+		return "forever"
+	}
+	return d.String()
 }

@@ -22,17 +22,20 @@ type taskOptions struct {
 	json    bool
 	state   string
 	typ     string
+	cluster string
+	after   string
 	limit   int
 	timeout time.Duration
+	wait    time.Duration
 }
 
 func (a *App) newTaskCmd(g *globalOptions) *cobra.Command {
 	o := &taskOptions{}
 	cmd := &cobra.Command{
 		Use:   "task",
-		Short: "Inspect tasks on a running loomd: get, list, wait",
-		Long: `Inspect the tasks of a running loomd through its HTTP API. Output is a
-human-readable table on a terminal and JSON otherwise (or with --json).`,
+		Short: "Inspect and manage tasks on a running loomd: get, list, wait, cancel, delete",
+		Long: `Inspect and manage the tasks of a running loomd through its HTTP API. Output
+is a human-readable table on a terminal and JSON otherwise (or with --json).`,
 		Args: cobra.NoArgs,
 	}
 	o.client.addFlags(cmd.PersistentFlags())
@@ -48,15 +51,22 @@ human-readable table on a terminal and JSON otherwise (or with --json).`,
 	}
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List tasks, newest first",
-		Args:  cobra.NoArgs,
+		Short: "List tasks, the latest state change first, a page at a time",
+		Long: `List tasks, the task whose state changed last first, one page at a time.
+A page that is not the last ends with the cursor of the next one: pass it to
+--after (it is opaque). With --json the cursor is the "next" field.`,
+		Example: `  loomd task list --state failed --type docker
+  loomd task list --cluster 00000139 --limit 20 --after <cursor from the previous page>`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.runTaskList(cmd.Context(), o)
 		},
 	}
-	list.Flags().StringVar(&o.state, "state", "", "only tasks in this state: queued, running, succeeded or failed")
+	list.Flags().StringVar(&o.state, "state", "", "only tasks in this state: queued, running, succeeded, failed or cancelled")
 	list.Flags().StringVar(&o.typ, "type", "", "only tasks for this plugin type")
-	list.Flags().IntVar(&o.limit, "limit", 100, "at most this many tasks (0: all)")
+	list.Flags().StringVar(&o.cluster, "cluster", "", "only tasks with this clusterId")
+	list.Flags().IntVar(&o.limit, "limit", queue.DefaultPageSize, fmt.Sprintf("page size, 1 to %d", queue.MaxPageSize))
+	list.Flags().StringVar(&o.after, "after", "", "cursor of the page to show, as printed after the previous page")
 	wait := &cobra.Command{
 		Use:   "wait ID",
 		Short: "Wait for a task to finish and show it (exit 0 succeeded, 1 failed)",
@@ -66,8 +76,78 @@ human-readable table on a terminal and JSON otherwise (or with --json).`,
 		},
 	}
 	wait.Flags().DurationVar(&o.timeout, "timeout", 0, "give up after this long (exit 3; the task keeps going)")
-	cmd.AddCommand(get, list, wait)
+	cancel := &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a queued or running task (exit 0 once it is cancelled)",
+		Long: `Cancel a task. A queued task is cancelled at once and never runs. A running
+task's hook has its context cancelled on the daemon running it; the command
+waits up to --wait for it to end. Either way the task ends in state
+"cancelled" with error kind "cancelled" (a hook that finished successfully
+before the request keeps its result: exit 1). A finished task is an error.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.runTaskCancel(cmd.Context(), o, args[0])
+		},
+	}
+	cancel.Flags().DurationVar(&o.wait, "wait", 30*time.Second, "how long to wait for a running task to stop (0: do not wait)")
+	del := &cobra.Command{
+		Use:   "delete ID",
+		Short: "Delete a finished task's record and result (the id may be submitted again)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.runTaskDelete(cmd.Context(), o, args[0])
+		},
+	}
+	cmd.AddCommand(get, list, wait, cancel, del)
 	return cmd
+}
+
+func (a *App) runTaskCancel(ctx context.Context, o *taskOptions, id string) error {
+	ctx = ctxOr(ctx)
+	c, err := o.client.client()
+	if err != nil {
+		return err
+	}
+	var r api.CancelResponse
+	if err := c.do(ctx, "POST", "/v1/tasks/"+url.PathEscape(id)+"/cancel", nil, &r); err != nil {
+		return clientErr(err)
+	}
+	t := r.Task
+	if r.CancelRequested && o.wait > 0 {
+		// On a timeout (or a lost connection) the task is shown as the
+		// cancel request found it, with the hint below.
+		if w, err := c.waitTask(ctx, id, o.wait); err == nil || w.TaskID != "" {
+			t = w
+		}
+	}
+	if err := a.showTask(o, t); err != nil {
+		return err
+	}
+	switch {
+	case t.State == queue.Cancelled:
+		return nil
+	case !t.State.Terminal():
+		fmt.Fprintf(a.Err, "loomd: task %s is still %s: its cancellation is requested; check with 'loomd task wait %s'\n", id, t.State, id)
+	default:
+		fmt.Fprintf(a.Err, "loomd: task %s %s before it could be cancelled\n", id, t.State)
+	}
+	return silentExit(ExitFailure)
+}
+
+func (a *App) runTaskDelete(ctx context.Context, o *taskOptions, id string) error {
+	c, err := o.client.client()
+	if err != nil {
+		return err
+	}
+	var r api.DeleteResponse
+	if err := c.do(ctxOr(ctx), "DELETE", "/v1/tasks/"+url.PathEscape(id), nil, &r); err != nil {
+		return clientErr(err)
+	}
+	if o.json || !a.StdoutTTY {
+		return a.printJSON(r)
+	}
+	fmt.Fprintf(a.Out, "deleted task %s (%s)\n", r.TaskID, r.State)
+	return nil
 }
 
 func (a *App) runTaskGet(ctx context.Context, o *taskOptions, id string) error {
@@ -114,8 +194,13 @@ func (a *App) runTaskList(ctx context.Context, o *taskOptions) error {
 	if o.state != "" {
 		q.Set("state", o.state)
 	}
-	if o.typ != "" {
-		q.Set("type", o.typ)
+	if o.limit < 1 || o.limit > queue.MaxPageSize {
+		return usageErr(fmt.Errorf("--limit %d: want a page size from 1 to %d; page on with --after", o.limit, queue.MaxPageSize))
+	}
+	for k, v := range map[string]string{"type": o.typ, "cluster": o.cluster, "after": o.after} {
+		if v != "" {
+			q.Set(k, v)
+		}
 	}
 	q.Set("limit", strconv.Itoa(o.limit))
 	var l api.ListResponse
@@ -130,12 +215,25 @@ func (a *App) runTaskList(ctx context.Context, o *taskOptions) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(a.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tSTATE\tTYPE\tHOOK\tATTEMPTS\tCREATED\tTOOK")
+	fmt.Fprintln(tw, "TASK\tSTATE\tTYPE\tHOOK\tCLUSTER\tATTEMPTS\tCREATED\tTOOK")
 	for _, t := range l.Tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", t.TaskID, t.State, t.Family+"/"+t.Type, t.Hook, t.Attempts,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", t.TaskID, t.State, t.Family+"/"+t.Type, t.Hook, orDash(t.ClusterID), t.Attempts,
 			t.Created.Local().Format("2006-01-02 15:04:05"), took(t))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if l.Next != "" {
+		fmt.Fprintf(a.Out, "next page: --after %s\n", l.Next)
+	}
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func took(t api.Task) string {

@@ -101,6 +101,15 @@ type Config struct {
 	// and a full store probed for recovery (default 500ms).
 	StoreCheckInterval time.Duration
 
+	// Retain is how long finished tasks (succeeded, failed, cancelled) are
+	// kept after they finished; then they are deleted like Queue.Delete
+	// does. Zero means DefaultRetain (7 days); a negative value keeps them
+	// forever.
+	Retain time.Duration
+	// SweepInterval is how often expired tasks are looked for; default
+	// a minute (or Retain/10, if shorter).
+	SweepInterval time.Duration
+
 	// Logger receives the queue's logs (and the embedded server's, at
 	// debug level); default slog.Default() with nothing sent to stdout.
 	Logger *slog.Logger
@@ -165,6 +174,15 @@ func (c Config) withDefaults() Config {
 	if c.Duplicates == 0 {
 		c.Duplicates = 10 * time.Minute
 	}
+	if c.Retain == 0 {
+		c.Retain = DefaultRetain
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = time.Minute
+		if c.Retain > 0 {
+			c.SweepInterval = max(min(c.SweepInterval, c.Retain/10), 10*time.Millisecond)
+		}
+	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
@@ -208,6 +226,9 @@ func (c Config) validate() error {
 	}
 	if c.RetryDelay < 0 || c.PollInterval < 0 || c.Duplicates < 0 || c.SyncInterval < 0 {
 		errs = append(errs, errors.New("retry delay, poll interval, dedupe window and sync interval must not be negative"))
+	}
+	if c.SweepInterval < 0 {
+		errs = append(errs, errors.New("sweep interval must not be negative"))
 	}
 	if c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5 {
 		errs = append(errs, fmt.Errorf("replicas %d: use 1, 3 or 5", c.Replicas))

@@ -11,8 +11,8 @@ import (
 const maxLogMessage = 256
 
 // logOutcome writes the operator's line for a task that reached its final
-// state here: info "task finished" for a success, warn "task failed" for a
-// failure. It carries only the result's message field (already redacted
+// state here: info "task finished" for a success, info "task cancelled"
+// for a cancellation, warn "task failed" for a failure. It carries only the result's message field (already redacted
 // where the result was made, and truncated here), never the result map,
 // stdout or stderr.
 func (q *Queue) logOutcome(t Transition) {
@@ -41,11 +41,14 @@ func (q *Queue) logOutcome(t Transition) {
 	if msg != "" {
 		attrs = append(attrs, "message", truncate(msg, maxLogMessage))
 	}
-	if r.State == Succeeded {
+	switch r.State {
+	case Succeeded:
 		q.log.Info("task finished", attrs...)
-		return
+	case Cancelled: // on request: not a failure to warn about
+		q.log.Info("task cancelled", attrs...)
+	default:
+		q.log.Warn("task failed", attrs...)
 	}
-	q.log.Warn("task failed", attrs...)
 }
 
 // resultMessage reads the message field and the error kind of a Coopr

@@ -83,6 +83,8 @@ type Queue struct {
 	abortCtx context.Context // cancelled to abort running tasks
 	abort    context.CancelFunc
 	watchWG  sync.WaitGroup
+
+	ix indexState // index, deletes, cancels, retention (index.go)
 }
 
 // Open connects to the queue: it starts the embedded server (or connects
@@ -265,7 +267,7 @@ func (q *Queue) provision(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("creating object store %s: %w", OutputBucket, err)
 	}
-	return nil
+	return q.provisionIndex(ctx)
 }
 
 // Owner is the name this process writes into the records of the tasks it
@@ -327,7 +329,7 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 	// Publish first, then create the record: a worker that sees the message
 	// before the record creates it itself, so no task is ever left with a
 	// record and no message.
-	ack, err := q.js.Publish(ctx, route.Subject(), task, jetstream.WithMsgID(t.TaskID))
+	ack, err := q.publishTask(ctx, route, t.TaskID, task)
 	if err != nil {
 		q.noteWriteErr(err)
 		if full := q.storeFullErr(); full != nil {
@@ -336,19 +338,21 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 		return Record{}, false, fmt.Errorf("queueing task %s: %w (it may or may not be queued: submitting it again with the same taskId is safe)", t.TaskID, err)
 	}
 	rec = Record{
-		TaskID:   t.TaskID,
-		TenantID: t.TenantID,
-		State:    Queued,
-		Family:   route.Family,
-		Type:     route.Type,
-		Hook:     t.Hook(),
-		TaskName: t.TaskName,
-		Created:  time.Now().UTC(),
+		TaskID:    t.TaskID,
+		TenantID:  t.TenantID,
+		ClusterID: t.ClusterID,
+		State:     Queued,
+		Family:    route.Family,
+		Type:      route.Type,
+		Hook:      t.Hook(),
+		TaskName:  t.TaskName,
+		Created:   time.Now().UTC(),
+		Seq:       ack.Sequence,
 	}
 	if q.afterPublish != nil {
 		q.afterPublish(t.TaskID)
 	}
-	rev, err := q.kvFor(t.TaskID).Create(ctx, keyPrefix+t.TaskID, mustJSON(rec))
+	rev, err := q.write(ctx, Record{}, rec)
 	if !ack.Duplicate {
 		// Counted at the publish, the source of "queued": a worker may have
 		// claimed the task and written its record before this Create.
@@ -405,13 +409,16 @@ func (q *Queue) get(ctx context.Context, id string) (Record, error) {
 }
 
 // kvFor is the state bucket that holds task id's record (FNV-1a).
-func (q *Queue) kvFor(id string) jetstream.KeyValue {
+func (q *Queue) kvFor(id string) jetstream.KeyValue { return q.kvs[shardOf(id)] }
+
+// shardOf is the index of the state bucket that holds task id's record.
+func shardOf(id string) int {
 	h := uint32(2166136261)
 	for i := 0; i < len(id); i++ {
 		h ^= uint32(id[i])
 		h *= 16777619
 	}
-	return q.kvs[h%StateShards]
+	return int(h % StateShards)
 }
 
 func decodeRecord(e jetstream.KeyValueEntry) (Record, error) {
@@ -421,66 +428,6 @@ func decodeRecord(e jetstream.KeyValueEntry) (Record, error) {
 	}
 	rec.Revision = e.Revision()
 	return rec, nil
-}
-
-// Filter selects records for List.
-type Filter struct {
-	State State  // "" for every state
-	Type  string // "" for every plugin type
-	Limit int    // at most this many, newest first; 0 for all
-}
-
-// List returns the records that match f, newest first. Results stored in
-// the object store are not loaded: use Get for one task's result.
-func (q *Queue) List(ctx context.Context, f Filter) ([]Record, error) {
-	var out []Record
-	for _, kv := range q.kvs {
-		recs, err := q.listShard(ctx, kv, f)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, recs...)
-	}
-	slices.SortFunc(out, func(a, b Record) int {
-		if c := b.Created.Compare(a.Created); c != 0 {
-			return c
-		}
-		return strings.Compare(b.TaskID, a.TaskID)
-	})
-	if f.Limit > 0 && len(out) > f.Limit {
-		out = out[:f.Limit]
-	}
-	return out, nil
-}
-
-func (q *Queue) listShard(ctx context.Context, kv jetstream.KeyValue, f Filter) ([]Record, error) {
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("listing task records in %s: %w", kv.Bucket(), err)
-	}
-	defer func() { _ = w.Stop() }()
-	var out []Record
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("listing task records: %w", ctx.Err())
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("listing task records: the watch closed early; try again")
-			}
-			if e == nil { // all current values delivered
-				return out, nil
-			}
-			rec, err := decodeRecord(e)
-			if err != nil {
-				q.log.Warn("skipping an unreadable task record", "err", err)
-				continue
-			}
-			if (f.State == "" || rec.State == f.State) && (f.Type == "" || rec.Type == f.Type) {
-				out = append(out, rec)
-			}
-		}
-	}
 }
 
 // Wait blocks until the task is in a terminal state and returns its
@@ -642,6 +589,10 @@ func (q *Queue) shutdown() {
 	q.served.close()
 	q.abort()
 	q.w.stop()
+	if q.ix.sweepStop != nil {
+		q.ix.sweepStop()
+	}
+	q.ix.bg.Wait()
 	for _, w := range q.watch {
 		_ = w.Stop()
 	}

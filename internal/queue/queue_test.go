@@ -190,10 +190,10 @@ func TestSubmitRunResult(t *testing.T) {
 		t.Errorf("Get = %+v, %v; want the succeeded record", g2, err)
 	}
 	list, err := q.List(context.Background(), Filter{State: Succeeded})
-	if err != nil || len(list) != 1 || list[0].TaskID != rec.TaskID {
+	if err != nil || len(list.Records) != 1 || list.Records[0].TaskID != rec.TaskID {
 		t.Errorf("List(succeeded) = %v, %v; want the one task", list, err)
 	}
-	if list, _ := q.List(context.Background(), Filter{State: Queued}); len(list) != 0 {
+	if list, _ := q.List(context.Background(), Filter{State: Queued}); len(list.Records) != 0 {
 		t.Errorf("List(queued) = %v, want none", list)
 	}
 }

@@ -13,20 +13,22 @@ import (
 type State string
 
 // The task states. Every change is a compare-and-set on the task's KV
-// record: queued -> running -> succeeded | failed, and running -> queued
-// when an attempt hit an infrastructure failure and will be retried.
+// record: queued -> running -> succeeded | failed, running -> queued when
+// an attempt hit an infrastructure failure and will be retried, and
+// queued | running -> cancelled on request (see Queue.Cancel).
 const (
 	Queued    State = "queued"
 	Running   State = "running"
 	Succeeded State = "succeeded"
 	Failed    State = "failed"
+	Cancelled State = "cancelled"
 )
 
 // States lists every state, in lifecycle order.
-func States() []State { return []State{Queued, Running, Succeeded, Failed} }
+func States() []State { return []State{Queued, Running, Succeeded, Failed, Cancelled} }
 
 // Terminal reports whether a task in state s is finished for good.
-func (s State) Terminal() bool { return s == Succeeded || s == Failed }
+func (s State) Terminal() bool { return s == Succeeded || s == Failed || s == Cancelled }
 
 // ParseState checks a state name, for filters given by users.
 func ParseState(s string) (State, error) {
@@ -51,8 +53,10 @@ type Record struct {
 	// TenantID is the task's tenantId; empty means the running daemon's
 	// --tenant.
 	TenantID string `json:"tenantId,omitempty"`
-	State    State  `json:"state"`
-	Attempts int    `json:"attempts"`
+	// ClusterID is the task's clusterId, for filtering lists.
+	ClusterID string `json:"clusterId,omitempty"`
+	State     State  `json:"state"`
+	Attempts  int    `json:"attempts"`
 	// Crashes counts the attempts whose run killed the worker process
 	// running it (see ErrWorkerCrashed).
 	Crashes  int             `json:"crashes,omitempty"`
@@ -73,6 +77,9 @@ type Record struct {
 	// Seq is the stream sequence of the message the current attempt runs
 	// from; it tells a redelivery from a duplicate copy of the task.
 	Seq uint64 `json:"seq,omitempty"`
+	// IndexSeq is the sequence of the task's current entry in the index
+	// stream (see index.go); an entry with another sequence is stale.
+	IndexSeq uint64 `json:"indexSeq,omitempty"`
 
 	Revision uint64 `json:"-"`
 }
@@ -194,6 +201,13 @@ func NewID() string {
 
 // ErrNotFound is returned for a task id the queue has no record of.
 var ErrNotFound = errors.New("task not found")
+
+// ErrNotFinished is returned by Delete for a task that is still queued
+// or running: cancel it first.
+var ErrNotFinished = errors.New("task is not finished")
+
+// ErrFinished is returned by Cancel for a task that already finished.
+var ErrFinished = errors.New("task already finished")
 
 // ErrClosed is returned by calls on a queue that was closed.
 var ErrClosed = errors.New("queue is closed")

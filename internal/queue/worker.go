@@ -424,7 +424,7 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 		return
 	}
 	task, perr := runtime.ParseTask(msg.Data())
-	id := msg.Headers().Get(jetstream.MsgIDHeader)
+	id := taskIDOf(msg.Headers())
 	if id == "" && perr == nil {
 		id = task.TaskID
 	}
@@ -452,6 +452,7 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 	log.Debug("task started")
 
 	taskCtx, cancel := context.WithCancel(q.abortCtx)
+	q.track(id, cancel) // a cancel request cancels taskCtx
 	hbDone := make(chan struct{})
 	var hbWG sync.WaitGroup
 	hbWG.Add(1)
@@ -483,12 +484,23 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 	defer close(hbDone)
 	result, status, runErr := safeRun(taskCtx, runner, msg.Data())
 	aborted := q.abortCtx.Err() != nil
+	cancelReq := q.untrack(id)
+	if cancelReq {
+		defer q.clearCancel(id)
+	}
 	cancel()
 	defer finish()()
 
 	now := time.Now().UTC()
 	next := rec
 	switch {
+	case cancelReq && (runErr != nil || status != 0):
+		// Cancelled on request: the hook's failure is the cancellation's
+		// doing (a hook that finished successfully first keeps its result).
+		next = cancelledRecord(rec, fmt.Sprintf("cancelled on request while running (attempt %d on %s)", rec.Attempts, q.cfg.Owner))
+		if q.commit(ctx, log, rec, next) {
+			q.ack(log, fl.msg())
+		}
 	case runErr != nil && aborted:
 		next.State = Queued
 		next.Attempts--
@@ -589,7 +601,7 @@ func (q *Queue) claim(ctx context.Context, log *slog.Logger, id string, route Ro
 		case errors.Is(err, ErrNotFound):
 			cur = Record{TaskID: id, State: Queued, Family: route.Family, Type: route.Type, Created: meta.Timestamp.UTC()}
 			if perr == nil {
-				cur.Hook, cur.TaskName, cur.TenantID = task.Hook(), task.TaskName, task.TenantID
+				cur.Hook, cur.TaskName, cur.TenantID, cur.ClusterID = task.Hook(), task.TaskName, task.TenantID, task.ClusterID
 			}
 		case err != nil:
 			log.Warn("cannot read the task record; retrying later", "err", err)
@@ -649,15 +661,6 @@ func (q *Queue) claim(ctx context.Context, log *slog.Logger, id string, route Ro
 	log.Warn("task record keeps changing under us; leaving the task for later")
 	_ = msg.NakWithDelay(q.cfg.backoff(1))
 	return Record{}, false
-}
-
-// write stores next if the record is still at cur's revision (or, for a
-// record that does not exist yet, creates it).
-func (q *Queue) write(ctx context.Context, cur, next Record) (uint64, error) {
-	if cur.Revision == 0 {
-		return q.kvFor(next.TaskID).Create(ctx, keyPrefix+next.TaskID, mustJSON(next))
-	}
-	return q.kvFor(next.TaskID).Update(ctx, keyPrefix+next.TaskID, mustJSON(next), cur.Revision)
 }
 
 func isConflict(err error) bool {
@@ -771,7 +774,7 @@ func (q *Queue) handleMaxDeliveries(data []byte) {
 	if err != nil {
 		return // already gone
 	}
-	id := m.Header.Get(jetstream.MsgIDHeader)
+	id := taskIDOf(m.Header)
 	log := q.log.With("task", id, "seq", adv.StreamSeq)
 	for range 8 {
 		cur, err := q.get(ctx, id)

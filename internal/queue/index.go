@@ -1,0 +1,412 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The record index.
+//
+// Listing tasks must not read every record, so every record has one entry
+// in an index stream, LOOM_INDEX_<shard> (the shard of its state bucket),
+// on the subject
+//
+//	loom.idx.<shard>.<class>.<family>.<type>.<cluster>
+//
+// whose payload is the task id. The class is "active" for queued and
+// running tasks, and the state itself for finished ones: a task's start
+// and its retries are not index writes, which keeps the worker's path to
+// one more fsynced write per task (docs/benchmarks.md); a list by
+// state=queued or running reads the active entries and checks the record.
+// Each change of class publishes the task's new entry before the record is
+// written (the record keeps the entry's sequence in IndexSeq) and deletes
+// the previous entry afterwards. Each
+// index stream is thus ordered by the time of its tasks' last state
+// change, and a filter on state, type and cluster is a subject filter the
+// server applies. A page is read backwards from the newest entries with a
+// few direct-get batches per shard, merged by time, and each entry is
+// checked against its record (read anyway for the page): an entry whose
+// sequence is not the record's IndexSeq is stale (a writer died between
+// its steps) and is removed. Subjects hold no task id, so the server's
+// per-subject state stays small (states x types x clusters). The index is
+// sharded like the records so that its fsynced writes run in parallel.
+const (
+	IndexStream = "LOOM_INDEX" // shards are LOOM_INDEX_0 .. LOOM_INDEX_<StateShards-1>
+	indexPrefix = "loom.idx."
+	// TaskIDHeader carries the task id on task messages. The message id
+	// is the task id too, except for a task submitted again after it was
+	// deleted inside the dedupe window (see Submit).
+	TaskIDHeader = "Loom-Task-Id"
+)
+
+// indexState is the Queue's bookkeeping for the index, deletes and
+// cancellations.
+type indexState struct {
+	streams   [StateShards]jetstream.Stream // LOOM_INDEX_<i>
+	kvStreams [StateShards]jetstream.Stream // the state buckets' streams
+	cancelKV  jetstream.KeyValue            // LOOM_CANCEL
+	apiPrefix string                        // $JS.API or $JS.<domain>.API
+	mu        sync.Mutex                    // guards the maps below
+	lastIndex map[string]indexPos           // task id -> its entry, as last written here
+	running   map[string]*runningTask       // tasks this process runs
+	cancels   map[string]bool               // cancel requests seen in LOOM_CANCEL
+	bg        sync.WaitGroup                // background deletes
+	sweepStop func()                        // stops the retention sweeper
+}
+
+type indexPos struct{ rev, seq uint64 }
+
+// indexToken makes s one subject token: letters, digits, '-' and '_' stay
+// as they are; anything else (and the empty string) is "~" and hex, so
+// the token is unambiguous and never a wildcard.
+func indexToken(s string) string {
+	plain := s != ""
+	for i := 0; i < len(s) && plain; i++ {
+		c := s[i]
+		plain = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+	}
+	if plain {
+		return s
+	}
+	return "~" + fmt.Sprintf("%x", s)
+}
+
+// indexClass is the index token of a state: "active" for queued and
+// running, the state for finished ones.
+func indexClass(s State) string {
+	if s.Terminal() {
+		return string(s)
+	}
+	return "active"
+}
+
+func indexSubject(r Record) string {
+	return indexPrefix + strconv.Itoa(shardOf(r.TaskID)) + "." + indexClass(r.State) + "." + indexToken(r.Family) + "." + indexToken(r.Type) + "." + indexToken(r.ClusterID)
+}
+
+func indexStreamName(shard int) string { return IndexStream + "_" + strconv.Itoa(shard) }
+
+// indexFilter is the subject filter of a list filter in one shard.
+func indexFilter(shard int, f Filter) string {
+	tok := func(s string) string {
+		if s == "" {
+			return "*"
+		}
+		return indexToken(s)
+	}
+	class := "*"
+	if f.State != "" {
+		class = indexClass(f.State)
+	}
+	return indexPrefix + strconv.Itoa(shard) + "." + class + ".*." + tok(f.Type) + "." + tok(f.Cluster)
+}
+
+// provisionIndex creates the index stream and the cancel bucket, and
+// finds the state buckets' streams.
+func (q *Queue) provisionIndex(ctx context.Context) error {
+	x := &q.ix
+	x.lastIndex = map[string]indexPos{}
+	x.running = map[string]*runningTask{}
+	x.cancels = map[string]bool{}
+	x.apiPrefix = "$JS.API"
+	if q.cfg.Domain != "" && q.srvRef == nil {
+		x.apiPrefix = "$JS." + q.cfg.Domain + ".API"
+	}
+	var err error
+	for i := range x.streams {
+		name := indexStreamName(i)
+		x.streams[i], err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:        name,
+			Description: fmt.Sprintf("loomd task index, shard %d of %d: one entry per task, subject loom.idx.%d.<state>.<family>.<type>.<cluster>, payload the task id", i, StateShards, i),
+			Subjects:    []string{indexPrefix + strconv.Itoa(i) + ".>"},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    q.cfg.Replicas,
+			AllowDirect: true,
+		})
+		if err != nil {
+			return fmt.Errorf("creating stream %s: %w", name, err)
+		}
+	}
+	for i, kv := range q.kvs {
+		if x.kvStreams[i], err = q.js.Stream(ctx, "KV_"+kv.Bucket()); err != nil {
+			return fmt.Errorf("opening the stream of kv bucket %s: %w", kv.Bucket(), err)
+		}
+	}
+	x.cancelKV, err = q.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      CancelBucket,
+		Description: "loomd cancel requests for running tasks, key cancel.<id>; the daemon running the task acts on it",
+		History:     1,
+		TTL:         24 * time.Hour,
+		Storage:     jetstream.FileStorage,
+		Replicas:    q.cfg.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("creating kv bucket %s: %w", CancelBucket, err)
+	}
+	if err := q.watchCancels(); err != nil {
+		return err
+	}
+	q.startSweeper()
+	return nil
+}
+
+// write stores next if the record is still at cur's revision (or, for a
+// record that does not exist yet, creates it). A new record or a state
+// change gets a new index entry first; the previous one is removed once
+// the record points at the new one.
+func (q *Queue) write(ctx context.Context, cur, next Record) (uint64, error) {
+	kv, key := q.kvFor(next.TaskID), keyPrefix+next.TaskID
+	old := cur.IndexSeq
+	if cur.Revision != 0 {
+		q.ix.mu.Lock()
+		if p, ok := q.ix.lastIndex[next.TaskID]; ok && p.rev == cur.Revision {
+			old = p.seq // cur came from our own earlier write
+		}
+		q.ix.mu.Unlock()
+	}
+	next.IndexSeq = old
+	reindex := cur.Revision == 0 || indexClass(cur.State) != indexClass(next.State) || old == 0
+	if reindex {
+		ack, err := q.js.Publish(ctx, indexSubject(next), []byte(next.TaskID))
+		if err != nil {
+			return 0, fmt.Errorf("indexing task %s: %w", next.TaskID, err)
+		}
+		next.IndexSeq = ack.Sequence
+	}
+	var rev uint64
+	var err error
+	if cur.Revision == 0 {
+		rev, err = kv.Create(ctx, key, mustJSON(next))
+	} else {
+		rev, err = kv.Update(ctx, key, mustJSON(next), cur.Revision)
+	}
+	if err != nil {
+		if reindex {
+			q.dropIndex(shardOf(next.TaskID), next.IndexSeq)
+		}
+		return 0, err
+	}
+	q.ix.mu.Lock()
+	if next.State.Terminal() {
+		delete(q.ix.lastIndex, next.TaskID)
+	} else {
+		q.ix.lastIndex[next.TaskID] = indexPos{rev: rev, seq: next.IndexSeq}
+	}
+	q.ix.mu.Unlock()
+	if reindex && old != 0 && old != next.IndexSeq {
+		q.dropIndex(shardOf(next.TaskID), old)
+	}
+	return rev, nil
+}
+
+// dropIndex removes an index entry in the background: the write that
+// replaced it does not wait for it, and an entry left behind (the process
+// died) is stale, which readers detect and remove.
+func (q *Queue) dropIndex(shard int, seq uint64) {
+	if seq == 0 {
+		return
+	}
+	q.ix.bg.Add(1)
+	go func() {
+		defer q.ix.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := q.ix.streams[shard].DeleteMsg(ctx, seq); err != nil && !msgGone(err) && !errors.Is(err, nats.ErrConnectionClosed) {
+			q.log.Debug("removing an old index entry failed; readers skip it", "seq", seq, "err", err)
+		}
+	}()
+}
+
+// msgGone reports whether a message delete failed because the message
+// is already gone. nats.go flattens the server's error into text here, so
+// its code (10057, "no message found") is matched in the text.
+func msgGone(err error) bool {
+	return errors.Is(err, jetstream.ErrMsgNotFound) || strings.Contains(err.Error(), "err_code=10057")
+}
+
+// taskIDOf is the task id of a task message: the Loom-Task-Id header,
+// or the message id of messages queued before the header existed.
+func taskIDOf(h nats.Header) string {
+	if id := h.Get(TaskIDHeader); id != "" {
+		return id
+	}
+	return h.Get(jetstream.MsgIDHeader)
+}
+
+// indexEntry is one entry of the index stream.
+type indexEntry struct {
+	shard int
+	seq   uint64
+	id    string
+	subj  string
+	time  time.Time
+}
+
+// maxDirectBatch bounds one direct-get batch.
+const maxDirectBatch = 1024
+
+// readIndex returns the entries of an index shard matching filter with
+// sequences in [from, to], oldest first, at most max of them (0: no
+// bound), using direct-get batches. It stops early at the first entry
+// that stop rejects, if stop is set.
+func (q *Queue) readIndex(ctx context.Context, shard int, filter string, from, to uint64, max int, stop func(indexEntry) bool) ([]indexEntry, error) {
+	var out []indexEntry
+	for from <= to {
+		// A single get first: it finds the next match without the count
+		// of pending matches a batch request makes the server compute
+		// (which costs a walk of the rest of the stream), so a window
+		// without matches costs one cheap request.
+		first, err := q.nextEntry(ctx, shard, filter, from)
+		if err != nil {
+			return nil, err
+		}
+		if first == nil || first.seq > to {
+			break
+		}
+		from = first.seq
+		n := maxDirectBatch
+		if span := to - from + 1; span < uint64(n) {
+			n = int(span)
+		}
+		if max > 0 && max-len(out) < n {
+			n = max - len(out)
+		}
+		got, last, more, err := q.directBatch(ctx, shard, filter, from, to, n)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range got {
+			if stop != nil && stop(e) {
+				return out, nil
+			}
+			out = append(out, e)
+		}
+		if !more || last >= to || (max > 0 && len(out) >= max) {
+			break
+		}
+		from = last + 1
+	}
+	return out, nil
+}
+
+// directBatch asks an index shard for up to n entries matching filter
+// from sequence from on, and keeps those up to to. more is false when
+// the stream has no further match.
+func (q *Queue) directBatch(ctx context.Context, shard int, filter string, from, to uint64, n int) (out []indexEntry, last uint64, more bool, err error) {
+	req := map[string]any{"seq": from, "next_by_subj": filter, "batch": n}
+	more, err = q.directGet(ctx, indexStreamName(shard), req, n, func(m *nats.Msg) {
+		seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		last = seq
+		if seq > to {
+			return // past the window
+		}
+		ts, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+		out = append(out, indexEntry{shard: shard, seq: seq, id: string(m.Data), subj: m.Header.Get(jetstream.SubjectHeader), time: ts})
+	})
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("reading the task index: %w", err)
+	}
+	return out, last, more, nil
+}
+
+// nextEntry is the first entry matching filter from sequence from on, or
+// nil.
+func (q *Queue) nextEntry(ctx context.Context, shard int, filter string, from uint64) (*indexEntry, error) {
+	var e *indexEntry
+	_, err := q.directGet(ctx, indexStreamName(shard), map[string]any{"seq": from, "next_by_subj": filter}, 1, func(m *nats.Msg) {
+		seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		ts, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+		e = &indexEntry{shard: shard, seq: seq, id: string(m.Data), subj: m.Header.Get(jetstream.SubjectHeader), time: ts}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the task index: %w", err)
+	}
+	return e, nil
+}
+
+// directGet sends a batch direct-get request to a stream and hands every
+// message of the answer to each. more says whether the server reported
+// further matches after the batch.
+func (q *Queue) directGet(ctx context.Context, stream string, req map[string]any, n int, each func(*nats.Msg)) (more bool, err error) {
+	_, batch := req["batch"]
+	_, multi := req["multi_last"]
+	batch = batch || multi
+	body, _ := json.Marshal(req)
+	inbox := q.nc.NewRespInbox()
+	ch := make(chan *nats.Msg, n+1)
+	sub, err := q.nc.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := q.nc.PublishRequest(q.ix.apiPrefix+".DIRECT.GET."+stream, inbox, body); err != nil {
+		return false, err
+	}
+	timer := time.NewTimer(10 * time.Second)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-timer.C:
+			return false, fmt.Errorf("no answer from jetstream (stream %s) within 10s; try again", stream)
+		case m := <-ch:
+			switch status := m.Header.Get("Status"); status {
+			case "":
+				each(m)
+				if !batch {
+					return false, nil
+				}
+			case "204": // end of batch
+				np, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				return np > 0, nil
+			case "404": // nothing (more) matches
+				return false, nil
+			default:
+				return false, fmt.Errorf("jetstream (stream %s) answered %s %s", stream, status, m.Header.Get("Description"))
+			}
+		}
+	}
+}
+
+// getRecords reads the records of ids (at most 1024, all in one shard)
+// with one batch request; ids without a record are absent from the map.
+func (q *Queue) getRecords(ctx context.Context, shard int, ids []string) (map[string]Record, error) {
+	bucket := q.kvs[shard].Bucket()
+	prefix := "$KV." + bucket + "." + keyPrefix
+	subjects := make([]string, len(ids))
+	for i, id := range ids {
+		subjects[i] = prefix + id
+	}
+	out := make(map[string]Record, len(ids))
+	var bad error
+	_, err := q.directGet(ctx, "KV_"+bucket, map[string]any{"multi_last": subjects, "batch": len(ids)}, len(ids), func(m *nats.Msg) {
+		if m.Header.Get("KV-Operation") != "" { // deleted or purged
+			return
+		}
+		var rec Record
+		if err := json.Unmarshal(m.Data, &rec); err != nil {
+			bad = fmt.Errorf("decoding the record at %s: %w", m.Header.Get(jetstream.SubjectHeader), err)
+			return
+		}
+		rec.Revision, _ = strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		out[strings.TrimPrefix(m.Header.Get(jetstream.SubjectHeader), prefix)] = rec
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading task records from %s: %w", bucket, err)
+	}
+	if bad != nil {
+		q.log.Warn("skipping an unreadable task record", "err", bad)
+	}
+	return out, nil
+}

@@ -1,0 +1,241 @@
+package queue
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Filter selects records for List.
+type Filter struct {
+	State   State  // "" for every state
+	Type    string // "" for every plugin type
+	Cluster string // "" for every clusterId
+	// Limit is the page size: 0 means DefaultPageSize; at most MaxPageSize.
+	Limit int
+	// After is the Next cursor of the previous page; "" starts from the
+	// task that changed state last.
+	After string
+}
+
+// Page sizes of List.
+const (
+	DefaultPageSize = 100
+	MaxPageSize     = 1000
+)
+
+// Page is one page of List.
+type Page struct {
+	Records []Record
+	// Next is the cursor of the following page, or "" when this page
+	// reached the oldest matching task. Its format is opaque.
+	Next string
+}
+
+// ErrBadCursor is wrapped by List for an After it did not issue.
+var ErrBadCursor = errors.New("bad cursor")
+
+// A cursor holds, per index shard, the sequence below which the next
+// page starts.
+const cursorVersion = "i2."
+
+func encodeCursor(below [StateShards]uint64) string {
+	parts := make([]string, StateShards)
+	for i, b := range below {
+		parts[i] = strconv.FormatUint(b, 10)
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(cursorVersion + strings.Join(parts, ".")))
+}
+
+func decodeCursor(c string) ([StateShards]uint64, error) {
+	var below [StateShards]uint64
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err == nil {
+		if s, ok := strings.CutPrefix(string(b), cursorVersion); ok {
+			parts := strings.Split(s, ".")
+			ok = len(parts) == StateShards
+			for i := 0; ok && i < len(parts); i++ {
+				below[i], err = strconv.ParseUint(parts[i], 10, 64)
+				ok = err == nil && below[i] > 0
+			}
+			if ok {
+				return below, nil
+			}
+		}
+	}
+	return below, fmt.Errorf("%w %q: pass the \"next\" value of the previous page unchanged", ErrBadCursor, c)
+}
+
+// staleAfter is how old an index entry without a matching record must be
+// before a reader removes it: younger ones may belong to a write under way.
+const staleAfter = time.Minute
+
+// shardIter reads one index shard backwards, newest entry first, in
+// windows that double while matches are rare.
+type shardIter struct {
+	shard       int
+	filter      string
+	first, end  uint64 // the range still to read: [first, end]
+	window      uint64
+	buf         []indexEntry // read, not yet consumed; newest first
+	initialNext uint64       // the cursor bound when nothing is consumed
+}
+
+// peek returns the shard's next entry, reading a window when needed;
+// nil when the shard has no more.
+func (q *Queue) peek(ctx context.Context, it *shardIter) (*indexEntry, error) {
+	for len(it.buf) == 0 {
+		if it.end < it.first {
+			return nil, nil
+		}
+		start := it.first
+		if it.end-it.first+1 > it.window {
+			start = it.end - it.window + 1
+		}
+		entries, err := q.readIndex(ctx, it.shard, it.filter, start, it.end, 0, nil)
+		if err != nil {
+			return nil, err
+		}
+		slices.Reverse(entries)
+		it.buf = entries
+		it.end = start - 1
+		it.window = min(it.window*2, 1<<20)
+	}
+	return &it.buf[0], nil
+}
+
+// List returns one page of the records that match f, the task that changed
+// state last first (a task moves to the front when its state changes).
+// It reads the index (index.go), not every record: the cost grows with the
+// page size and, for rare matches, with the log of the distance to them.
+// Results stored in the object store are not loaded: use Get for one
+// task's result.
+func (q *Queue) List(ctx context.Context, f Filter) (Page, error) {
+	limit := f.Limit
+	switch {
+	case limit <= 0:
+		limit = DefaultPageSize
+	case limit > MaxPageSize:
+		limit = MaxPageSize
+	}
+	var below [StateShards]uint64
+	if f.After != "" {
+		var err error
+		if below, err = decodeCursor(f.After); err != nil {
+			return Page{}, err
+		}
+	}
+	var iters [StateShards]*shardIter
+	for i, st := range q.ix.streams {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return Page{}, fmt.Errorf("reading the task index %s: %w", indexStreamName(i), err)
+		}
+		it := &shardIter{shard: i, filter: indexFilter(i, f), first: max(info.State.FirstSeq, 1), end: info.State.LastSeq, window: uint64(limit)}
+		if info.State.Msgs == 0 {
+			it.end = 0
+		}
+		if below[i] != 0 {
+			it.end = min(it.end, below[i]-1)
+		}
+		it.initialNext = it.end + 1
+		iters[i] = it
+	}
+	var page Page
+	var consumed [StateShards]uint64
+	for len(page.Records) < limit {
+		// The next candidates, merged by time across the shards.
+		var cands []indexEntry
+		for len(cands) < limit-len(page.Records) {
+			best := -1
+			var bestE *indexEntry
+			for i, it := range iters {
+				e, err := q.peek(ctx, it)
+				if err != nil {
+					return Page{}, err
+				}
+				if e != nil && (bestE == nil || e.time.After(bestE.time)) {
+					best, bestE = i, e
+				}
+			}
+			if best < 0 {
+				break
+			}
+			cands = append(cands, *bestE)
+			iters[best].buf = iters[best].buf[1:]
+		}
+		if len(cands) == 0 {
+			return page, nil
+		}
+		recs, err := q.resolve(ctx, cands, f.State)
+		if err != nil {
+			return Page{}, err
+		}
+		for i, r := range recs {
+			consumed[cands[i].shard] = cands[i].seq
+			if r == nil {
+				continue
+			}
+			page.Records = append(page.Records, *r)
+			if len(page.Records) == limit {
+				var next [StateShards]uint64
+				for s, it := range iters {
+					next[s] = it.initialNext
+					if consumed[s] != 0 {
+						next[s] = consumed[s]
+					}
+				}
+				page.Next = encodeCursor(next)
+				return page, nil
+			}
+		}
+	}
+	return page, nil
+}
+
+// resolve reads the records of index entries, one batch per shard; an
+// entry whose record does not point back at it is stale and comes back
+// nil (and is removed once it is old enough), as does a record not in
+// state (unless state is "").
+func (q *Queue) resolve(ctx context.Context, entries []indexEntry, state State) ([]*Record, error) {
+	out := make([]*Record, len(entries))
+	var byShard [StateShards][]string
+	for _, e := range entries {
+		byShard[e.shard] = append(byShard[e.shard], e.id)
+	}
+	var recs [StateShards]map[string]Record
+	var errs [StateShards]error
+	var wg sync.WaitGroup
+	for s, ids := range byShard {
+		if len(ids) > 0 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				recs[s], errs[s] = q.getRecords(ctx, s, ids)
+			}()
+		}
+	}
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, err
+	}
+	for i, e := range entries {
+		rec, found := recs[e.shard][e.id]
+		old := time.Since(e.time) > staleAfter
+		switch {
+		case found && rec.IndexSeq == e.seq:
+			if state == "" || rec.State == state {
+				out[i] = &rec
+			}
+		case found && (rec.IndexSeq > e.seq || old), !found && old:
+			q.dropIndex(e.shard, e.seq)
+		}
+	}
+	return out, nil
+}
