@@ -7,6 +7,7 @@ package test
 import (
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,7 +21,7 @@ func TestTaskCancelDeleteListCLI(t *testing.T) {
 	a := startDaemon(t, dir, "a.log", nil, "--nats-listen", natsAddr)
 	// b serves no plugin type: every task runs on a.
 	bdir := serveDir(t)
-	b := startDaemon(t, bdir, "b.log", nil, "--nats", "nats://"+natsAddr)
+	b := startDaemon(t, bdir, "b.log", nil, "--nats", "nats://"+natsAddr, "--nats-nkey", filepath.Join(dir, "data", "nats.nk"))
 	cli := func(args ...string) cliRun {
 		return loomd(t, "", append(append([]string{"task"}, args...), "--server", b.url())...)
 	}

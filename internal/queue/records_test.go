@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -162,6 +163,7 @@ func TestCancelRunningOnOtherDaemon(t *testing.T) {
 	a := open(t, cfg)
 	bcfg := testConfig(t)
 	bcfg.DataDir, bcfg.URLs, bcfg.Owner = "", []string{a.ClientURL()}, "api"
+	bcfg.NkeyFile = filepath.Join(cfg.DataDir, "nats.nk") // a's generated key
 	b := open(t, bcfg)
 
 	started := make(chan struct{})
