@@ -610,6 +610,11 @@ func (q *Queue) shutdown() {
 	}
 }
 
+// notify reports a state change this process wrote. Call it after every
+// record write that moves a task (submit, claim, outcome, requeue, cancel,
+// repair): it feeds the metrics (OnTransition) and writes the task's
+// "task finished" / "task failed" line, so a write path that skips it
+// leaves the counters short and the operator without a line.
 func (q *Queue) notify(t Transition) {
 	q.logOutcome(t)
 	if q.cfg.OnTransition != nil {
