@@ -259,6 +259,7 @@ func connExec(L *lua.LState) int {
 		env:        f.stringMap("env"),
 		pty:        f.boolean("pty", false),
 		maxCapture: f.size("max_capture", defaultMaxCapture),
+		cleanup:    f.str("cleanup"),
 	}
 	if v := f.value("stdin"); v != lua.LNil {
 		s, ok := v.(lua.LString)
@@ -293,7 +294,7 @@ func connExec(L *lua.LState) int {
 			what += " (signal " + res.signal + ")"
 		}
 		if res.timedOut {
-			kind, what = "timeout", "timed out after "+spec.timeout.String()+" and was terminated"
+			kind, what = "timeout", "timed out after "+spec.timeout.String()+"; "+res.stopped
 		}
 		e := c.cfg.connError(kind, "command %s %s", shorten(cmd), what)
 		e.Fields["command"] = cmd
@@ -304,6 +305,9 @@ func connExec(L *lua.LState) int {
 			e.Fields["signal"] = res.signal
 		}
 		e.Fields["timed_out"] = res.timedOut
+		if res.stopped != "" {
+			e.Fields["stopped"] = res.stopped
+		}
 		bindings.Raise(L, e)
 	}
 	t := L.CreateTable(0, 8)
@@ -314,6 +318,9 @@ func connExec(L *lua.LState) int {
 		t.RawSetString("signal", lua.LString(res.signal))
 	}
 	t.RawSetString("timed_out", lua.LBool(res.timedOut))
+	if res.stopped != "" {
+		t.RawSetString("stopped", lua.LString(res.stopped))
+	}
 	t.RawSetString("truncated", lua.LBool(res.truncated))
 	t.RawSetString("duration_ms", lua.LNumber(res.duration.Milliseconds()))
 	t.RawSetString("ok", lua.LBool(res.exitCode == 0 && !res.timedOut))

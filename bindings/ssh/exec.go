@@ -34,6 +34,11 @@ type execSpec struct {
 	// Line callbacks, called on the caller's goroutine (the Lua VM's).
 	// An error aborts the command (it is terminated) and is returned.
 	onStdout, onStderr func(line string) error
+	// cleanup is shell code run on the node after a command we stopped
+	// (timeout, hook deadline, callback error) is dead: as the same user
+	// (through the same sudo), on a second session. It removes what the
+	// command could not remove itself after a KILL (task files).
+	cleanup string
 }
 
 // sudoSpec asks for the command to run through sudo.
@@ -50,6 +55,9 @@ type execResult struct {
 	timedOut       bool
 	truncated      bool
 	duration       time.Duration
+	// stopped says what became of a command we stopped (timeout, hook
+	// deadline, callback error); "" when it ran to its end.
+	stopped string
 }
 
 // callbackError carries an error raised by a Lua line callback.
@@ -100,7 +108,7 @@ type runner struct {
 	logger *slog.Logger
 
 	useSudo bool
-	ctl     *sudoCtl
+	ctl     *markers
 
 	stdinMu     sync.Mutex
 	stdin       io.WriteCloser
@@ -108,9 +116,14 @@ type runner struct {
 
 	phase   int // see the phase constants
 	phaseC  <-chan time.Time
-	started bool // sudo: the command itself is running
-	pid     int  // sudo: pid of the root shell
+	started bool // the wrapper reported the command's process group
+	group   int  // that process group (or lone pid, see groupMode)
+	ownPG   bool // group is a process group of the command's own
 	prompts int  // sudo: password prompts seen
+
+	killC   <-chan killReport // the kill session's report; nil until started
+	killing bool              // the kill session is still running
+	killed  *killReport       // what it found
 }
 
 const (
@@ -121,13 +134,16 @@ const (
 	abandoned
 )
 
-// sudoCtl are the markers that let us talk to sudo over plain pipes: the
-// password is written only when sudo prompts with our random marker, and
-// the user's stdin only once the command printed its start marker, so
-// neither can land in the wrong place.
-type sudoCtl struct {
+// markers are the random strings that let us talk to the remote side
+// over plain pipes. The wrapper prints started (with the command's
+// process group) before the command runs; it is stripped from the
+// output. Under sudo, the password is written only when sudo prompts with
+// our prompt marker, and the user's stdin only once the start marker
+// came, so neither can land in the wrong place.
+type markers struct {
 	prompt  []byte // sudo -p marker
-	started []byte // printed by the root shell with its pid
+	started []byte // "loom-started-<hex>:", then "<pgid>:g" or "<pid>:p"
+	sudo    bool   // the command runs through sudo
 }
 
 func randToken() string {
@@ -138,6 +154,34 @@ func randToken() string {
 	return hex.EncodeToString(b)
 }
 
+// groupWrapper runs a command in a process group of its own and reports
+// that group, so that a stop can kill everything the command started,
+// from a second session, even where sshd refuses signals (root logins) or
+// the command runs as another user (sudo). POSIX sh (dash, bash, busybox
+// ash), one line, so that any login shell that takes POSIX single quotes
+// can start it. Arguments: $1 the start marker, $2 the shell for the
+// command ("" means the login shell, $SHELL, as sshd would use), $3 the
+// command.
+//
+// sshd makes each session's process a session and group leader, and sudo
+// with use_pty does the same for its command: then the group is ours
+// already and nothing forks. Otherwise (sudo without a pty, a login shell
+// that forks) setsid(1) makes one in place (it only forks for a leader,
+// which we are not). Without setsid only the process itself is known: the
+// marker says so ("p") and the stop kills that pid and its children.
+// Every step execs, so the pid the marker names is the command's own and
+// its exit status and signal reach sshd unchanged.
+var groupWrapper = strings.Join([]string{
+	`g=`,
+	`{ read -r _ _ _ _ g _ </proc/$$/stat; } 2>/dev/null || g=$(ps -o pgid= -p $$ 2>/dev/null)`,
+	`g=${g#"${g%%[! ]*}"}`,
+	`s=${2:-${SHELL:-/bin/sh}}`,
+	`if [ "$g" = "$$" ]; then echo "$1$$:g" >&2; exec "$s" -c "$3" "${s##*/}"; fi`,
+	`if command -v setsid >/dev/null 2>&1; then echo "$1$$:g" >&2; exec setsid "$s" -c "$3" "${s##*/}"; fi`,
+	`echo "$1$$:p" >&2`,
+	`exec "$s" -c "$3" "${s##*/}"`,
+}, "; ")
+
 func (r *runner) commandLine() string {
 	spec := r.spec
 	keys := make([]string, 0, len(spec.env))
@@ -146,6 +190,7 @@ func (r *runner) commandLine() string {
 	}
 	sort.Strings(keys)
 	var prefix strings.Builder
+	r.ctl = &markers{prompt: []byte("[loom-sudo-" + randToken() + "]"), started: []byte("loom-started-" + randToken() + ":"), sudo: r.useSudo}
 	if !r.useSudo {
 		// Setenv first; sshd accepts only what AcceptEnv lists, so fall
 		// back to exports (visible in ps: pass secrets on stdin instead).
@@ -154,18 +199,17 @@ func (r *runner) commandLine() string {
 				fmt.Fprintf(&prefix, "export %s=%s; ", k, Quote(spec.env[k]))
 			}
 		}
-		return prefix.String() + spec.cmd
+		return fmt.Sprintf("/bin/sh -c %s sh %s '' %s", Quote(groupWrapper), r.ctl.started, Quote(prefix.String()+spec.cmd))
 	}
 	for _, k := range keys {
 		fmt.Fprintf(&prefix, "export %s=%s; ", k, Quote(spec.env[k]))
 	}
-	r.ctl = &sudoCtl{prompt: []byte("[loom-sudo-" + randToken() + "]"), started: []byte("loom-started-" + randToken() + ":")}
-	inner := prefix.String() + "echo " + string(r.ctl.started) + "$$ >&2; " + spec.cmd
 	auth := "-n"
 	if spec.sudo.password != "" {
 		auth = "-S -p " + Quote(string(r.ctl.prompt))
 	}
-	return fmt.Sprintf("sudo %s -u %s -- sh -c %s", auth, Quote(spec.sudo.user), Quote(inner))
+	return fmt.Sprintf("sudo %s -u %s -- /bin/sh -c %s sh %s sh %s", auth, Quote(spec.sudo.user),
+		Quote(groupWrapper), r.ctl.started, Quote(prefix.String()+spec.cmd))
 }
 
 // event is something a stream reader saw.
@@ -174,6 +218,7 @@ type event struct {
 	stream *stream
 	line   string
 	pid    int
+	ownPG  bool
 }
 
 const (
@@ -204,13 +249,11 @@ func (r *runner) run(ctx context.Context) (*execResult, error) {
 	events := make(chan event, 256)
 	out := &stream{name: "stdout", r: stdoutR, max: spec.maxCapture, lines: spec.onStdout != nil, events: events}
 	errS := &stream{name: "stderr", r: stderrR, max: spec.maxCapture, lines: spec.onStderr != nil, events: events}
-	if r.ctl != nil {
-		// With a pty, sudo's prompt and our marker arrive on stdout.
-		if spec.pty {
-			out.ctl = r.ctl
-		} else {
-			errS.ctl = r.ctl
-		}
+	// With a pty, sudo's prompt and our marker arrive on stdout.
+	if spec.pty {
+		out.ctl = r.ctl
+	} else {
+		errS.ctl = r.ctl
 	}
 
 	start := time.Now()
@@ -224,7 +267,7 @@ func (r *runner) run(ctx context.Context) (*execResult, error) {
 	go errS.pump()
 	waitCh := make(chan error, 1)
 	go func() { waitCh <- r.sess.Wait() }()
-	if r.ctl == nil {
+	if !r.useSudo {
 		r.feedStdin()
 	}
 
@@ -243,7 +286,7 @@ func (r *runner) run(ctx context.Context) (*execResult, error) {
 		defer t.Stop()
 		timeoutC = t.C
 	}
-	for eofs < 2 || !waited {
+	for eofs < 2 || !waited || r.killing {
 		select {
 		case ev := <-events:
 			switch ev.kind {
@@ -269,8 +312,22 @@ func (r *runner) run(ctx context.Context) (*execResult, error) {
 					r.closeStdin()
 				}
 			case evStarted:
-				r.started, r.pid = true, ev.pid
-				r.feedStdin()
+				r.started, r.group, r.ownPG = true, ev.pid, ev.ownPG
+				if r.useSudo {
+					r.feedStdin()
+				}
+				if r.phase != running {
+					// Stopped while it was starting: kill it now.
+					r.startKiller()
+				}
+			}
+		case rep := <-r.killC:
+			r.killing, r.killC, r.killed = false, nil, &rep
+			if r.phase == termSent && !waited {
+				// The group is dead (or beyond help): give sshd a moment
+				// to report the exit, then close the session.
+				r.phase = killSent
+				r.phaseC = time.After(killWait)
 			}
 		case err := <-waitCh:
 			waitErr, waited, waitCh = err, true, nil
@@ -291,6 +348,15 @@ func (r *runner) run(ctx context.Context) (*execResult, error) {
 	res := &execResult{
 		stdout: out.buf, stderr: errS.buf, timedOut: timedOut, duration: time.Since(start),
 		truncated: out.total > out.max || errS.total > errS.max,
+	}
+	if r.phase != running {
+		res.stopped = r.stopReport()
+		level := slog.LevelDebug
+		if r.killed == nil || r.killed.outcome == "alive" || r.killed.err != nil || r.killed.cleanup != 0 {
+			level = slog.LevelWarn
+		}
+		r.logger.Log(context.Background(), level, "ssh: stopped a remote command", "conn", r.cfg.String(),
+			"cmd", shorten(spec.cmd), "outcome", res.stopped)
 	}
 	var exitErr *ssh.ExitError
 	switch {
@@ -314,8 +380,10 @@ func (r *runner) run(ctx context.Context) (*execResult, error) {
 		return nil, cbErr
 	}
 	if ctxErr != nil {
-		e := r.cfg.connError("timeout", "hook deadline reached while running %s; the command was terminated", shorten(spec.cmd))
-		return nil, e
+		if errors.Is(ctxErr, context.Canceled) {
+			return nil, r.cfg.connError("cancelled", "the hook was cancelled while running %s; %s", shorten(spec.cmd), res.stopped)
+		}
+		return nil, r.cfg.connError("timeout", "hook deadline reached while running %s; %s", shorten(spec.cmd), res.stopped)
 	}
 	if r.useSudo && !r.started && !timedOut && res.exitCode != 0 {
 		return nil, r.sudoError(res)
@@ -407,16 +475,22 @@ func (r *runner) closeStdin() {
 	}()
 }
 
-// terminate starts TERM -> grace -> KILL -> close. sshd delivers session
-// signals to the command's process group; a command under sudo runs as
-// another user, so it is signalled through sudo on a second session.
+// terminate stops the command. Once the wrapper has reported the
+// command's process group, a second session kills that group: TERM,
+// kill_grace, KILL, then the cleanup code (startKiller). sshd's own
+// session signals go out too: they are all there is before the group is
+// known, but sshd refuses them for root logins and they cannot reach a
+// command under sudo. Whatever happens, the session is closed after
+// KILL, and the whole connection is given up if even that hangs.
 func (r *runner) terminate() {
 	if r.phase != running {
 		return
 	}
 	r.phase = termSent
 	r.signal(ssh.SIGTERM)
-	r.phaseC = time.After(r.spec.grace)
+	r.startKiller()
+	// The kill session's budget, then the fallback takes over.
+	r.phaseC = time.After(r.spec.grace + afterKillWait + killWait)
 }
 
 func (r *runner) advance() {
@@ -430,6 +504,12 @@ func (r *runner) advance() {
 		r.sess.Close()
 		r.phaseC = time.After(killWait)
 	case closedSession:
+		if r.killing {
+			// The kill session (or its cleanup) is still at work; it
+			// has its own time limit.
+			r.phaseC = time.After(killWait)
+			return
+		}
 		// Nothing answers: give up on the whole connection so the
 		// readers and Wait return.
 		r.phase = abandoned
@@ -438,37 +518,165 @@ func (r *runner) advance() {
 	}
 }
 
+// signal sends sig through the command's own session (sshd signals the
+// session's process group; it refuses for root logins). Under sudo, a
+// command still authenticating gets EOF on stdin, which makes sudo give up.
 func (r *runner) signal(sig ssh.Signal) {
-	if !r.useSudo {
-		r.sess.Signal(sig)
-		return
-	}
-	if !r.started {
-		// sudo is still authenticating: EOF on stdin makes it give up.
+	if r.useSudo && !r.started {
 		r.closeStdin()
-		r.sess.Signal(sig)
-		return
 	}
-	go r.sudoKill(sig, r.pid)
+	r.sess.Signal(sig)
 }
 
-// sudoKill signals the root command's process group through sudo.
-func (r *runner) sudoKill(sig ssh.Signal, pid int) {
-	s, err := r.c.client.NewSession()
-	if err != nil {
-		r.logger.Warn("ssh: could not open a session to signal a sudo command", "conn", r.cfg.String(), "err", err)
+// killReport is what the kill session found.
+type killReport struct {
+	outcome string // "gone" (ended on TERM), "killed" (needed KILL), "alive" (survived KILL)
+	left    int    // live processes left, for "alive"
+	cleanup int    // exit status of the cleanup code; 0 when it worked or there was none
+	err     error  // the kill session could not run
+}
+
+const (
+	afterKillWait = 2 * time.Second // how long the kill session waits for KILL to take
+	cleanupBudget = 10 * time.Second
+)
+
+// startKiller starts the kill session, once the group is known.
+func (r *runner) startKiller() {
+	if r.group <= 1 || r.killC != nil {
 		return
 	}
-	defer s.Close()
-	script := fmt.Sprintf("g=$(ps -o pgid= -p %d | tr -d ' '); kill -%s ${g:+-$g} %d 2>/dev/null; true", pid, sig, pid)
-	auth := "-n"
-	if r.spec.sudo.password != "" {
-		auth = "-S -p ''"
-		s.Stdin = strings.NewReader(r.spec.sudo.password + "\n")
+	ch := make(chan killReport, 1)
+	r.killC, r.killing = ch, true
+	script := killScript(r.group, r.ownPG, r.spec.grace)
+	budget := r.spec.grace + afterKillWait + cleanupBudget
+	go func() { ch <- r.kill(script, budget) }()
+}
+
+// killScript is the remote side of a stop: TERM to the group, up to
+// grace for it to end, KILL, up to afterKillWait for that to take, then
+// the cleanup code ($1), and one status line. Processes are counted in
+// /proc so that zombies (dead, waiting for a parent that may never reap
+// them) do not count as alive; kill -0 serves where there is no /proc.
+func killScript(target int, ownPG bool, grace time.Duration) string {
+	mode := "p"
+	if ownPG {
+		mode = "g"
 	}
-	t := time.AfterFunc(10*time.Second, func() { s.Close() })
+	steps := int(grace / (100 * time.Millisecond))
+	return strings.Join([]string{
+		fmt.Sprintf("t=%d; m=%s; n=%d; a=%d", target, mode, steps, afterKillWait/(100*time.Millisecond)),
+		`sig() { if [ $m = g ]; then kill -$1 -$t 2>/dev/null || kill -$1 $t 2>/dev/null; else command -v pkill >/dev/null 2>&1 && pkill -$1 -P $t; kill -$1 $t 2>/dev/null; fi; }`,
+		`live() { c=0; if [ -r /proc/self/stat ]; then for f in /proc/[0-9]*/stat; do { read -r p _ st _ pg _ <"$f"; } 2>/dev/null || continue; if [ $m = g ]; then k=$pg; else k=$p; fi; [ "$k" = $t ] && [ "$st" != Z ] && c=$((c+1)); done; elif [ $m = g ]; then kill -0 -$t 2>/dev/null && c=1; else kill -0 $t 2>/dev/null && c=1; fi; [ $c -gt 0 ]; }`,
+		`pause() { sleep 0.1 2>/dev/null || { sleep 1; i=$((i+9)); }; }`,
+		`sig TERM; i=0; while [ $i -lt $n ] && live; do pause; i=$((i+1)); done`,
+		`if live; then sig KILL; i=0; while [ $i -lt $a ] && live; do pause; i=$((i+1)); done; if live; then echo "loom-kill:alive:$c"; else echo loom-kill:killed; fi; else echo loom-kill:gone; fi`,
+		`if [ -n "$1" ]; then sh -c "$1" </dev/null >/dev/null 2>&1 || echo "loom-kill:cleanup:$?"; fi`,
+	}, "; ")
+}
+
+// kill runs script on a second session of the same connection, as the
+// command's user (through the same sudo), and reads its report.
+func (r *runner) kill(script string, budget time.Duration) killReport {
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	s, err := r.c.newSession(ctx)
+	if err != nil {
+		return killReport{err: fmt.Errorf("opening a session to kill it: %w", err)}
+	}
+	defer s.Close()
+	line := "/bin/sh -c " + Quote(script) + " sh " + Quote(r.spec.cleanup)
+	if r.useSudo {
+		auth := "-n"
+		if r.spec.sudo.password != "" {
+			auth = "-S -p ''"
+			s.Stdin = strings.NewReader(r.spec.sudo.password + "\n")
+		}
+		line = fmt.Sprintf("sudo %s -u %s -- %s", auth, Quote(r.spec.sudo.user), line)
+	}
+	t := time.AfterFunc(budget, func() { s.Close() })
 	defer t.Stop()
-	s.Run(fmt.Sprintf("sudo %s -u %s -- sh -c %s", auth, Quote(r.spec.sudo.user), Quote(script)))
+	var out, errOut bytes.Buffer
+	s.Stdout, s.Stderr = &out, &limitedBuffer{b: &errOut, max: 4 << 10}
+	runErr := s.Run(line)
+	rep := killReport{}
+	for _, l := range strings.Split(out.String(), "\n") {
+		f := strings.Split(l, ":")
+		if len(f) < 2 || f[0] != "loom-kill" {
+			continue
+		}
+		switch f[1] {
+		case "gone", "killed":
+			rep.outcome = f[1]
+		case "alive":
+			rep.outcome = f[1]
+			if len(f) > 2 {
+				rep.left, _ = strconv.Atoi(f[2])
+			}
+		case "cleanup":
+			if len(f) > 2 {
+				rep.cleanup, _ = strconv.Atoi(f[2])
+			}
+		}
+	}
+	if rep.outcome == "" {
+		why := strings.TrimSpace(errOut.String())
+		if why == "" && runErr != nil {
+			why = runErr.Error()
+		}
+		rep.err = fmt.Errorf("the kill session reported nothing: %s", shorten(why))
+	}
+	return rep
+}
+
+// limitedBuffer keeps the first max bytes written to it.
+type limitedBuffer struct {
+	b   *bytes.Buffer
+	max int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if room := l.max - l.b.Len(); room > 0 {
+		l.b.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// stopReport says, for the result and the log, what became of a command
+// we stopped.
+func (r *runner) stopReport() string {
+	if r.group <= 1 {
+		why := "it was still starting"
+		if r.useSudo {
+			why = "it was still starting, or sudo was still authenticating"
+		}
+		return "it never reported its process group (" + why + "); its session was signalled and closed"
+	}
+	what := fmt.Sprintf("remote process group %d", r.group)
+	if !r.ownPG {
+		what = fmt.Sprintf("remote process %d", r.group)
+	}
+	k := r.killed
+	var msg string
+	switch {
+	case k == nil:
+		msg = fmt.Sprintf("%s: the kill session did not finish in time; it may still run on the node", what)
+	case k.err != nil:
+		msg = fmt.Sprintf("%s could not be killed (%v); it may still run on the node", what, k.err)
+	case k.outcome == "gone":
+		msg = what + " ended on TERM"
+	case k.outcome == "killed":
+		msg = fmt.Sprintf("%s killed with KILL after a %s grace", what, r.spec.grace)
+	default:
+		msg = fmt.Sprintf("%s still had %d live processes after KILL; check the node", what, k.left)
+	}
+	if !r.ownPG {
+		msg += " (the node has no setsid, so the command had no process group of its own: processes it started beyond its children may still run)"
+	}
+	if k != nil && k.cleanup != 0 {
+		msg += fmt.Sprintf("; the cleanup code exited with status %d", k.cleanup)
+	}
+	return msg
 }
 
 // stream drains one output stream: it keeps the first max bytes, counts
@@ -478,7 +686,7 @@ type stream struct {
 	r      io.Reader
 	max    int64
 	lines  bool
-	ctl    *sudoCtl
+	ctl    *markers
 	events chan<- event
 
 	buf     []byte
@@ -560,12 +768,13 @@ func (s *stream) emit(line []byte) {
 	text := strings.TrimRight(string(line), "\r\n")
 	if s.scanning() {
 		if rest, ok := bytes.CutPrefix([]byte(text), s.ctl.started); ok {
-			pid, _ := strconv.Atoi(string(rest))
+			pid, mode, _ := strings.Cut(string(rest), ":")
+			n, _ := strconv.Atoi(pid)
 			s.started = true
-			s.events <- event{kind: evStarted, stream: s, pid: pid}
+			s.events <- event{kind: evStarted, stream: s, pid: n, ownPG: mode == "g"}
 			return
 		}
-		if text == "" {
+		if text == "" && s.ctl.sudo {
 			return // sudo -S may end its prompt with a newline
 		}
 	}

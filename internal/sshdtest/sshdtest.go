@@ -42,10 +42,12 @@ import (
 const SshdPath = "/usr/sbin/sshd"
 
 // Default test users. User needs a password for sudo; NoPasswdUser has
-// NOPASSWD sudo. Both accept the same key and password.
+// NOPASSWD sudo. Both accept the same key and password. Root logs in with
+// the key only, and only when Config.AllowRoot is set.
 const (
 	User         = "loomtest"
 	NoPasswdUser = "loomtestnp"
+	Root         = "root"
 )
 
 // stateDir holds the shared test users' password, created once per machine
@@ -64,6 +66,11 @@ type Config struct {
 	// HostCA, when set, signs the ed25519 host key into a host
 	// certificate (principal 127.0.0.1) that sshd presents.
 	HostCA ssh.Signer
+	// AllowRoot lets root log in with the test key (PermitRootLogin
+	// prohibit-password; the key is authorized in the server's own dir,
+	// root's ~/.ssh is not touched). sshd treats root sessions apart: it
+	// refuses signal requests for them, so tests of remote kills need it.
+	AllowRoot bool
 }
 
 // Server is a running sshd. Its fields are read-only.
@@ -237,7 +244,7 @@ func (s *Server) writeKeys(ca ssh.Signer) error {
 		return err
 	}
 	line := ssh.MarshalAuthorizedKey(s.Signer.PublicKey())
-	for _, u := range []string{User, NoPasswdUser} {
+	for _, u := range []string{User, NoPasswdUser, Root} {
 		if err := os.WriteFile(filepath.Join(authDir, u), line, 0o644); err != nil {
 			return err
 		}
@@ -258,10 +265,14 @@ func (s *Server) launch(cfg Config, port int) error {
 	}
 	fmt.Fprintf(&b, "AuthorizedKeysFile %s/%%u\n", filepath.Join(s.Dir, "authorized_keys"))
 	b.WriteString("StrictModes no\nPidFile none\nUsePAM yes\nPasswordAuthentication yes\n" +
-		"KbdInteractiveAuthentication yes\nPubkeyAuthentication yes\nPermitRootLogin no\n" +
+		"KbdInteractiveAuthentication yes\nPubkeyAuthentication yes\n" +
 		"AllowTcpForwarding yes\nLogLevel VERBOSE\nAcceptEnv LANG LC_* APP_*\n" +
 		"Subsystem sftp internal-sftp\n")
-	fmt.Fprintf(&b, "AllowUsers %s %s\n", User, NoPasswdUser)
+	if cfg.AllowRoot {
+		fmt.Fprintf(&b, "PermitRootLogin prohibit-password\nAllowUsers %s %s %s\n", User, NoPasswdUser, Root)
+	} else {
+		fmt.Fprintf(&b, "PermitRootLogin no\nAllowUsers %s %s\n", User, NoPasswdUser)
+	}
 	if cfg.MaxSessions > 0 {
 		fmt.Fprintf(&b, "MaxSessions %d\n", cfg.MaxSessions)
 	}

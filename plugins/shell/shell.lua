@@ -18,8 +18,10 @@
 --     apply (strict). Coopr connected with verification off;
 --   * the task JSON, which carries credentials, reaches the script on
 --     stdin and lives on the node only while the script runs, in a 0700
---     dir as 0600 files that the wrapper removes on every way out. Coopr
---     left <taskId>.json on every node for good;
+--     dir as 0600 files that the wrapper removes on every way out; a
+--     script stopped by a timeout is killed with its whole process group
+--     (as root too) and the binding then removes the dir (exec's cleanup).
+--     Coopr left <taskId>.json on every node for good;
 --   * arguments are split like shell words and quoted, never interpolated
 --     into a command line;
 --   * the script's stdout and stderr come back in the result, on success
@@ -319,8 +321,10 @@ function ShellAutomator:bootstrap(input)
 end
 
 -- command is the remote command line of a service action. The wrapper is
--- run with sh, so a lost execute bit on the node does not matter.
-local function command(cache, words)
+-- run with sh, so a lost execute bit on the node does not matter. run_id
+-- goes into the name of the wrapper's task data dir, so that cleanup()
+-- finds that dir and no other.
+local function command(cache, words, run_id)
   local q = ssh.quote
   local lib, scripts = cache .. "/lib", cache .. "/scripts"
   local quoted = {}
@@ -329,9 +333,18 @@ local function command(cache, words)
     "[ -f " .. q(lib .. "/loom-wrapper.sh") .. " ] && [ -d " .. q(scripts) .. " ] || { echo "
       .. q(NO_LIB_MARKER) .. " >&2; exit " .. NO_LIB_STATUS .. "; }",
     "cd " .. q(scripts),
-    "PATH=" .. q(scripts .. ":" .. lib) .. ":$PATH; export PATH",
+    "PATH=" .. q(scripts .. ":" .. lib) .. ":$PATH; LOOM_RUN_ID=" .. q(run_id) .. "; export PATH LOOM_RUN_ID",
     "exec sh " .. q(lib .. "/loom-wrapper.sh") .. " " .. table.concat(quoted, " "),
   }, "\n")
+end
+
+-- cleanup is the shell code the SSH binding runs after it stopped a
+-- script (timeout, hook deadline): the script's whole process group is
+-- dead by then, the wrapper too if it needed KILL, so its task data (with
+-- the task's credentials) is removed from here. run_id is made of
+-- letters, digits, '-' and '_', so the glob needs no quoting.
+local function cleanup(cache, run_id)
+  return "rm -rf -- " .. ssh.quote(cache .. "/run") .. "/task.*." .. run_id .. ".*"
 end
 
 -- run_script is every service action: INSTALL through REMOVE.
@@ -354,11 +367,13 @@ function ShellAutomator:run_script(input)
   local timeout = fields.timeout
   if timeout == "" then timeout = nil end
 
-  local cmd = command(cache, words)
+  local run_id = ("%s-%d-%d"):format((tostring(self.task.taskId):gsub("[^%w%-]", "_")), os.time(), math.random(1e9))
+  local cmd = command(cache, words, run_id)
   local opts = {
     stdin = task_data(self.task),
     sudo = self:sudo(input),
     timeout = timeout,
+    cleanup = cleanup(cache, run_id),
     -- Operators see the script's progress with --log-level debug; the
     -- logger redacts the task's secrets.
     on_stdout = function(line) log.debug("%s: %s", words[1], line) end,
@@ -376,7 +391,7 @@ function ShellAutomator:run_script(input)
   self.result.stdout = r.stdout
   self.result.stderr = r.stderr
   if not r.ok then
-    local how = r.timed_out and "timed out and was terminated"
+    local how = r.timed_out and ("timed out; " .. tostring(r.stopped))
       or r.signal and ("was killed by signal " .. r.signal)
       or ("exited with status " .. tostring(r.exit_code))
     self:fail(input, what, {
@@ -388,6 +403,7 @@ function ShellAutomator:run_script(input)
       exit_code = r.exit_code,
       signal = r.signal,
       timed_out = r.timed_out,
+      stopped = r.stopped,
     })
   end
   self.result.status = 0

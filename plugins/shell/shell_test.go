@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	sshb "github.com/loomrt/loom/bindings/ssh"
 	"github.com/loomrt/loom/bindings/std"
 	"github.com/loomrt/loom/internal/sshdtest"
 	loomrt "github.com/loomrt/loom/runtime"
@@ -47,7 +48,7 @@ type env struct {
 // given (name -> source), which load after shell.lua.
 func newEnv(t testing.TB, extra map[string]string) *env {
 	t.Helper()
-	srv := sshdtest.Start(t, sshdtest.Config{})
+	srv := sshdtest.Start(t, sshdtest.Config{AllowRoot: true})
 	root := t.TempDir()
 	e := &env{t: t, srv: srv, work: filepath.Join(root, "work")}
 	// A cache dir of its own, so tests (and packages tested in parallel)
@@ -85,7 +86,8 @@ func (e *env) restart() {
 	}
 	rt, err := loomrt.New(loomrt.Options{
 		PluginsDir: e.plugins, WorkDir: e.work, Tenant: tenant,
-		Bindings: std.New(std.Options{}),
+		// A short kill grace: the timeout tests wait it out.
+		Bindings: std.New(std.Options{SSH: sshb.Options{KillGrace: time.Second}}),
 		Timeout:  60 * time.Second,
 	})
 	if err != nil {
@@ -312,6 +314,42 @@ func TestScriptTimeout(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	e.runDirEmpty()
+}
+
+// TestScriptTimeoutKillsGroupAsRoot: logged in as root (sshd refuses
+// signal requests for root sessions), a timed-out script that ignores TERM
+// and has a child in the background is killed with its whole process
+// group, the wrapper included, and its task data is removed all the same.
+// As the sudo user, the same.
+func TestScriptTimeoutKillsGroupAsRoot(t *testing.T) {
+	e := newEnv(t, nil)
+	e.writeWork("scripts/stubborn.sh", "#!/bin/sh\ntrap '' TERM\necho starting\nsleep 31.31 &\nsleep 31.32\necho never\n", 0o755)
+	for _, user := range []string{sshdtest.Root, e.srv.NoPasswdUser} {
+		t.Run(user, func(t *testing.T) {
+			auth := map[string]any{"user": user, "identityfile": filepath.Join(e.shellDir(), "keys/id"), "port": e.srv.Port}
+			r := e.run(e.task("INSTALL", map[string]any{"script": "stubborn.sh", "timeout": "1"}, map[string]any{"ssh-auth": auth}))
+			if r.Status == 0 || r.Error["kind"] != "timeout" {
+				t.Fatalf("timeout: %d %v %q", r.Status, r.Error, r.Message)
+			}
+			for _, want := range []string{"stubborn.sh timed out", "remote process group", "killed with KILL"} {
+				if !strings.Contains(r.Message, want) {
+					t.Errorf("message %q does not say %q", r.Message, want)
+				}
+			}
+			if r.Stdout != "starting\n" {
+				t.Errorf("stdout = %q", r.Stdout)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for len(sshdtest.ProcessesMatching("sleep 31.3")) > 0 || len(sshdtest.ProcessesMatching("stubborn.sh")) > 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("processes of the timed-out script survive: %v %v",
+						sshdtest.ProcessesMatching("sleep 31.3"), sshdtest.ProcessesMatching("stubborn.sh"))
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			e.runDirEmpty()
+		})
+	}
 }
 
 // TestBootstrapReplaces: BOOTSTRAP ships scripts, archives and lib with

@@ -41,7 +41,9 @@ if [ ! -d "$run" ] && { ! mkdir -p -- "$run" || ! chmod 0700 -- "$run"; }; then
 	exit 125
 fi
 
-# Leftovers of wrappers that died by KILL: task.<pid>.XXXXXX whose pid is gone.
+# Leftovers of wrappers that died by KILL (the automator removes them after
+# its own timeouts; a dropped connection or a reboot can still leave some):
+# task.<pid>.<run id>.XXXXXX whose pid is gone.
 for old in "$run"/task.*; do
 	[ -d "$old" ] || continue
 	pid=${old#"$run"/task.}
@@ -50,7 +52,12 @@ for old in "$run"/task.*; do
 	kill -0 "$pid" 2>/dev/null || rm -rf -- "$old"
 done
 
-tmp=$(mktemp -d "$run/task.$$.XXXXXX") || {
+# LOOM_RUN_ID (set by the automator) names this run's dir, so that after
+# a timeout the automator removes exactly this dir, even when the wrapper
+# had to be killed with KILL.
+id=${LOOM_RUN_ID:-run}
+case $id in *[!A-Za-z0-9_-]*) id=run ;; esac
+tmp=$(mktemp -d "$run/task.$$.$id.XXXXXX") || {
 	echo "loom-wrapper: mktemp in $run failed" >&2
 	exit 125
 }
