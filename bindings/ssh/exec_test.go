@@ -229,8 +229,7 @@ func TestExecStopKillsProcessGroup(t *testing.T) {
 					opts := `{kill_grace=0.5, sudo=` + lg.sudo + `, cleanup=` + luaQuoteString("touch "+flag) + `}`
 					if stop == "timeout" {
 						e.h.Ctx = context.Background()
-						e.run(`r = conn(` + lg.user + `):exec(` + luaQuoteString(cmd) + `, {timeout=0.5, kill_grace=0.5, sudo=` + lg.sudo +
-							`, cleanup=` + luaQuoteString("touch "+flag) + `})`)
+						e.run(`r = conn(` + lg.user + `):exec(` + luaQuoteString(cmd) + `, {timeout=0.5, ` + opts[1:] + `)`)
 						if e.eval("r.timed_out") != lua.LTrue || e.eval("r.ok") != lua.LFalse || e.str("r.stdout") != "" {
 							t.Fatalf("timed_out = %v, stdout %q", e.eval("r.timed_out"), e.str("r.stdout"))
 						}

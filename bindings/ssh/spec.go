@@ -52,15 +52,18 @@ var moduleSpec = bindings.ModuleSpec{
 			Name:    "conn:exec",
 			Params:  []string{"cmd string", "opts? table"},
 			Returns: []string{"table"},
-			Doc: "Runs a shell command and returns {stdout, stderr, exit_code, signal, timed_out, truncated, duration_ms, ok}. " +
+			Doc: "Runs a shell command and returns {stdout, stderr, exit_code, signal, timed_out, stopped, truncated, duration_ms, ok}. " +
 				"A non-zero exit is data unless opts.check = true, which raises kind \"command\" with command, stdout, stderr, exit_code " +
 				"(and \"timeout\" when timed out). opts: timeout (none; the hook deadline always applies), kill_grace (5s), " +
 				"env = {NAME = value} (Setenv, else an export prefix), stdin (string), pty (false; merges stderr into stdout), " +
 				"sudo = true | {user = \"root\", password = ...} (sudo -n without a password; with one, the password is written " +
 				"only when sudo prompts with a random marker and never reaches output), on_stdout / on_stderr = function(line) " +
-				"callbacks, max_capture (\"4MiB\" per stream; the rest is drained and counted, truncated = true). On timeout the " +
-				"command gets TERM, then KILL after kill_grace, then the session is closed: no process is left behind. A dropped " +
-				"connection raises \"transport_lost\" (the command is never re-run); sudo refusals raise \"auth\" or \"permission\".",
+				"callbacks, max_capture (\"4MiB\" per stream; the rest is drained and counted, truncated = true), cleanup (shell code run " +
+				"on the node, as the same user, after a stopped command is dead: task files it could not remove). The command runs in a " +
+				"process group of its own; on timeout, hook deadline or cancellation (kind \"cancelled\"), a second session sends the " +
+				"whole group TERM, then KILL after kill_grace, as root and through sudo too: no process is left behind, and stopped " +
+				"says what was killed. A dropped connection raises \"transport_lost\" (the command is never re-run); sudo refusals " +
+				"raise \"auth\" or \"permission\".",
 		},
 		{
 			Name:    "conn:upload",
