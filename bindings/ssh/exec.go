@@ -117,13 +117,14 @@ type runner struct {
 	phase   int // see the phase constants
 	phaseC  <-chan time.Time
 	started bool // the wrapper reported the command's process group
-	group   int  // that process group (or lone pid, see groupMode)
+	group   int  // that process group (or, when !ownPG, the command's pid)
 	ownPG   bool // group is a process group of the command's own
 	prompts int  // sudo: password prompts seen
 
-	killC   <-chan killReport // the kill session's report; nil until started
-	killing bool              // the kill session is still running
-	killed  *killReport       // what it found
+	killC     <-chan killReport // the kill session's report; nil until started
+	killing   bool              // the kill session is still running
+	killGrace time.Duration     // the grace it gave between TERM and KILL
+	killed    *killReport       // what it found
 }
 
 const (
@@ -547,9 +548,9 @@ func (r *runner) startKiller() {
 		return
 	}
 	ch := make(chan killReport, 1)
-	r.killC, r.killing = ch, true
-	script := killScript(r.group, r.ownPG, r.spec.grace)
-	budget := r.spec.grace + afterKillWait + cleanupBudget
+	r.killC, r.killing, r.killGrace = ch, true, r.spec.grace
+	script := killScript(r.group, r.ownPG, r.killGrace)
+	budget := r.killGrace + afterKillWait + cleanupBudget
 	go func() { ch <- r.kill(script, budget) }()
 }
 
@@ -585,6 +586,14 @@ func (r *runner) kill(script string, budget time.Duration) killReport {
 		return killReport{err: fmt.Errorf("opening a session to kill it: %w", err)}
 	}
 	defer s.Close()
+	if r.spec.pty && r.useSudo {
+		// sudoers that demanded a tty for the command (requiretty)
+		// demand one for the kill too.
+		modes := ssh.TerminalModes{ssh.ECHO: 0, ssh.TTY_OP_ISPEED: 14400, ssh.TTY_OP_OSPEED: 14400}
+		if err := s.RequestPty("xterm", 40, 120, modes); err != nil {
+			return killReport{err: fmt.Errorf("the server refused a pty to kill it: %w", err)}
+		}
+	}
 	line := "/bin/sh -c " + Quote(script) + " sh " + Quote(r.spec.cleanup)
 	if r.useSudo {
 		auth := "-n"
@@ -601,7 +610,7 @@ func (r *runner) kill(script string, budget time.Duration) killReport {
 	runErr := s.Run(line)
 	rep := killReport{}
 	for _, l := range strings.Split(out.String(), "\n") {
-		f := strings.Split(l, ":")
+		f := strings.Split(strings.TrimRight(l, "\r"), ":")
 		if len(f) < 2 || f[0] != "loom-kill" {
 			continue
 		}
@@ -666,7 +675,7 @@ func (r *runner) stopReport() string {
 	case k.outcome == "gone":
 		msg = what + " ended on TERM"
 	case k.outcome == "killed":
-		msg = fmt.Sprintf("%s killed with KILL after a %s grace", what, r.spec.grace)
+		msg = fmt.Sprintf("%s killed with KILL after a %s grace", what, r.killGrace)
 	default:
 		msg = fmt.Sprintf("%s still had %d live processes after KILL; check the node", what, k.left)
 	}

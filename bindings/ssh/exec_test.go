@@ -200,16 +200,18 @@ func uniqueSleeps() (a, b string) {
 func TestExecStopKillsProcessGroup(t *testing.T) {
 	e := newEnv(t, sshdtest.Config{AllowRoot: true}, nil)
 	parent := e.t
-	logins := []struct{ name, user, sudo string }{
-		{"root", `"root"`, "false"},
-		{"user", "USER", "false"},
-		{"sudo NOPASSWD", "NPUSER", "true"},
-		{"sudo password", "USER", "{password=PASSWORD}"},
+	logins := []struct{ name, user, sudo, pty string }{
+		{"root", `"root"`, "false", "false"},
+		{"user", "USER", "false", "false"},
+		{"sudo NOPASSWD", "NPUSER", "true", "false"},
+		{"sudo password", "USER", "{password=PASSWORD}", "false"},
+		// requiretty sudoers: the kill session gets a pty too.
+		{"sudo password pty", "USER", "{password=PASSWORD}", "true"},
 	}
 	for _, lg := range logins {
 		for _, stop := range []string{"timeout", "cancel"} {
 			for _, trapTerm := range []bool{false, true} {
-				if trapTerm && stop == "cancel" && lg.name != "root" {
+				if (trapTerm || lg.pty == "true") && stop == "cancel" && lg.name != "root" {
 					continue // the same path as a timeout's; root's is the one that matters
 				}
 				name := lg.name + "/" + stop
@@ -226,7 +228,7 @@ func TestExecStopKillsProcessGroup(t *testing.T) {
 					if trapTerm {
 						cmd = "trap '' TERM; " + cmd
 					}
-					opts := `{kill_grace=0.5, sudo=` + lg.sudo + `, cleanup=` + luaQuoteString("touch "+flag) + `}`
+					opts := `{kill_grace=0.5, sudo=` + lg.sudo + `, pty=` + lg.pty + `, cleanup=` + luaQuoteString("touch "+flag) + `}`
 					if stop == "timeout" {
 						e.h.Ctx = context.Background()
 						e.run(`r = conn(` + lg.user + `):exec(` + luaQuoteString(cmd) + `, {timeout=0.5, ` + opts[1:] + `)`)
