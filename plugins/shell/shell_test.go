@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -331,10 +332,10 @@ func TestScriptTimeoutKillsGroupAsRoot(t *testing.T) {
 			if r.Status == 0 || r.Error["kind"] != "timeout" {
 				t.Fatalf("timeout: %d %v %q", r.Status, r.Error, r.Message)
 			}
-			for _, want := range []string{"stubborn.sh timed out", "remote process group", "killed with KILL"} {
-				if !strings.Contains(r.Message, want) {
-					t.Errorf("message %q does not say %q", r.Message, want)
-				}
+			// KILL, unless the machine is so loaded that TERM came before
+			// the trap was set (then the wrapper cleaned up itself).
+			if !regexp.MustCompile(`stubborn.sh timed out; remote process group \d+ (killed with KILL|ended on TERM)`).MatchString(r.Message) {
+				t.Errorf("message %q does not say what was killed", r.Message)
 			}
 			if r.Stdout != "starting\n" {
 				t.Errorf("stdout = %q", r.Stdout)
