@@ -97,6 +97,12 @@ type Config struct {
 	// embedded store counts as full and submits are refused (default
 	// DefaultStoreReserve).
 	StoreReserve int64
+	// ReconcileInterval is how often a serving queue checks its queued and
+	// running records against the task stream (default 1 minute).
+	ReconcileInterval time.Duration
+	// ReconcileGrace is how old a record must be before the reconciler
+	// judges it (default 2 x AckWait + 10s).
+	ReconcileGrace time.Duration
 	// StoreCheckInterval is how often the store's capacity is checked,
 	// and a full store probed for recovery (default 500ms).
 	StoreCheckInterval time.Duration
@@ -188,6 +194,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StoreReserve == 0 {
 		c.StoreReserve = DefaultStoreReserve
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = time.Minute
+	}
+	if c.ReconcileGrace == 0 {
+		c.ReconcileGrace = 2*c.AckWait + 10*time.Second
 	}
 	if c.StoreCheckInterval == 0 {
 		c.StoreCheckInterval = 500 * time.Millisecond

@@ -347,7 +347,7 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 		Hook:      t.Hook(),
 		TaskName:  t.TaskName,
 		Created:   time.Now().UTC(),
-		Seq:       ack.Sequence,
+		Seq:       ack.Sequence, // what the reconciler checks the record against
 	}
 	if q.afterPublish != nil {
 		q.afterPublish(t.TaskID)

@@ -47,6 +47,7 @@ type served struct {
 
 type seenEntry struct {
 	route Route
+	owner string
 	at    time.Time // local time it was seen (or the server's, for the first snapshot)
 }
 
@@ -148,7 +149,7 @@ func (s *served) observe(e jetstream.KeyValueEntry, initial bool) {
 	if initial {
 		at = e.Created() // written before we looked: may already be stale
 	}
-	s.seen[e.Key()] = seenEntry{route: Route{Family: a.Family, Type: a.Type}, at: at}
+	s.seen[e.Key()] = seenEntry{route: Route{Family: a.Family, Type: a.Type}, owner: a.Owner, at: at}
 }
 
 // announceLoop writes this daemon's routes every third of the TTL, and at
@@ -237,6 +238,20 @@ func (s *served) close() {
 			return
 		}
 	}
+}
+
+// ownerLive reports whether the daemon named owner announced any served
+// type within the TTL: it is alive and connected.
+func (s *served) ownerLive(owner string) bool {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.seen {
+		if e.owner == owner && now.Sub(e.at) <= s.ttl {
+			return true
+		}
+	}
+	return false
 }
 
 // Served reports whether this daemon or any other one serves route, by

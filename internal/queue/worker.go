@@ -284,6 +284,10 @@ func (q *Queue) Serve(ctx context.Context, runner Runner, concurrency int) error
 	}
 	defer func() { _ = adv.Unsubscribe() }()
 
+	rctx, stopReconcile := context.WithCancel(ctx)
+	defer stopReconcile()
+	go q.reconcileLoop(rctx, q.cfg.ReconcileInterval)
+
 	slots := make(chan struct{}, concurrency)
 	// A task's outcome is recorded and acked after its slot is freed, by
 	// at most this many finishers; when they fall behind, slots wait.
