@@ -100,6 +100,8 @@ func TestCapsFailFast(t *testing.T) {
 		{"string.byte of 16 MB", `local s = string.rep("b", 16000000); return select("#", s:byte(1, -1))`, "string.byte: 16000000 values"},
 		{"os.date huge format", `return os.date(string.rep("%c", 8388608))`, "os.date: a format of"},
 		{"unpack", `return unpack({}, 1, 1e8)`, "unpack: 100000000 values"},
+		{"string.format", `local s = string.rep("x", 9 * 1024 * 1024); return string.format("%s%s", s, s)`, "string.format: result exceeds"},
+		{"coroutines", `for i = 1, 1e5 do coroutine.wrap(function() end) end`, "more than 256 coroutines"},
 		{"concat doubling", `local s = "x"; while true do s = s .. s end`, "string concatenation (..): a result of 33554432 bytes"},
 		{"concat of many", `local s = string.rep("x", 6000000); return s .. s .. s`, "a result of 18000000 bytes"},
 		{"string.rep", `return string.rep("x", 1e10)`, "string.rep: a result of"},

@@ -83,16 +83,25 @@ func TestSyntaxErrors(t *testing.T) {
 }
 
 // BenchmarkSteps is the cost of a step: a lazy run that backtracks over
-// every start position (n²/2 steps).
+// every start position (n²/2 steps), without and with a done channel to
+// watch (the deadline check every 65,536 steps), in the same run.
 func BenchmarkSteps(b *testing.B) {
 	src := strings.Repeat("a", 2000)
-	for i := 0; i < b.N; i++ {
-		m := New(src, ".-b", true, 1<<40, nil)
-		for s := 0; s <= len(src); s++ {
-			if _, err := m.MatchAt(s); err != nil {
-				b.Fatal(err)
+	done := make(chan struct{})
+	for _, bc := range []struct {
+		name string
+		done <-chan struct{}
+	}{{"no-deadline", nil}, {"deadline", done}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				m := New(src, ".-b", true, 1<<40, bc.done)
+				for s := 0; s <= len(src); s++ {
+					if _, err := m.MatchAt(s); err != nil {
+						b.Fatal(err)
+					}
+				}
 			}
-		}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/(2000*2001/2), "ns/step")
+		})
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/(2000*2001/2), "ns/step")
 }
