@@ -247,12 +247,7 @@ func sbOsDate(orig *lua.LFunction, maxSize int) lua.LGFunction {
 				raiseLimit(L, "os.date: a format of %d bytes with %d conversions may exceed the %d-byte string limit", len(f), strings.Count(f, "%"), maxSize)
 			}
 		}
-		top := L.GetTop()
-		L.Push(orig)
-		for i := 1; i <= top; i++ {
-			L.Push(L.Get(i))
-		}
-		L.Call(top, 1)
+		callOriginal(L, orig)
 		return 1
 	}
 }
@@ -393,12 +388,7 @@ func sbStringFormat(orig *lua.LFunction, maxSize int) lua.LGFunction {
 				raiseLimit(L, "string.format: result exceeds the %d-byte string limit", maxSize)
 			}
 		}
-		top := L.GetTop()
-		L.Push(orig)
-		for i := 1; i <= top; i++ {
-			L.Push(L.Get(i))
-		}
-		L.Call(top, 1)
+		callOriginal(L, orig)
 		if s, ok := L.Get(-1).(lua.LString); ok && len(s) > maxSize {
 			raiseLimit(L, "string.format: result exceeds the %d-byte string limit", maxSize)
 		}
@@ -478,6 +468,17 @@ func raiseLimit(L *lua.LState, format string, args ...any) {
 	bindings.Raise(L, bindings.Errorf("limit", format, args...))
 }
 
+// callOriginal calls the builtin a sandbox wrapper guards with the
+// wrapper's arguments, leaving its one result on top of the stack.
+func callOriginal(L *lua.LState, orig *lua.LFunction) {
+	top := L.GetTop()
+	L.Push(orig)
+	for i := 1; i <= top; i++ {
+		L.Push(L.Get(i))
+	}
+	L.Call(top, 1)
+}
+
 // sbCoroutine counts coroutines per task: each is a whole Lua state.
 func sbCoroutine(orig *lua.LFunction, name string, maxN int, count *int) lua.LGFunction {
 	return func(L *lua.LState) int {
@@ -485,12 +486,7 @@ func sbCoroutine(orig *lua.LFunction, name string, maxN int, count *int) lua.LGF
 		if *count > maxN {
 			raiseLimit(L, "coroutine.%s: more than %d coroutines in one task", name, maxN)
 		}
-		top := L.GetTop()
-		L.Push(orig)
-		for i := 1; i <= top; i++ {
-			L.Push(L.Get(i))
-		}
-		L.Call(top, 1)
+		callOriginal(L, orig)
 		return 1
 	}
 }

@@ -93,7 +93,7 @@ func TestSandboxEscapes(t *testing.T) {
 		{"string.rep via method", `local s = "ab"; return s.rep(s, 1e9)`, "string limit"},
 		{"format width", `return string.format("%999999d", 1)`, "too long"},
 		{"format %T", `return string.format("%T", 1)`, "invalid conversion"},
-		{"concat doubling", `local s = "x"; for i = 1, 40 do s = s .. s end`, "string limit"},
+		{"concat doubling", `local s = "x"; for i = 1, 40 do s = s .. s end`, "string limit|timed out"},
 		{"coroutine quota", `for i = 1, 1e5 do coroutine.create(function() end) end`, "coroutines"},
 		{"unpack bomb", `local t = {} for i = 1, 1e6 do t[i] = i end return unpack(t)`, "unpack"},
 		{"pattern backtracking bomb", `return string.find(("a"):rep(300), ("a-"):rep(3) .. "b")`, "pattern too complex|timed out"},
