@@ -165,6 +165,9 @@ func (q *Queue) provisionIndex(ctx context.Context) error {
 // change gets a new index entry first; the previous one is removed once
 // the record points at the new one.
 func (q *Queue) write(ctx context.Context, cur, next Record) (uint64, error) {
+	// A record must fit a NATS message whatever a plugin reports: the
+	// error is a summary (the whole message stays in the result).
+	next.Error = capText(next.Error, maxRecordError)
 	kv, key := q.kvFor(next.TaskID), keyPrefix+next.TaskID
 	old := cur.IndexSeq
 	if cur.Revision != 0 {

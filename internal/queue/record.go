@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // State is where a task is in its lifecycle.
@@ -211,3 +212,19 @@ var ErrFinished = errors.New("task already finished")
 
 // ErrClosed is returned by calls on a queue that was closed.
 var ErrClosed = errors.New("queue is closed")
+
+// maxRecordError caps a record's error summary.
+const maxRecordError = 8 << 10
+
+// capText cuts s to at most max bytes on a rune boundary, saying how much
+// was cut.
+func capText(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("... [%d bytes cut; the whole message is in the result]", len(s)-cut)
+}

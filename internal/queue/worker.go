@@ -690,6 +690,17 @@ func (q *Queue) commit(ctx context.Context, log *slog.Logger, cur, next Record) 
 			q.notify(Transition{From: cur.State, Record: cur, Lost: true})
 			return false
 		}
+		if errors.Is(err, nats.ErrMaxPayload) && next.Result != nil {
+			// Retrying cannot help a record too large for a message:
+			// keep the outcome, drop the result with a note why.
+			log.Error("the task's outcome does not fit the store's message size; recording it without its result", "bytes", len(next.Result), "err", err)
+			status := 1
+			if next.Status != nil {
+				status = *next.Status
+			}
+			next.Result = mustJSON(map[string]any{"status": status, "message": fmt.Sprintf("the result (%d bytes) did not fit a record: %v", len(next.Result), err)})
+			continue
+		}
 		q.noteWriteErr(err)
 		if q.abortCtx.Err() != nil && i >= 1 {
 			log.Error("cannot record the task's outcome before the forced shutdown; it will run again", "err", err)
