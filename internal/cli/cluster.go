@@ -1,8 +1,214 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
 
-// addClusterCommands registers the cluster commands: plan and apply.
+	"github.com/spf13/cobra"
+
+	"github.com/loomrt/loom/internal/cluster/apply"
+	"github.com/loomrt/loom/internal/cluster/plan"
+	"github.com/loomrt/loom/internal/cluster/spec"
+	"github.com/loomrt/loom/internal/cluster/state"
+)
+
+// addClusterCommands registers the cluster commands: plan, apply, destroy
+// and cluster.
 func (a *App) addClusterCommands(root *cobra.Command, g *globalOptions) {
-	root.AddCommand(a.newPlanCmd(g))
+	root.AddCommand(a.newPlanCmd(g), a.newApplyCmd(g), a.newDestroyCmd(g), a.newClusterCmd(g))
+}
+
+type destroyOptions struct {
+	g       *globalOptions
+	cluster clusterOptions
+	target  string
+}
+
+func (a *App) newDestroyCmd(g *globalOptions) *cobra.Command {
+	o := &destroyOptions{g: g}
+	cmd := &cobra.Command{
+		Use:   "destroy NAME|SPEC",
+		Short: "Stop a cluster's services (dependents first), then delete every node",
+		Long: `Destroy a cluster: STOP every service (services that depend on others first), then
+DELETE every node through its provider. The cluster is named, or given by its spec
+file. Its state stays, as terminated, for 'loomd cluster get'; a later apply creates
+it anew. Flags, exit status and resume are as for 'loomd apply'.`,
+		Example: `  loomd destroy shop --local
+  loomd destroy shop.yaml --server http://127.0.0.1:7070`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.target = args[0]
+			return a.runDestroy(cmd.Context(), o)
+		},
+	}
+	o.cluster.addFlags(cmd.Flags(), true)
+	return cmd
+}
+
+// clusterName is a cluster name, or the name in a spec file.
+func clusterName(target string) (string, error) {
+	if st, err := os.Stat(target); err == nil && st.Mode().IsRegular() {
+		sp, err := spec.LoadFile(target)
+		if err != nil {
+			return "", usageErr(err)
+		}
+		return sp.Name, nil
+	}
+	return target, nil
+}
+
+func (a *App) runDestroy(ctx context.Context, o *destroyOptions) error {
+	name, err := clusterName(o.target)
+	if err != nil {
+		return err
+	}
+	st, err := a.clusterStore(&o.cluster)
+	if err != nil {
+		return err
+	}
+	unlock, err := st.Lock(name)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	cl, err := st.Get(name)
+	if err != nil {
+		return usageErr(fmt.Errorf("%w: 'loomd cluster list' shows the clusters this state dir knows", err))
+	}
+	if len(cl.Nodes) == 0 {
+		fmt.Fprintf(a.Out, "Cluster %s has no nodes: nothing to destroy.\n", name)
+		return nil
+	}
+	sp, err := spec.Parse(cl.SpecFile+" (as last applied)", []byte(cl.Spec))
+	if err != nil {
+		return fmt.Errorf("cluster %s: its saved spec no longer parses: %w", name, err)
+	}
+	step := apply.Step{Action: plan.Destroy, Spec: sp, Reason: "destroy"}
+	if j := cl.LastJob(); j != nil && j.Status != state.JobComplete && j.Action == string(plan.Destroy) && j.PlannedNodes == nil {
+		step.Resume = j
+		step.Reason = "resume job " + j.ID
+	}
+	return a.runSteps(ctx, o.g, &o.cluster, st, cl, []apply.Step{step})
+}
+
+func (a *App) newClusterCmd(g *globalOptions) *cobra.Command {
+	o := &clusterOptions{}
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "Show the clusters loomd apply manages (list, get, history)",
+	}
+	o.addFlags(cmd.PersistentFlags(), false)
+	cmd.AddCommand(&cobra.Command{
+		Use:   "list",
+		Short: "List the clusters with their status and node count",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := a.clusterStore(o)
+			if err != nil {
+				return err
+			}
+			names, err := st.List()
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(a.Out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSTATUS\tNODES\tLAST JOB\tUPDATED")
+			for _, n := range names {
+				cl, err := st.Get(n)
+				if err != nil {
+					return err
+				}
+				last := "-"
+				if j := cl.LastJob(); j != nil {
+					last = fmt.Sprintf("%s %s %s", j.ID, j.Action, j.Status)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", cl.Name, cl.Status, len(cl.Nodes), last, cl.Updated.UTC().Format(time.RFC3339))
+			}
+			return tw.Flush()
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "get NAME",
+		Short: "Print a cluster's state as JSON: nodes with their properties and results, jobs (secrets redacted)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := a.clusterStore(o)
+			if err != nil {
+				return err
+			}
+			cl, err := st.Get(args[0])
+			if err != nil {
+				return usageErr(err)
+			}
+			return a.printJSON(redactCluster(cl))
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "history NAME",
+		Short: "List a cluster's jobs, one line each, oldest first",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := a.clusterStore(o)
+			if err != nil {
+				return err
+			}
+			cl, err := st.Get(args[0])
+			if err != nil {
+				return usageErr(err)
+			}
+			tw := tabwriter.NewWriter(a.Out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "JOB\tACTION\tSTATUS\tSTARTED\tDURATION\tTASKS\tMESSAGE")
+			for _, j := range cl.Jobs {
+				dur := "-"
+				if !j.Ended.IsZero() {
+					dur = j.Ended.Sub(j.Started).Round(time.Millisecond).String()
+				}
+				done := 0
+				for _, t := range j.Tasks {
+					if t.Status == state.TaskDone {
+						done++
+					}
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", j.ID, j.Action, j.Status, j.Started.UTC().Format(time.RFC3339), dur, done, len(j.Tasks), j.Message)
+			}
+			return tw.Flush()
+		},
+	})
+	return cmd
+}
+
+// redactCluster is a copy of the cluster for printing: without the spec
+// text (it may hold provider secrets; the file is the operator's) and with
+// secret-looking result keys replaced.
+func redactCluster(cl *state.Cluster) *state.Cluster {
+	data, _ := json.Marshal(cl)
+	var c state.Cluster
+	_ = json.Unmarshal(data, &c)
+	c.Spec = ""
+	for _, j := range c.Jobs {
+		j.Spec = ""
+	}
+	for _, n := range c.Nodes {
+		n.Results = redactMap(n.Results)
+	}
+	return &c
+}
+
+func redactMap(m map[string]any) map[string]any {
+	for k, v := range m {
+		lk := strings.ToLower(k)
+		if sub, ok := v.(map[string]any); ok {
+			m[k] = redactMap(sub)
+			continue
+		}
+		if strings.Contains(lk, "password") || strings.Contains(lk, "secret") || strings.Contains(lk, "token") || lk == "key" || strings.HasSuffix(lk, "_key") && lk != "ssh_host_key" {
+			m[k] = "[redacted]"
+		}
+	}
+	return m
 }

@@ -1,24 +1,29 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"github.com/loomrt/loom/internal/cluster/apply"
 	"github.com/loomrt/loom/internal/cluster/plan"
 	"github.com/loomrt/loom/internal/cluster/spec"
 )
 
 type planOptions struct {
-	g        *globalOptions
-	file     string
-	action   string
-	services []string
-	nodes    []string
-	json     bool
-	dot      bool
+	g         *globalOptions
+	file      string
+	action    string
+	services  []string
+	nodes     []string
+	json      bool
+	dot       bool
+	noRestart bool
+	cluster   clusterOptions
 }
 
 func (a *App) newPlanCmd(g *globalOptions) *cobra.Command {
@@ -26,11 +31,15 @@ func (a *App) newPlanCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plan SPEC",
 		Short: "Print the task plan of a cluster spec (a table, --json or --dot) without running anything",
-		Long: `Read a cluster spec (YAML or JSON; see docs/clusters.md), build the task DAG of a
-cluster action with Coopr's dependency rules, cut it into stages, and print it.
-Nothing runs and nothing is changed.
+		Long: `Read a cluster spec (YAML or JSON; see docs/clusters.md), build the task DAG of
+the jobs 'loomd apply' would run, with Coopr's dependency rules, cut it into stages,
+and print it. Nothing runs and nothing is changed.
 
---action picks the cluster action: create (default), delete (Coopr's: DELETE
+Against a cluster with saved state (--state-dir), the plan is the diff: resume an
+unfinished job, scale node groups down or up, add services, reconfigure. Without
+state it creates the cluster.
+
+--action plans one cluster action instead: create, delete (Coopr's: DELETE
 every node), destroy (stop services, dependents first, then DELETE), add-services,
 configure, configure-restart, start, stop, restart. --services limits start,
 stop, restart and add-services to some services (start adds what they depend
@@ -48,7 +57,9 @@ A spec error is reported as file:line with exit status 2.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.action, "action", "create", "cluster action to plan: create, delete, destroy, add-services, configure, configure-restart, start, stop or restart")
+	f.StringVar(&o.action, "action", "", "plan this cluster action instead of the diff against the saved state: create, delete, destroy, add-services, configure, configure-restart, start, stop or restart")
+	f.BoolVar(&o.noRestart, "no-restart", false, "plan a reconfigure without restarting services (as 'apply --no-restart')")
+	o.cluster.addFlags(f, false)
 	f.StringSliceVar(&o.services, "services", nil, "plan only these services (comma-separated)")
 	f.StringSliceVar(&o.nodes, "nodes", nil, "plan only these node ids (comma-separated)")
 	f.BoolVar(&o.json, "json", false, "print the plan as JSON")
@@ -60,23 +71,76 @@ func (a *App) runPlan(_ context.Context, o *planOptions) error {
 	if o.json && o.dot {
 		return usageErr(errors.New("--json and --dot exclude each other"))
 	}
-	s, err := spec.LoadFile(o.file)
+	sp, err := spec.LoadFile(o.file)
 	if err != nil {
 		return usageErr(err)
 	}
-	act, err := plan.ParseAction(o.action)
+	st, err := a.clusterStore(&o.cluster)
 	if err != nil {
-		return usageErr(fmt.Errorf("--action: %w", err))
+		return err
 	}
-	p, err := plan.Build(plan.Input{Spec: s, Nodes: s.Nodes(), Action: act, Services: o.services, PlannedNodes: o.nodes})
+	cl, err := getCluster(st, sp.Name)
 	if err != nil {
-		return usageErr(err)
+		return err
+	}
+	var steps []apply.Step
+	if o.action != "" {
+		act, err := plan.ParseAction(o.action)
+		if err != nil {
+			return usageErr(fmt.Errorf("--action: %w", err))
+		}
+		steps = []apply.Step{{Action: act, Services: o.services, PlannedNodes: o.nodes, Spec: sp, Reason: "--action " + o.action}}
+	} else {
+		if steps, err = apply.Diff(cl, sp, apply.DiffOptions{NoRestart: o.noRestart}); err != nil {
+			return usageErr(err)
+		}
+	}
+	plans := make([]*plan.Plan, len(steps))
+	for i, step := range steps {
+		if plans[i], err = apply.PlanStep(cl, step); err != nil {
+			return usageErr(err)
+		}
 	}
 	switch {
 	case o.json:
-		return p.WriteJSON(a.Out)
+		type jsonStep struct {
+			Reason string          `json:"reason"`
+			Plan   json.RawMessage `json:"plan"`
+		}
+		out := struct {
+			Cluster string     `json:"cluster"`
+			Steps   []jsonStep `json:"steps"`
+		}{Cluster: sp.Name, Steps: []jsonStep{}}
+		for i, p := range plans {
+			var b bytes.Buffer
+			if err := p.WriteJSON(&b); err != nil {
+				return err
+			}
+			out.Steps = append(out.Steps, jsonStep{Reason: steps[i].Reason, Plan: b.Bytes()})
+		}
+		return a.printJSON(out)
 	case o.dot:
-		return p.WriteDOT(a.Out)
+		for _, p := range plans {
+			if err := p.WriteDOT(a.Out); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	return p.WriteTable(a.Out)
+	if len(plans) == 0 {
+		fmt.Fprintf(a.Out, "No changes: cluster %s is as %s says.\n", sp.Name, o.file)
+		return nil
+	}
+	for i, p := range plans {
+		if i > 0 {
+			fmt.Fprintln(a.Out)
+		}
+		if len(plans) > 1 || cl != nil {
+			fmt.Fprintf(a.Out, "Step %d of %d: %s\n", i+1, len(plans), steps[i].Reason)
+		}
+		if err := p.WriteTable(a.Out); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -71,6 +71,11 @@ type Config struct {
 	// root's ~/.ssh is not touched). sshd treats root sessions apart: it
 	// refuses signal requests for them, so tests of remote kills need it.
 	AllowRoot bool
+	// PrivateDirs are absolute directories that this sshd (and every
+	// session it starts) sees as an empty tmpfs of its own, in a mount
+	// namespace of its own: several sshd on loopback then act as separate
+	// hosts for those paths. Server.HostPath reads them from the test.
+	PrivateDirs []string
 }
 
 // Server is a running sshd. Its fields are read-only.
@@ -292,6 +297,14 @@ func (s *Server) launch(cfg Config, port int) error {
 		return err
 	}
 	cmd := exec.Command(SshdPath, "-D", "-f", conf, "-E", s.LogPath)
+	if len(cfg.PrivateDirs) > 0 {
+		// unshare and sh exec in place, so the pid stays sshd's.
+		script := `set -e; for d in "$@"; do mkdir -p "$d"; mount -t tmpfs -o mode=0755 tmpfs "$d"; done; exec ` +
+			SshdPath + ` -D -f "$SSHDTEST_CONF" -E "$SSHDTEST_LOG"`
+		args := append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh"}, cfg.PrivateDirs...)
+		cmd = exec.Command("unshare", args...)
+		cmd.Env = append(os.Environ(), "SSHDTEST_CONF="+conf, "SSHDTEST_LOG="+s.LogPath)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting sshd: %w", err)
@@ -314,6 +327,15 @@ func (s *Server) launch(cfg Config, port int) error {
 	}
 	s.Stop()
 	return fmt.Errorf("sshd did not answer on %s within 10s: %s", s.Addr, s.Logs())
+}
+
+// HostPath is where the test reads path as this sshd's sessions see it:
+// inside Config.PrivateDirs, through the sshd's mount namespace.
+func (s *Server) HostPath(path string) string {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return path
+	}
+	return fmt.Sprintf("/proc/%d/root%s", s.cmd.Process.Pid, path)
 }
 
 func bannerOK(addr string) bool {

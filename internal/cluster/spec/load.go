@@ -66,7 +66,7 @@ func Parse(file string, data []byte) (*Spec, error) {
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		root = root.Content[0]
 	}
-	s := &Spec{File: file, DNSSuffix: "local", Services: map[string]*Service{}, Config: map[string]any{}}
+	s := &Spec{File: file, Source: string(data), DNSSuffix: "local", Services: map[string]*Service{}, Config: map[string]any{}}
 	d.spec(root, s)
 	if len(d.problems) == 0 {
 		d.validate(s)

@@ -26,6 +26,8 @@ var ServiceActions = []string{"install", "configure", "initialize", "start", "st
 type Spec struct {
 	// File is where the spec was read from (for messages).
 	File string
+	// Source is the spec's text.
+	Source string
 	// Name names the cluster; node ids and hostnames start with it.
 	Name string
 	// Description is free text.

@@ -1,0 +1,304 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/loomrt/loom/internal/api"
+	"github.com/loomrt/loom/internal/cluster/apply"
+	"github.com/loomrt/loom/internal/cluster/plan"
+	"github.com/loomrt/loom/internal/cluster/spec"
+	"github.com/loomrt/loom/internal/cluster/state"
+	"github.com/loomrt/loom/runtime"
+)
+
+// clusterOptions are the flags of the commands that run cluster jobs.
+type clusterOptions struct {
+	stateDir    string
+	local       bool
+	parallelism int
+	client      clientOptions
+	taskTimeout time.Duration
+}
+
+func (o *clusterOptions) addFlags(fs *pflag.FlagSet, run bool) {
+	fs.StringVar(&o.stateDir, "state-dir", "", "directory of the cluster state files (default $XDG_STATE_HOME/loomd/clusters, ~/.local/state/loomd/clusters)")
+	if !run {
+		return
+	}
+	fs.BoolVar(&o.local, "local", false, "run the tasks in this process (plugins from --plugins) instead of on the loomd at --server")
+	fs.IntVar(&o.parallelism, "parallelism", 16, "most tasks running at once (never more than one per node)")
+	fs.DurationVar(&o.taskTimeout, "task-timeout", 0, "without --local, give up waiting for one task after this long (0: the daemon's own deadlines)")
+	o.client.addFlags(fs)
+}
+
+// store opens the cluster state store.
+func (a *App) clusterStore(o *clusterOptions) (*state.FileStore, error) {
+	dir := o.stateDir
+	if dir == "" {
+		switch {
+		case a.Getenv("XDG_STATE_HOME") != "":
+			dir = filepath.Join(a.Getenv("XDG_STATE_HOME"), "loomd", "clusters")
+		case a.Getenv("HOME") != "":
+			dir = filepath.Join(a.Getenv("HOME"), ".local", "state", "loomd", "clusters")
+		default:
+			return nil, usageErr(errors.New("no --state-dir, and neither XDG_STATE_HOME nor HOME is set"))
+		}
+	}
+	return &state.FileStore{Dir: dir}, nil
+}
+
+// getCluster returns the cluster's state, or nil when there is none.
+func getCluster(st state.Store, name string) (*state.Cluster, error) {
+	cl, err := st.Get(name)
+	if errors.Is(err, state.ErrNotFound) {
+		return nil, nil
+	}
+	return cl, err
+}
+
+type applyOptions struct {
+	g         *globalOptions
+	cluster   clusterOptions
+	file      string
+	noRestart bool
+}
+
+func (a *App) newApplyCmd(g *globalOptions) *cobra.Command {
+	o := &applyOptions{g: g}
+	cmd := &cobra.Command{
+		Use:   "apply SPEC",
+		Short: "Bring a cluster to what its spec says: create, scale, add services, reconfigure",
+		Long: `Compare the cluster spec with the cluster's saved state and run the jobs that bring
+the cluster there (the plan 'loomd plan SPEC' prints): create a new cluster; resume
+a job an earlier apply did not finish (tasks that finished are not run again);
+destroy the nodes a smaller count removed; create the nodes a larger count added;
+add services added to node groups; reconfigure (with a restart of the services,
+unless --no-restart) when the config, provider or services changed.
+
+Tasks run as soon as their prerequisites finished, one at a time per node, at
+most --parallelism at once: on the loomd at --server (POST /v1/tasks), or with
+--local in this process through the plugins in --plugins. Each result is merged
+into the node's state and the config of the node's later tasks. A failed task is
+retried up to 3 attempts; a failed CONFIRM becomes DELETE, CREATE, CONFIRM, and
+a failed CREATE is retried only after a DELETE of what it may have made.
+
+Logs (stderr) get one line per task state change. The summary (stdout) names
+every node with its address and every failed task. Exit status: 0 when the
+cluster is as the spec says, 1 when a job failed (run apply again to resume),
+2 for a bad spec or flags.`,
+		Example: `  loomd apply cluster.yaml --local
+  loomd apply cluster.yaml --server http://127.0.0.1:7070 --parallelism 32`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.file = args[0]
+			return a.runApply(cmd.Context(), o)
+		},
+	}
+	o.cluster.addFlags(cmd.Flags(), true)
+	cmd.Flags().BoolVar(&o.noRestart, "no-restart", false, "reconfigure without stopping and starting services")
+	return cmd
+}
+
+func (a *App) runApply(ctx context.Context, o *applyOptions) error {
+	sp, err := spec.LoadFile(o.file)
+	if err != nil {
+		return usageErr(err)
+	}
+	st, err := a.clusterStore(&o.cluster)
+	if err != nil {
+		return err
+	}
+	unlock, err := st.Lock(sp.Name)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	cl, err := getCluster(st, sp.Name)
+	if err != nil {
+		return err
+	}
+	steps, err := apply.Diff(cl, sp, apply.DiffOptions{NoRestart: o.noRestart})
+	if err != nil {
+		return usageErr(err)
+	}
+	if len(steps) == 0 {
+		fmt.Fprintf(a.Out, "No changes: cluster %s is as %s says.\n\n", sp.Name, o.file)
+		return a.printClusterSummary(cl, nil, nil)
+	}
+	return a.runSteps(ctx, o.g, &o.cluster, st, cl, steps)
+}
+
+// runSteps runs the jobs in order, stopping at the first that fails.
+func (a *App) runSteps(ctx context.Context, g *globalOptions, o *clusterOptions, st state.Store, cl *state.Cluster, steps []apply.Step) error {
+	logger, err := a.newLogger(g.log)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	runner, closeRunner, err := a.clusterRunner(ctx, g, o, logger)
+	if err != nil {
+		return err
+	}
+	defer closeRunner()
+	var job *state.Job
+	var p *plan.Plan
+	for _, step := range steps {
+		cl, job = apply.Begin(cl, step, time.Now())
+		p, err = apply.PlanStep(cl, step)
+		if err != nil {
+			return usageErr(fmt.Errorf("planning %s of cluster %s: %w", step.Action, cl.Name, err))
+		}
+		logger.Info("applying", "cluster", cl.Name, "job", job.ID, "why", step.Reason, "plan", p.Summary())
+		err := apply.Execute(ctx, cl, step.Spec, p, job, apply.Options{
+			Runner: runner, Parallelism: o.parallelism, Logger: logger, Save: st.Put,
+		})
+		if err != nil {
+			return err
+		}
+		if job.Status != state.JobComplete {
+			break
+		}
+	}
+	if err := a.printClusterSummary(cl, job, p); err != nil {
+		return err
+	}
+	if job.Status != state.JobComplete {
+		if ctx.Err() != nil {
+			return &exitError{code: 130, err: fmt.Errorf("interrupted: run the same command again to resume job %s", job.ID)}
+		}
+		return silentExit(ExitFailure)
+	}
+	return nil
+}
+
+// clusterRunner is the in-process runtime (--local) or the daemon's API.
+func (a *App) clusterRunner(ctx context.Context, g *globalOptions, o *clusterOptions, logger *slog.Logger) (apply.Runner, func(), error) {
+	if o.local {
+		rt, err := a.newRuntime(ctx, g, runtimeConfig{logger: logger})
+		if err != nil {
+			return nil, nil, err
+		}
+		return localRunner{rt}, func() { rt.Close() }, nil
+	}
+	c, err := o.client.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	return &apiRunner{c: c, timeout: o.taskTimeout, log: logger}, func() {}, nil
+}
+
+// localRunner runs tasks in this process.
+type localRunner struct{ rt *runtime.Runtime }
+
+func (r localRunner) Run(ctx context.Context, _ string, task []byte) (*runtime.Result, error) {
+	return r.rt.Run(ctx, task)
+}
+
+// apiRunner runs tasks on a loomd: POST /v1/tasks, then wait. Submitting
+// an id loomd already knows queues nothing, so a resumed apply picks up a
+// task it lost track of.
+type apiRunner struct {
+	c       *apiClient
+	timeout time.Duration
+	log     *slog.Logger
+}
+
+func (r *apiRunner) Run(ctx context.Context, id string, task []byte) (*runtime.Result, error) {
+	var sub api.SubmitResponse
+	if err := r.c.do(ctx, "POST", "/v1/tasks", task, &sub); err != nil {
+		return nil, fmt.Errorf("submitting task %s: %w", id, err)
+	}
+	if sub.Warning != "" {
+		r.log.Warn("loomd: "+sub.Warning, "task", id)
+	}
+	t, err := r.c.waitTask(ctx, id, r.timeout)
+	if err != nil {
+		return nil, fmt.Errorf("waiting for task %s: %w", id, err)
+	}
+	var res runtime.Result
+	if len(t.Result) > 0 {
+		if err := json.Unmarshal(t.Result, &res); err != nil {
+			return nil, fmt.Errorf("task %s: decoding its result: %w", id, err)
+		}
+	}
+	if len(t.Result) == 0 || (res.Status == 0 && t.State != "succeeded") {
+		res.Status = 1
+		res.Message = fmt.Sprintf("task %s %s: %s", id, t.State, t.Error)
+	}
+	return &res, nil
+}
+
+// printClusterSummary prints every node with its address, and the failed
+// tasks of the job with how to retry.
+func (a *App) printClusterSummary(cl *state.Cluster, job *state.Job, p *plan.Plan) error {
+	if cl == nil {
+		return nil
+	}
+	fmt.Fprintf(a.Out, "Cluster %s: %s", cl.Name, cl.Status)
+	if job != nil {
+		done, total := 0, 0
+		if p != nil {
+			total = len(p.Tasks)
+		}
+		for _, t := range job.Tasks {
+			if t.Status == state.TaskDone {
+				done++
+			}
+		}
+		fmt.Fprintf(a.Out, " (job %s, %s: %s, %d/%d tasks done", job.ID, job.Action, job.Status, done, total)
+		if !job.Ended.IsZero() {
+			fmt.Fprintf(a.Out, ", %s", job.Ended.Sub(job.Started).Round(time.Millisecond))
+		}
+		fmt.Fprint(a.Out, ")")
+	}
+	fmt.Fprintln(a.Out)
+	tw := tabwriter.NewWriter(a.Out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tHOSTNAME\tADDRESS\tSTATE\tSERVICES")
+	for _, id := range cl.NodeIDs() {
+		n := cl.Nodes[id]
+		addr := n.Address()
+		if addr == "" {
+			addr = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.ID, n.Hostname, addr, n.State, strings.Join(n.Services, ","))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if job == nil || job.Status == state.JobComplete {
+		return nil
+	}
+	fmt.Fprintf(a.Out, "\nJob %s failed: %s\n", job.ID, job.Message)
+	if p != nil {
+		for i, t := range p.Tasks {
+			rec := job.Tasks[i]
+			if rec == nil || rec.Status != state.TaskFailed || len(rec.Runs) == 0 {
+				continue
+			}
+			last := rec.Runs[len(rec.Runs)-1]
+			what := t.Name
+			if t.Service != "" {
+				what += " " + t.Service
+			}
+			fmt.Fprintf(a.Out, "  failed: %s on %s (task %s, %s, %d runs): %s\n", what, t.Node, last.ID, last.Name, len(rec.Runs), last.Message)
+		}
+	}
+	fmt.Fprintf(a.Out, "Fix the cause, then run 'loomd apply %s' again: it resumes job %s where it stopped (finished tasks are not run again).\n",
+		cl.SpecFile, job.ID)
+	return nil
+}

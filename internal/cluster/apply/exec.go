@@ -1,0 +1,529 @@
+// Package apply runs cluster plans: it sends each planned task to a Runner
+// (the in-process runtime, or a loomd daemon's API) as soon as its
+// prerequisites finished and its node is idle, up to a parallelism limit;
+// merges each result into the node's state and later tasks' config as
+// Coopr did; retries failed tasks the way Coopr did, minus its leaks; and
+// saves the cluster's state after every change, so that an apply cut
+// short resumes without running again a task that finished.
+package apply
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/loomrt/loom/internal/cluster/plan"
+	"github.com/loomrt/loom/internal/cluster/spec"
+	"github.com/loomrt/loom/internal/cluster/state"
+	"github.com/loomrt/loom/runtime"
+)
+
+// Runner runs one task.
+type Runner interface {
+	// Run runs the task (Coopr task JSON, taskId id) and returns its
+	// result. An error means it could not run at all (a malformed task,
+	// no such plugin, the daemon unreachable): the task is not retried.
+	Run(ctx context.Context, id string, task []byte) (*runtime.Result, error)
+}
+
+// Options tune an executor.
+type Options struct {
+	Runner Runner
+	// Parallelism caps the tasks running at once (default 16).
+	Parallelism int
+	// Attempts per task and run kind (default 3, Coopr's).
+	Attempts int
+	// Logger gets one line per state change.
+	Logger *slog.Logger
+	// Save persists the cluster; called after every change. An error
+	// stops the job (no task is started whose outcome could be lost).
+	Save func(*state.Cluster) error
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+// Execute runs job's plan p on cluster cl. Tasks the job already records
+// as done are not run again. It returns when the job completed, failed,
+// or ctx was cancelled (running tasks are cancelled and waited for); the
+// job's Status and Message say which. The error is for what stopped the
+// executor itself (saving the state).
+func Execute(ctx context.Context, cl *state.Cluster, sp *spec.Spec, p *plan.Plan, job *state.Job, o Options) error {
+	if o.Runner == nil {
+		return ErrNoRunner
+	}
+	if o.Parallelism <= 0 {
+		o.Parallelism = 16
+	}
+	if o.Attempts <= 0 {
+		o.Attempts = 3
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Save == nil {
+		o.Save = func(*state.Cluster) error { return nil }
+	}
+	e := &executor{o: o, cl: cl, spec: sp, plan: p, job: job, log: o.Logger.With("cluster", cl.Name, "job", job.ID),
+		builder: &taskBuilder{spec: sp, cluster: cl, jobID: job.ID}, done: make(chan outcome),
+		busy: map[string]bool{}, deferred: map[string][]int{}}
+	return e.run(ctx)
+}
+
+type executor struct {
+	o       Options
+	cl      *state.Cluster
+	spec    *spec.Spec
+	plan    *plan.Plan
+	job     *state.Job
+	log     *slog.Logger
+	builder *taskBuilder
+
+	tasks      []*tstate
+	groupsLeft []int
+	succ       [][]int32
+	ready      readyHeap
+	busy       map[string]bool
+	deferred   map[string][]int // ready tasks whose node was busy
+	running    int
+	done       chan outcome
+	failed     []int
+	stopping   bool
+	saveErr    error
+}
+
+// tstate is a task's progress in this run.
+type tstate struct {
+	pending int
+	// runs left to do, the task itself last: a retry may put DELETE
+	// and CREATE first.
+	runs     []string
+	attempts map[string]int
+	status   string
+}
+
+type outcome struct {
+	task    int
+	run     state.Run
+	res     *runtime.Result
+	err     error
+	started time.Time
+}
+
+func (e *executor) run(ctx context.Context) error {
+	n := len(e.plan.Tasks)
+	e.tasks = make([]*tstate, n)
+	e.succ = e.plan.Successors()
+	e.groupsLeft = make([]int, len(e.plan.Groups))
+	if e.job.Tasks == nil {
+		e.job.Tasks = map[int]*state.Task{}
+	}
+	for i, t := range e.plan.Tasks {
+		ts := &tstate{runs: []string{t.Name}, attempts: map[string]int{}, status: state.TaskPending}
+		ts.pending = len(t.Deps) + len(t.Groups)
+		rec := e.job.Tasks[i]
+		switch {
+		case rec != nil && (rec.Status == state.TaskDone || rec.Status == state.TaskSkipped):
+			ts.status = rec.Status
+		case rec != nil:
+			rec.Status = state.TaskPending // failed or cut short: run again
+		default:
+			e.job.Tasks[i] = &state.Task{Status: state.TaskPending}
+		}
+		e.tasks[i] = ts
+	}
+	for g, mem := range e.plan.Groups {
+		e.groupsLeft[g] = len(mem)
+	}
+	// Release what finished in an earlier run, then start the roots.
+	for i, ts := range e.tasks {
+		if ts.status == state.TaskDone || ts.status == state.TaskSkipped {
+			e.release(i)
+		}
+	}
+	for i, ts := range e.tasks {
+		if ts.pending == 0 && ts.status == state.TaskPending {
+			heap.Push(&e.ready, readyItem{stage: e.plan.Tasks[i].Stage, index: i})
+		}
+	}
+	e.job.Status = state.JobRunning
+	e.job.Message = ""
+	e.cl.Status = state.Pending
+	e.save()
+	e.log.Info("job started", "action", e.job.Action, "tasks", n, "stages", len(e.plan.Stages), "parallelism", e.o.Parallelism)
+
+	for {
+		if ctx.Err() != nil && !e.stopping {
+			e.stopping = true
+			e.job.Message = "interrupted: " + context.Cause(ctx).Error()
+		}
+		if !e.stopping && e.saveErr == nil {
+			e.dispatch(ctx)
+		}
+		if e.running == 0 {
+			break
+		}
+		select {
+		case out := <-e.done:
+			e.finish(out)
+		case <-ctx.Done():
+			if !e.stopping {
+				e.stopping = true
+				e.job.Message = "interrupted: " + context.Cause(ctx).Error()
+				e.log.Warn("interrupted: waiting for the running tasks to stop", "running", e.running)
+			}
+			out := <-e.done
+			e.finish(out)
+		}
+	}
+	e.end(ctx)
+	return e.saveErr
+}
+
+// dispatch starts ready tasks, earliest stage first, while there is room.
+func (e *executor) dispatch(ctx context.Context) {
+	for e.running < e.o.Parallelism && e.ready.Len() > 0 {
+		it := heap.Pop(&e.ready).(readyItem)
+		t := e.plan.Tasks[it.index]
+		if e.busy[t.Node] {
+			e.deferred[t.Node] = append(e.deferred[t.Node], it.index)
+			continue
+		}
+		e.start(ctx, it.index)
+	}
+}
+
+// start runs the task's next run in a goroutine.
+func (e *executor) start(ctx context.Context, i int) {
+	t := e.plan.Tasks[i]
+	ts := e.tasks[i]
+	rec := e.job.Tasks[i]
+	node := e.cl.Nodes[t.Node]
+	name := ts.runs[0]
+	svc := t.Service
+	if name != t.Name {
+		svc = "" // DELETE or CREATE before a retry: node tasks
+	}
+	if node == nil {
+		e.fail(i, fmt.Sprintf("node %s is not in the cluster state", t.Node))
+		return
+	}
+	if name == "BOOTSTRAP" && len(e.spec.Automators(node.Services)) == 0 {
+		// No automator to bootstrap: Coopr's worker would run nothing.
+		e.log.Info("task skipped: no automator to bootstrap", "node", t.Node)
+		ts.status = state.TaskDone
+		rec.Status = state.TaskDone
+		e.save()
+		e.release(i)
+		return
+	}
+	ts.attempts[name]++
+	// A run the last apply lost track of keeps its id: a daemon that
+	// knows the id answers with that run instead of running it again.
+	var run state.Run
+	if n := len(rec.Runs); n > 0 && rec.Runs[n-1].Status == state.TaskRunning && rec.Runs[n-1].Name == name {
+		run = rec.Runs[n-1]
+		rec.Runs = rec.Runs[:n-1]
+	} else {
+		run = state.Run{ID: fmt.Sprintf("%s-%04d-%d", e.job.ID, i+1, len(rec.Runs)+1), Name: name}
+	}
+	run.Status = state.TaskRunning
+	run.Started = e.o.Now()
+	rec.Runs = append(rec.Runs, run)
+	rec.Status = state.TaskRunning
+	ts.status = state.TaskRunning
+	data, err := e.builder.build(run.ID, name, node, svc)
+	e.busy[t.Node] = true
+	e.running++
+	e.save()
+	attrs := []any{"task", run.ID, "taskName", name, "node", t.Node}
+	if svc != "" {
+		attrs = append(attrs, "service", svc)
+	}
+	if a := ts.attempts[name]; a > 1 {
+		attrs = append(attrs, "attempt", a)
+	}
+	e.log.Info("task started", attrs...)
+	go func() {
+		out := outcome{task: i, run: run, started: run.Started}
+		if err != nil {
+			out.err = err
+		} else {
+			out.res, out.err = e.o.Runner.Run(ctx, run.ID, data)
+		}
+		e.done <- out
+	}()
+}
+
+// finish records a run's outcome and decides what comes next.
+func (e *executor) finish(out outcome) {
+	i := out.task
+	t := e.plan.Tasks[i]
+	ts := e.tasks[i]
+	rec := e.job.Tasks[i]
+	node := e.cl.Nodes[t.Node]
+	e.running--
+	e.busy[t.Node] = false
+	name := out.run.Name
+	run := &rec.Runs[len(rec.Runs)-1]
+	run.Duration = float64(e.o.Now().Sub(out.started).Microseconds()) / 1000
+	ok := out.err == nil && out.res != nil && out.res.Status == 0
+	switch {
+	case out.err != nil && e.stopping && isCancel(out.err):
+		// Cut short by an interrupt: how it ended is unknown. The run
+		// stays "running", so a resumed apply asks for it by its id.
+		e.log.Warn("task interrupted", "task", run.ID, "taskName", name, "node", t.Node)
+		ts.status = state.TaskFailed
+		rec.Status = state.TaskRunning
+		e.save()
+		return
+	case out.err != nil:
+		// The runner could not say how the run ended (a malformed task,
+		// a daemon that went away). It stays "running": a resumed apply
+		// sends the same task id, which a daemon that ran it answers
+		// with its outcome instead of running it again.
+		run.Status, run.Code, run.Message = state.TaskRunning, -1, out.err.Error()
+	case out.res.Status != 0:
+		run.Status, run.Code, run.Message = state.TaskFailed, out.res.Status, firstLine(out.res.Message, out.res.Stderr)
+	default:
+		run.Status = state.TaskDone
+	}
+	if out.res != nil {
+		e.merge(node, name, out.res, ok)
+	}
+	attrs := []any{"task", run.ID, "taskName", name, "node", t.Node, "duration", time.Duration(run.Duration * float64(time.Millisecond)).Round(time.Millisecond).String()}
+	if t.Service != "" && name == t.Name {
+		attrs = append(attrs, "service", t.Service)
+	}
+	// Requeue the node's deferred tasks: it is idle again.
+	for _, d := range e.deferred[t.Node] {
+		heap.Push(&e.ready, readyItem{stage: e.plan.Tasks[d].Stage, index: d})
+	}
+	delete(e.deferred, t.Node)
+
+	if ok {
+		e.log.Info("task finished", attrs...)
+		ts.runs = ts.runs[1:]
+		if len(ts.runs) > 0 { // a DELETE or CREATE before a retry: go on
+			rec.Status = state.TaskPending
+			ts.status = state.TaskPending
+			e.save()
+			heap.Push(&e.ready, readyItem{stage: t.Stage, index: i})
+			return
+		}
+		ts.status = state.TaskDone
+		rec.Status = state.TaskDone
+		e.save()
+		e.release(i)
+		return
+	}
+	attrs = append(attrs, "status", run.Code, "message", run.Message)
+	retryable := out.err == nil && !e.stopping
+	if !retryable || ts.attempts[name] >= e.o.Attempts {
+		if retryable {
+			attrs = append(attrs, "attempts", ts.attempts[name])
+		}
+		e.log.Error("task failed", attrs...)
+		e.fail(i, run.Message)
+		return
+	}
+	// Coopr's retries, minus its leak: a failed CONFIRM becomes DELETE,
+	// CREATE, CONFIRM; a failed CREATE is retried only after a DELETE of
+	// what it may have made (unless it said it made nothing: 2xx).
+	switch {
+	case name == "CONFIRM":
+		ts.runs = append([]string{"DELETE", "CREATE"}, ts.runs...)
+	case name == "CREATE" && (run.Code < 200 || run.Code > 299):
+		ts.runs = append([]string{"DELETE"}, ts.runs...)
+	}
+	attrs = append(attrs, "next", ts.runs)
+	e.log.Warn("task failed, retrying", attrs...)
+	rec.Status = state.TaskPending
+	ts.status = state.TaskPending
+	e.save()
+	heap.Push(&e.ready, readyItem{stage: t.Stage, index: i})
+}
+
+// merge applies a result to the node as Coopr's finish did: the result
+// map always (last write wins), addresses and hostname on success. A
+// successful DELETE forgets the machine's identity, so nothing later
+// deletes it twice or talks to a machine that is gone.
+func (e *executor) merge(n *state.Node, name string, res *runtime.Result, ok bool) {
+	if len(res.Result) > 0 {
+		if n.Results == nil {
+			n.Results = map[string]any{}
+		}
+		maps.Copy(n.Results, res.Result)
+	}
+	if ok {
+		if len(res.IPAddresses) > 0 {
+			n.IPAddresses = maps.Clone(res.IPAddresses)
+		}
+		if res.Hostname != "" {
+			n.Hostname = res.Hostname
+		}
+		switch name {
+		case "CREATE":
+			if n.State == state.NodeNew || n.State == state.NodeDeleted || n.State == "" {
+				n.State = state.NodeCreated
+			}
+		case "DELETE":
+			delete(n.Results, "providerid")
+			delete(n.Results, "ssh_host_keys")
+			n.IPAddresses = nil
+			n.State = state.NodeDeleted
+		}
+	}
+	e.builder.invalidate()
+}
+
+// release tells the task's successors (and barrier groups) it is done.
+func (e *executor) release(i int) {
+	n := len(e.plan.Tasks)
+	for _, s := range e.succ[i] {
+		if int(s) < n {
+			e.prereqDone(int(s))
+			continue
+		}
+		g := int(s) - n
+		e.groupsLeft[g]--
+		if e.groupsLeft[g] == 0 {
+			for _, u := range e.succ[s] {
+				e.prereqDone(int(u))
+			}
+		}
+	}
+}
+
+func (e *executor) prereqDone(i int) {
+	ts := e.tasks[i]
+	ts.pending--
+	if ts.pending == 0 && ts.status == state.TaskPending {
+		heap.Push(&e.ready, readyItem{stage: e.plan.Tasks[i].Stage, index: i})
+	}
+}
+
+// fail marks the task failed and the job as failing: nothing new starts.
+func (e *executor) fail(i int, msg string) {
+	e.tasks[i].status = state.TaskFailed
+	e.job.Tasks[i].Status = state.TaskFailed
+	e.failed = append(e.failed, i)
+	if !e.stopping {
+		t := e.plan.Tasks[i]
+		e.job.Message = fmt.Sprintf("%s %s on %s failed: %s", t.Name, t.Service, t.Node, msg)
+	}
+	e.stopping = true
+	e.save()
+}
+
+// end sets the job's and the cluster's status.
+func (e *executor) end(ctx context.Context) {
+	e.job.Ended = e.o.Now()
+	complete := len(e.failed) == 0 && ctx.Err() == nil && e.saveErr == nil
+	if complete {
+		for _, ts := range e.tasks {
+			if ts.status != state.TaskDone && ts.status != state.TaskSkipped {
+				complete = false
+			}
+		}
+	}
+	act := plan.Action(e.job.Action)
+	if complete {
+		e.job.Status = state.JobComplete
+		e.cl.Status = state.Active
+		for _, id := range e.plannedNodes() {
+			n := e.cl.Nodes[id]
+			switch {
+			case n == nil:
+			case n.State == state.NodeDeleted:
+				delete(e.cl.Nodes, id)
+			case act == plan.Create || act == plan.AddServices:
+				n.State = state.NodeActive
+			}
+		}
+		if len(e.cl.Nodes) == 0 {
+			e.cl.Status = state.Terminated
+		}
+	} else {
+		e.job.Status = state.JobFailed
+		if e.job.Message == "" && e.saveErr != nil {
+			e.job.Message = e.saveErr.Error()
+		}
+		switch act {
+		case plan.Create, plan.Delete, plan.Destroy:
+			e.cl.Status = state.Incomplete
+		default:
+			e.cl.Status = state.Inconsistent
+		}
+	}
+	e.save()
+	level := slog.LevelInfo
+	if !complete {
+		level = slog.LevelError
+	}
+	e.log.Log(context.Background(), level, "job "+e.job.Status, "action", e.job.Action, "cluster_status", e.cl.Status, "message", e.job.Message)
+}
+
+func (e *executor) plannedNodes() []string {
+	if e.job.PlannedNodes != nil {
+		return e.job.PlannedNodes
+	}
+	return sortedKeys(e.cl.Nodes)
+}
+
+// save persists the cluster; the first failure stops the job.
+func (e *executor) save() {
+	e.cl.Updated = e.o.Now()
+	if err := e.o.Save(e.cl); err != nil && e.saveErr == nil {
+		e.saveErr = fmt.Errorf("saving the state of cluster %s: %w", e.cl.Name, err)
+		e.log.Error("cannot save the cluster state: stopping the job", "error", err)
+		e.stopping = true
+	}
+}
+
+// firstLine is the first non-empty line of msg, else of alt.
+func firstLine(msg, alt string) string {
+	for _, s := range []string{msg, alt} {
+		for _, l := range strings.Split(s, "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				return l
+			}
+		}
+	}
+	return "(no message)"
+}
+
+func isCancel(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, runtime.ErrCancelled)
+}
+
+// ErrNoRunner is returned when Options.Runner is nil.
+var ErrNoRunner = errors.New("apply: no runner")
+
+type readyItem struct{ stage, index int }
+
+// readyHeap orders ready tasks by stage, then plan index.
+type readyHeap []readyItem
+
+func (h readyHeap) Len() int { return len(h) }
+func (h readyHeap) Less(i, j int) bool {
+	if h[i].stage != h[j].stage {
+		return h[i].stage < h[j].stage
+	}
+	return h[i].index < h[j].index
+}
+func (h readyHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *readyHeap) Push(x any)   { *h = append(*h, x.(readyItem)) }
+func (h *readyHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

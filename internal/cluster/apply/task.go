@@ -1,0 +1,113 @@
+package apply
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"sort"
+	"strings"
+
+	"github.com/loomrt/loom/internal/cluster/spec"
+	"github.com/loomrt/loom/internal/cluster/state"
+)
+
+// taskBuilder builds the Coopr task JSON of a run (reference/coopr-server.md
+// §5.4): the node's properties, the provider, the service action, the
+// cluster config under "cluster", every node's properties under "nodes",
+// and the node's accumulated results at the top level, written last so
+// they override same-named keys, as in Coopr.
+type taskBuilder struct {
+	spec    *spec.Spec
+	cluster *state.Cluster
+	jobID   string
+	// nodesJSON caches config.nodes; nil when a node changed.
+	nodesJSON json.RawMessage
+}
+
+// invalidate drops the cached config.nodes after a node's properties
+// changed.
+func (b *taskBuilder) invalidate() { b.nodesJSON = nil }
+
+// properties are Coopr's NodeProperties of a node.
+func (b *taskBuilder) properties(n *state.Node) map[string]any {
+	ip := n.IPAddresses
+	if ip == nil {
+		ip = map[string]any{}
+	}
+	return map[string]any{
+		"hostname": n.Hostname, "ipaddresses": ip, "nodenum": n.Num, "sshuser": n.SSHUser,
+		"hardwaretype": n.HardwareType, "imagetype": n.ImageType, "flavor": n.Flavor, "image": n.Image,
+		"services": nonNil(n.Services), "automators": nonNil(b.spec.Automators(n.Services)),
+	}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func (b *taskBuilder) nodes() (json.RawMessage, error) {
+	if b.nodesJSON != nil {
+		return b.nodesJSON, nil
+	}
+	all := make(map[string]any, len(b.cluster.Nodes))
+	for id, n := range b.cluster.Nodes {
+		if n.State != state.NodeDeleted {
+			all[id] = b.properties(n)
+		}
+	}
+	data, err := json.Marshal(all)
+	if err != nil {
+		return nil, fmt.Errorf("encoding config.nodes: %w", err)
+	}
+	b.nodesJSON = data
+	return data, nil
+}
+
+// build returns the task JSON for run name (CREATE, INSTALL...) of
+// service svc ("" for node tasks) on node n.
+func (b *taskBuilder) build(id, name string, n *state.Node, svc string) ([]byte, error) {
+	cfg := b.properties(n)
+	cfg["cluster"] = b.spec.Config
+	p := b.spec.Provider
+	cfg["provider"] = map[string]any{"name": p.Name, "description": "", "providertype": p.Type, "provisioner": p.Fields}
+	if svc != "" {
+		def := b.spec.Services[svc]
+		act, ok := def.Actions[strings.ToLower(name)]
+		if !ok {
+			return nil, fmt.Errorf("service %s defines no %s action", svc, strings.ToLower(name))
+		}
+		fields := act.Fields
+		if fields == nil {
+			fields = map[string]any{}
+		}
+		cfg["service"] = map[string]any{"name": svc, "action": map[string]any{"type": act.Type, "fields": fields}}
+	}
+	nodes, err := b.nodes()
+	if err != nil {
+		return nil, err
+	}
+	cfg["nodes"] = nodes
+	// Results last: Coopr let provider results override built-in keys.
+	maps.Copy(cfg, n.Results)
+	task := map[string]any{
+		"taskId": id, "jobId": b.jobID, "clusterId": b.cluster.Name, "taskName": name, "nodeId": n.ID, "config": cfg,
+	}
+	data, err := json.Marshal(task)
+	if err != nil {
+		return nil, fmt.Errorf("encoding task %s: %w", id, err)
+	}
+	return data, nil
+}
+
+// sortedKeys returns m's keys, sorted.
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

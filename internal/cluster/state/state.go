@@ -1,0 +1,192 @@
+// Package state holds what loomd knows about a cluster between applies:
+// its nodes with the properties and provider results the tasks built up
+// (Coopr's Node.properties and provisionerResults), the spec it was last
+// applied with, and its jobs with the outcome of every task, so an apply
+// cut short resumes where it stopped.
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Cluster status values (Coopr's Cluster.Status).
+const (
+	Pending      = "pending"      // a job is running
+	Active       = "active"       // the last job completed
+	Incomplete   = "incomplete"   // a create or delete failed: machines may exist
+	Inconsistent = "inconsistent" // another job failed
+	Terminated   = "terminated"   // every node was deleted
+)
+
+// Cluster is one cluster's durable state.
+type Cluster struct {
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	// Spec is the spec file's text as last applied (the base of the next
+	// plan's diff); SpecFile where it was read from.
+	Spec     string    `json:"spec"`
+	SpecFile string    `json:"specFile"`
+	Created  time.Time `json:"created"`
+	Updated  time.Time `json:"updated"`
+	// Nodes by id.
+	Nodes map[string]*Node `json:"nodes"`
+	// Jobs, oldest first; the last one may be running.
+	Jobs []*Job `json:"jobs"`
+	// NextJob numbers jobs; NextNum continues nodenums.
+	NextJob int `json:"nextJob"`
+	NextNum int `json:"nextNum"`
+}
+
+// Node is one node: where it came from in the spec, its properties, and
+// the results its tasks returned.
+type Node struct {
+	ID           string   `json:"id"`
+	Group        string   `json:"group"`
+	Index        int      `json:"index"`
+	Num          int      `json:"nodenum"`
+	Hostname     string   `json:"hostname"`
+	Flavor       string   `json:"flavor,omitempty"`
+	Image        string   `json:"image,omitempty"`
+	SSHUser      string   `json:"sshuser,omitempty"`
+	HardwareType string   `json:"hardwaretype,omitempty"`
+	ImageType    string   `json:"imagetype,omitempty"`
+	Services     []string `json:"services"`
+	// IPAddresses are the last successful task's (CONFIRM's, usually).
+	IPAddresses map[string]any `json:"ipaddresses,omitempty"`
+	// Results are Coopr's provisionerResults: every task's result map,
+	// shallow-merged (last write wins), given to later tasks at the top
+	// level of their config. providerid and ssh-auth live here.
+	Results map[string]any `json:"results,omitempty"`
+	// State is "new" until CREATE succeeds, "created" until its services
+	// are in place, "active", or "deleted".
+	State string `json:"state"`
+}
+
+// Node states.
+const (
+	NodeNew     = "new"
+	NodeCreated = "created"
+	NodeActive  = "active"
+	NodeDeleted = "deleted"
+)
+
+// Address is the node's access address, or "" before CONFIRM.
+func (n *Node) Address() string {
+	for _, k := range []string{"access_v4", "bind_v4"} {
+		if s, ok := n.IPAddresses[k].(string); ok && s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// ProviderID is the node's providerid result, or "".
+func (n *Node) ProviderID() string {
+	s, _ := n.Results["providerid"].(string)
+	return s
+}
+
+// Job is one cluster action being run, or run.
+type Job struct {
+	ID     string `json:"id"`
+	Action string `json:"action"`
+	// PlannedNodes and Services are the plan's inputs (nil: all).
+	PlannedNodes     []string `json:"plannedNodes,omitempty"`
+	Services         []string `json:"services,omitempty"`
+	OnlyPlannedNodes bool     `json:"onlyPlannedNodes,omitempty"`
+	// Spec is the spec text the job plans from.
+	Spec    string    `json:"spec"`
+	Status  string    `json:"status"` // running, complete, failed
+	Message string    `json:"message,omitempty"`
+	Started time.Time `json:"started"`
+	Ended   time.Time `json:"ended,omitzero"`
+	// Tasks by plan index.
+	Tasks map[int]*Task `json:"tasks"`
+}
+
+// Job statuses.
+const (
+	JobRunning  = "running"
+	JobComplete = "complete"
+	JobFailed   = "failed"
+)
+
+// Task is a plan task's progress: each run (an attempt, or a DELETE or
+// CREATE run before a retry) with its task id, so a resumed apply can ask
+// the daemon how a run it lost track of ended.
+type Task struct {
+	Status string `json:"status"` // pending, running, done, failed, skipped
+	Runs   []Run  `json:"runs,omitempty"`
+}
+
+// Task statuses.
+const (
+	TaskPending = "pending"
+	TaskRunning = "running"
+	TaskDone    = "done"
+	TaskFailed  = "failed"
+	TaskSkipped = "skipped"
+)
+
+// Run is one task sent to a plugin.
+type Run struct {
+	ID       string    `json:"taskId"`
+	Name     string    `json:"taskName"`
+	Status   string    `json:"status"` // running, done, failed
+	Code     int       `json:"code,omitempty"`
+	Message  string    `json:"message,omitempty"`
+	Started  time.Time `json:"started"`
+	Duration float64   `json:"durationMs,omitempty"`
+}
+
+// LastJob is the newest job, or nil.
+func (c *Cluster) LastJob() *Job {
+	if len(c.Jobs) == 0 {
+		return nil
+	}
+	return c.Jobs[len(c.Jobs)-1]
+}
+
+// NodeIDs lists the node ids, by nodenum.
+func (c *Cluster) NodeIDs() []string {
+	ids := make([]string, 0, len(c.Nodes))
+	for id := range c.Nodes {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return c.Nodes[ids[i]].Num < c.Nodes[ids[j]].Num })
+	return ids
+}
+
+// Store keeps clusters.
+type Store interface {
+	// Get returns the cluster, or ErrNotFound.
+	Get(name string) (*Cluster, error)
+	// Put saves the cluster.
+	Put(c *Cluster) error
+	// List returns every cluster's name, sorted.
+	List() ([]string, error)
+	// Delete forgets the cluster.
+	Delete(name string) error
+}
+
+// ErrNotFound is returned for a cluster the store does not hold.
+var ErrNotFound = errors.New("no such cluster")
+
+// Marshal encodes a cluster.
+func Marshal(c *Cluster) ([]byte, error) { return json.Marshal(c) }
+
+// Unmarshal decodes a cluster.
+func Unmarshal(name string, data []byte) (*Cluster, error) {
+	var c Cluster
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("cluster %s: decoding its state: %w", name, err)
+	}
+	if c.Nodes == nil {
+		c.Nodes = map[string]*Node{}
+	}
+	return &c, nil
+}
