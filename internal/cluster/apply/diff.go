@@ -122,10 +122,12 @@ func Diff(cl *state.Cluster, sp *spec.Spec, o DiffOptions) ([]Step, error) {
 		old, err := spec.Parse(cl.SpecFile+" (as last applied)", []byte(cl.Spec))
 		changed := err != nil || fingerprint(old) != fingerprint(sp)
 		switch {
+		// Every node, new ones included: a restart must see the whole
+		// cluster's services to order STOP and START across nodes.
 		case changed && o.NoRestart:
-			steps = append(steps, Step{Action: plan.Configure, PlannedNodes: kept, Spec: sp, Reason: "the config or service definitions changed"})
+			steps = append(steps, Step{Action: plan.Configure, Spec: sp, Reason: "the config or service definitions changed"})
 		case changed:
-			steps = append(steps, Step{Action: plan.ConfigureRestart, PlannedNodes: kept, Spec: sp, Reason: "the config or service definitions changed"})
+			steps = append(steps, Step{Action: plan.ConfigureRestart, Spec: sp, Reason: "the config or service definitions changed"})
 		case len(added) > 0 || len(removed) > 0:
 			steps = append(steps, Step{Action: plan.Configure, PlannedNodes: kept, OnlyPlannedNodes: true, Spec: sp,
 				Reason: "the node list changed: reconfigure the nodes that stay"})

@@ -97,6 +97,9 @@ type executor struct {
 	failed     []int
 	stopping   bool
 	saveErr    error
+	// initializing suppresses queueing while run() replays a resumed
+	// job's finished tasks; it queues the ready ones once after.
+	initializing bool
 }
 
 // tstate is a task's progress in this run.
@@ -142,12 +145,14 @@ func (e *executor) run(ctx context.Context) error {
 	for g, mem := range e.plan.Groups {
 		e.groupsLeft[g] = len(mem)
 	}
-	// Release what finished in an earlier run, then start the roots.
+	// Release what finished in an earlier run, then queue what is ready.
+	e.initializing = true
 	for i, ts := range e.tasks {
 		if ts.status == state.TaskDone || ts.status == state.TaskSkipped {
 			e.release(i)
 		}
 	}
+	e.initializing = false
 	for i, ts := range e.tasks {
 		if ts.pending == 0 && ts.status == state.TaskPending {
 			heap.Push(&e.ready, readyItem{stage: e.plan.Tasks[i].Stage, index: i})
@@ -191,6 +196,9 @@ func (e *executor) run(ctx context.Context) error {
 func (e *executor) dispatch(ctx context.Context) {
 	for e.running < e.o.Parallelism && e.ready.Len() > 0 {
 		it := heap.Pop(&e.ready).(readyItem)
+		if e.tasks[it.index].status != state.TaskPending {
+			continue
+		}
 		t := e.plan.Tasks[it.index]
 		if e.busy[t.Node] {
 			e.deferred[t.Node] = append(e.deferred[t.Node], it.index)
@@ -405,7 +413,7 @@ func (e *executor) release(i int) {
 func (e *executor) prereqDone(i int) {
 	ts := e.tasks[i]
 	ts.pending--
-	if ts.pending == 0 && ts.status == state.TaskPending {
+	if ts.pending == 0 && ts.status == state.TaskPending && !e.initializing {
 		heap.Push(&e.ready, readyItem{stage: e.plan.Tasks[i].Stage, index: i})
 	}
 }
@@ -417,7 +425,7 @@ func (e *executor) fail(i int, msg string) {
 	e.failed = append(e.failed, i)
 	if !e.stopping {
 		t := e.plan.Tasks[i]
-		e.job.Message = fmt.Sprintf("%s %s on %s failed: %s", t.Name, t.Service, t.Node, msg)
+		e.job.Message = fmt.Sprintf("%s on %s failed: %s", strings.TrimSpace(t.Name+" "+t.Service), t.Node, msg)
 	}
 	e.stopping = true
 	e.save()

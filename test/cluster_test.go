@@ -1,0 +1,519 @@
+package test
+
+// End-to-end test of loomd plan / apply / destroy: real sshd "hosts" on
+// loopback (each with private /var/cache/loom and /var/lib/loom-fx, so
+// they act as separate machines for the shell automator's cache and for
+// the effects log), the static provider handing them out, the shell
+// automator running a script that appends one line per task to the
+// host's log. The test checks the order of those effects against the
+// plan loomd plan printed.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/loomrt/loom/internal/sshdtest"
+)
+
+const (
+	fxDir    = "/var/lib/loom-fx"
+	fxLog    = fxDir + "/effects.log"
+	fxGate   = fxDir + "/gate"
+	fxHold   = fxDir + "/hold"
+	clTenant = "cl"
+)
+
+// effectScript appends "<ns> <taskName> <service> <nodeId> <greeting>"
+// to the host's log; START db then waits for the gate file while the hold
+// file exists (the kill test stops an apply there).
+const effectScript = `#!/bin/sh
+set -e
+mkdir -p ` + fxDir + `
+echo "$(date +%s%N) $(loom_lookup_key taskName) $(loom_lookup_key config/service/name) $(loom_lookup_key nodeId) $(loom_lookup_key config/cluster/greeting)" >> ` + fxLog + `
+if [ -e ` + fxHold + ` ] && [ "$(loom_lookup_key taskName)" = START ] && [ "$(loom_lookup_key config/service/name)" = db ]; then
+	i=0
+	while [ ! -e ` + fxGate + ` ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+fi
+`
+
+type clusterEnv struct {
+	t                                *testing.T
+	dir, plugins, work, state, known string
+	spec                             string
+	hosts                            []*sshdtest.Server
+	byPort                           map[int]*sshdtest.Server
+}
+
+func newClusterEnv(t *testing.T, nhosts int) *clusterEnv {
+	t.Helper()
+	dir := t.TempDir()
+	e := &clusterEnv{t: t, dir: dir, plugins: filepath.Join(dir, "plugins"), work: filepath.Join(dir, "work"),
+		state: filepath.Join(dir, "state"), known: filepath.Join(dir, "known_hosts"), spec: filepath.Join(dir, "shop.yaml"),
+		byPort: map[int]*sshdtest.Server{}}
+	var inv []any
+	for i := 0; i < nhosts; i++ {
+		srv := sshdtest.Start(t, sshdtest.Config{PrivateDirs: []string{"/var/cache/loom", fxDir}})
+		e.hosts = append(e.hosts, srv)
+		e.byPort[srv.Port] = srv
+		inv = append(inv, map[string]any{"id": fmt.Sprintf("h%d", i+1), "address": srv.Host, "port": srv.Port,
+			"user": srv.NoPasswdUser, "key_file": fmt.Sprintf("keys/h%d", i+1), "labels": map[string]any{"flavor": "small", "image": "debian12"}})
+	}
+	for _, p := range []string{"shell", "static"} {
+		if err := os.CopyFS(filepath.Join(e.plugins, p), os.DirFS(filepath.Join(repoRoot(), "plugins", p))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	static := filepath.Join(e.work, clTenant, "providertypes", "static")
+	invJSON, _ := json.Marshal(map[string]any{"hosts": inv})
+	e.write(filepath.Join(static, "inventory.json"), string(invJSON), 0o600)
+	for i, h := range e.hosts {
+		e.write(filepath.Join(static, "keys", fmt.Sprintf("h%d", i+1)), string(h.KeyPEM), 0o600)
+	}
+	e.write(filepath.Join(e.work, clTenant, "automatortypes", "shell", "scripts", "effect.sh"), effectScript, 0o755)
+	e.write(e.known, "", 0o644)
+	return e
+}
+
+func (e *clusterEnv) write(path, content string, mode os.FileMode) {
+	e.t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// writeSpec writes the cluster spec: one db node, web nodes, a greeting
+// in the cluster config.
+func (e *clusterEnv) writeSpec(web int, greeting string) {
+	e.write(e.spec, fmt.Sprintf(`name: shop
+provider:
+  type: static
+  fields: {confirm_wait: "5", ssh_timeout: "5"}
+config:
+  greeting: %s
+nodegroups:
+  - {name: db, count: 1, flavor: small, image: debian12, services: [base, db]}
+  - {name: web, count: %d, flavor: small, image: debian12, services: [base, web]}
+services:
+  base:
+    actions:
+      install:   {type: shell, fields: {script: effect.sh}}
+      configure: {type: shell, fields: {script: effect.sh}}
+  db:
+    provides: [database]
+    install: {requires: [base]}
+    actions:
+      install:    {type: shell, fields: {script: effect.sh}}
+      configure:  {type: shell, fields: {script: effect.sh}}
+      initialize: {type: shell, fields: {script: effect.sh}}
+      start:      {type: shell, fields: {script: effect.sh}}
+      stop:       {type: shell, fields: {script: effect.sh}}
+  web:
+    install: {requires: [base]}
+    runtime: {requires: [database]}
+    actions:
+      install:   {type: shell, fields: {script: effect.sh}}
+      configure: {type: shell, fields: {script: effect.sh}}
+      start:     {type: shell, fields: {script: effect.sh}}
+      stop:      {type: shell, fields: {script: effect.sh}}
+`, greeting, web), 0o644)
+}
+
+func (e *clusterEnv) cmd(ctx context.Context, args ...string) *exec.Cmd {
+	full := append(args, "--plugins", e.plugins, "--work-dir", e.work, "--tenant", clTenant, "--known-hosts", e.known,
+		"--state-dir", e.state)
+	cmd := exec.CommandContext(ctx, loomdBin, full...)
+	cmd.Env = []string{"HOME=" + e.dir, "PATH=" + os.Getenv("PATH")}
+	return cmd
+}
+
+// loomd runs a loomd command to its end.
+func (e *clusterEnv) loomd(want int, args ...string) (stdout, stderr string) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := e.cmd(ctx, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		e.t.Fatalf("loomd %v: %v", args, err)
+	}
+	if code != want {
+		e.t.Fatalf("loomd %v: exit %d, want %d\n--- stdout\n%s\n--- stderr\n%s", args, code, want, out.String(), errb.String())
+	}
+	return out.String(), errb.String()
+}
+
+type planStep struct {
+	Reason string `json:"reason"`
+	Plan   struct {
+		Action string `json:"action"`
+		Tasks  []struct {
+			Index    int    `json:"index"`
+			TaskName string `json:"taskName"`
+			NodeID   string `json:"nodeId"`
+			Service  string `json:"service"`
+			After    []int  `json:"after"`
+		} `json:"tasks"`
+	} `json:"plan"`
+}
+
+func (e *clusterEnv) plan() []planStep {
+	e.t.Helper()
+	out, _ := e.loomd(0, "plan", e.spec, "--json")
+	var p struct {
+		Steps []planStep `json:"steps"`
+	}
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		e.t.Fatalf("plan --json: %v\n%s", err, out)
+	}
+	return p.Steps
+}
+
+type effect struct {
+	ns                            int64
+	task, service, node, greeting string
+}
+
+func (f effect) key() string { return f.task + " " + f.service + "@" + f.node }
+
+// effects reads and clears every host's log, merged by time.
+func (e *clusterEnv) effects() []effect {
+	e.t.Helper()
+	var all []effect
+	for _, h := range e.hosts {
+		p := h.HostPath(fxLog)
+		data, err := os.ReadFile(p)
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 4 {
+				continue
+			}
+			ns, _ := strconv.ParseInt(f[0], 10, 64)
+			fx := effect{ns: ns, task: f[1], service: f[2], node: f[3]}
+			if len(f) > 4 {
+				fx.greeting = f[4]
+			}
+			all = append(all, fx)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].ns < all[j].ns })
+	return all
+}
+
+// checkOrder asserts the effects are exactly the plan's service tasks
+// (each once, unless listed in rerun: at least once), each after its
+// prerequisites, and each step's after the step before.
+func (e *clusterEnv) checkOrder(steps []planStep, fx []effect, rerun func(string) bool) {
+	e.t.Helper()
+	first, last := map[string]int64{}, map[string]int64{}
+	count := map[string]int{}
+	for _, f := range fx {
+		k := f.key()
+		if _, ok := first[k]; !ok {
+			first[k] = f.ns
+		}
+		last[k] = f.ns
+		count[k]++
+	}
+	want := map[string]bool{}
+	var prevMax int64
+	for si, st := range steps {
+		var stepMin, stepMax int64 = 1 << 62, 0
+		for _, t := range st.Plan.Tasks {
+			if t.Service == "" {
+				continue
+			}
+			k := t.TaskName + " " + t.Service + "@" + t.NodeID
+			want[k] = true
+			switch {
+			case count[k] == 0:
+				e.t.Errorf("step %d (%s): %s left no effect", si+1, st.Reason, k)
+				continue
+			case count[k] > 1 && (rerun == nil || !rerun(k)):
+				e.t.Errorf("step %d (%s): %s ran %d times", si+1, st.Reason, k, count[k])
+			}
+			stepMin, stepMax = min(stepMin, first[k]), max(stepMax, last[k])
+			for _, d := range t.After {
+				p := st.Plan.Tasks[d]
+				if p.Service == "" {
+					continue
+				}
+				pk := p.TaskName + " " + p.Service + "@" + p.NodeID
+				if last[pk] > first[k] {
+					e.t.Errorf("step %d: %s ran before its prerequisite %s finished", si+1, k, pk)
+				}
+			}
+		}
+		if stepMax > 0 && stepMin < prevMax {
+			e.t.Errorf("step %d (%s) began before the step before it ended", si+1, st.Reason)
+		}
+		if stepMax > 0 {
+			prevMax = stepMax
+		}
+	}
+	for k := range count {
+		if !want[k] {
+			e.t.Errorf("effect %s is in no planned task", k)
+		}
+	}
+}
+
+type clusterState struct {
+	Status string `json:"status"`
+	Nodes  map[string]struct {
+		State       string         `json:"state"`
+		IPAddresses map[string]any `json:"ipaddresses"`
+		Results     map[string]any `json:"results"`
+	} `json:"nodes"`
+	Jobs []struct {
+		ID     string `json:"id"`
+		Action string `json:"action"`
+		Status string `json:"status"`
+		Tasks  map[string]struct {
+			Status string `json:"status"`
+		} `json:"tasks"`
+	} `json:"jobs"`
+}
+
+func (e *clusterEnv) readState() clusterState {
+	e.t.Helper()
+	var s clusterState
+	data, err := os.ReadFile(filepath.Join(e.state, "shop.json"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+// claims reads the static provider's claims: host id -> node id.
+func (e *clusterEnv) claims() map[string]string {
+	e.t.Helper()
+	data, err := os.ReadFile(filepath.Join(e.work, clTenant, "providertypes", "static", "claims.json"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var c struct {
+		Claims map[string]struct {
+			NodeID string `json:"node_id"`
+		} `json:"claims"`
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]string{}
+	for h, cl := range c.Claims {
+		out[h] = cl.NodeID
+	}
+	return out
+}
+
+// TestClusterLifecycle: apply (killed mid-way, then resumed), scale
+// 3→5→2, reconfigure with restart, destroy.
+func TestClusterLifecycle(t *testing.T) {
+	e := newClusterEnv(t, 5)
+
+	// Create, held at START db; kill -9 the apply there.
+	e.writeSpec(2, "hello")
+	for _, h := range e.hosts {
+		if err := os.WriteFile(h.HostPath(fxHold), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create := e.plan()
+	if len(create) != 1 || create[0].Plan.Action != "create" || len(create[0].Plan.Tasks) != 3*3+3*2+4+2*3 {
+		t.Fatalf("create plan: %+v", create)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cmd := e.cmd(ctx, "apply", e.spec, "--local", "--log-format", "json")
+	var killedErr bytes.Buffer
+	cmd.Stderr = &killedErr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	var doneBefore map[string]bool
+	deadline := time.Now().Add(2 * time.Minute)
+	for doneBefore == nil {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("START db never started:\n%s", killedErr.String())
+		}
+		select {
+		case <-exited:
+			t.Fatalf("apply ended before START db:\n%s", killedErr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		data, err := os.ReadFile(filepath.Join(e.state, "shop.json"))
+		if err != nil {
+			continue
+		}
+		var s clusterState
+		if json.Unmarshal(data, &s) != nil || len(s.Jobs) == 0 {
+			continue
+		}
+		for i, task := range create[0].Plan.Tasks {
+			if task.TaskName == "START" && task.Service == "db" && s.Jobs[0].Tasks[strconv.Itoa(i)].Status == "running" {
+				doneBefore = map[string]bool{}
+				for j, tk := range create[0].Plan.Tasks {
+					if s.Jobs[0].Tasks[strconv.Itoa(j)].Status == "done" && tk.Service != "" {
+						doneBefore[tk.TaskName+" "+tk.Service+"@"+tk.NodeID] = true
+					}
+				}
+			}
+		}
+	}
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-exited
+	if len(doneBefore) == 0 {
+		t.Fatalf("no task had finished before START db")
+	}
+	// Open the gate on every host, then resume.
+	for _, h := range e.hosts {
+		if err := os.WriteFile(h.HostPath(fxGate), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(h.HostPath(fxHold))
+	}
+	resume := e.plan()
+	if len(resume) != 1 || !strings.HasPrefix(resume[0].Reason, "resume job shop-001") {
+		t.Fatalf("plan after the kill: %+v", resume)
+	}
+	out, _ := e.loomd(0, "apply", e.spec, "--local")
+	// Tasks that had not finished at the kill may run again; those
+	// that had, never.
+	fx := e.effects()
+	e.checkOrder(create, fx, func(k string) bool { return !doneBefore[k] })
+	for _, f := range fx {
+		if f.greeting != "hello" {
+			t.Errorf("%s saw greeting %q, want the cluster config's", f.key(), f.greeting)
+		}
+	}
+	for k := range doneBefore {
+		n := 0
+		for _, f := range fx {
+			if f.key() == k {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s finished before the kill but ran %d times", k, n)
+		}
+	}
+	for _, id := range []string{"shop-db-1", "shop-web-1", "shop-web-2"} {
+		if !strings.Contains(out, id) || !strings.Contains(out, "127.0.0.1") {
+			t.Errorf("summary lacks node %s with its address:\n%s", id, out)
+		}
+	}
+	if s := e.readState(); s.Status != "active" || len(s.Nodes) != 3 {
+		t.Fatalf("state after create: %+v", s)
+	}
+	if c := e.claims(); len(c) != 3 {
+		t.Fatalf("claims after create: %v", c)
+	}
+	if out, _ := e.loomd(0, "plan", e.spec); !strings.Contains(out, "No changes") {
+		t.Errorf("plan after apply:\n%s", out)
+	}
+
+	// Scale web 2 → 4 (3 → 5 nodes).
+	e.writeSpec(4, "hello")
+	up := e.plan()
+	if len(up) != 2 || up[0].Plan.Action != "create" || up[1].Plan.Action != "configure" {
+		t.Fatalf("scale-up plan: %+v", up)
+	}
+	e.loomd(0, "apply", e.spec, "--local")
+	e.checkOrder(up, e.effects(), nil)
+	if c := e.claims(); len(c) != 5 {
+		t.Fatalf("claims after scale-up: %v", c)
+	}
+
+	// Scale web 4 → 1 (5 → 2 nodes): stop web on 3 nodes, delete them.
+	e.writeSpec(1, "hello")
+	down := e.plan()
+	if len(down) != 2 || down[0].Plan.Action != "destroy" || down[1].Plan.Action != "configure" {
+		t.Fatalf("scale-down plan: %+v", down)
+	}
+	e.loomd(0, "apply", e.spec, "--local")
+	e.checkOrder(down, e.effects(), nil)
+	if c := e.claims(); len(c) != 2 {
+		t.Fatalf("claims after scale-down: %v", c)
+	}
+	if s := e.readState(); len(s.Nodes) != 2 || s.Status != "active" {
+		t.Fatalf("state after scale-down: %+v", s)
+	}
+
+	// Reconfigure: the greeting changes; services restart.
+	e.writeSpec(1, "bonjour")
+	re := e.plan()
+	if len(re) != 1 || re[0].Plan.Action != "configure-restart" {
+		t.Fatalf("reconfigure plan: %+v", re)
+	}
+	e.loomd(0, "apply", e.spec, "--local")
+	fx = e.effects()
+	e.checkOrder(re, fx, nil)
+	order := []string{}
+	for _, f := range fx {
+		if f.greeting != "bonjour" {
+			t.Errorf("%s saw greeting %q after the reconfigure", f.key(), f.greeting)
+		}
+		if f.task == "STOP" || f.task == "START" {
+			order = append(order, f.task+" "+f.service)
+		}
+	}
+	if got := strings.Join(order, ", "); got != "STOP web, STOP db, START db, START web" {
+		t.Errorf("restart order %s; want web stopped first and started last", got)
+	}
+
+	// Destroy: stop web, then db, then delete every node.
+	out, _ = e.loomd(0, "destroy", "shop", "--local")
+	fx = e.effects()
+	var stops []string
+	for _, f := range fx {
+		stops = append(stops, f.task+" "+f.service)
+	}
+	if strings.Join(stops, ", ") != "STOP web, STOP db" {
+		t.Errorf("destroy effects: %v", stops)
+	}
+	if c := e.claims(); len(c) != 0 {
+		t.Errorf("claims after destroy: %v", c)
+	}
+	if s := e.readState(); s.Status != "terminated" || len(s.Nodes) != 0 {
+		t.Errorf("state after destroy: %+v\n%s", s, out)
+	}
+	list, _ := e.loomd(0, "cluster", "list")
+	if !strings.Contains(list, "shop") || !strings.Contains(list, "terminated") {
+		t.Errorf("cluster list:\n%s", list)
+	}
+}
