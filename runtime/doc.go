@@ -33,4 +33,15 @@
 // host process. loomd serve runs the runtime inside worker processes under
 // an OS memory limit for that (internal/worker); an embedding program that
 // runs untrusted plugins should do the same.
+//
+// # gopher-lua
+//
+// Loom builds against a patched gopher-lua (third_party/gopher-lua, see its
+// LOOM.md: a bounded traceback and a cap on the .. operator). Go ignores a
+// dependency's replace directives, so an embedding program adds
+//
+//	replace github.com/yuin/gopher-lua => ./third_party/gopher-lua
+//
+// to its own go.mod, with a copy of that directory; without it the build
+// fails on lua.Options.MaxConcatSize.
 package runtime
