@@ -40,11 +40,10 @@ func allowed(list []string, host string) bool {
 }
 
 // allowedSocket reports whether the allow-list grants a unix socket path.
-// An empty list grants everything.
+// Unlike hosts, sockets are never granted by default: an empty list grants
+// none, since a local socket (docker.sock, an agent's) can be as good as
+// root on the machine. Only "unix:<path>" entries, or "*", grant one.
 func allowedSocket(list []string, path string) bool {
-	if len(list) == 0 {
-		return true
-	}
 	for _, e := range list {
 		e = strings.TrimSpace(e)
 		if e == "*" || e == unixPrefix+path {

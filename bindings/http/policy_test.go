@@ -33,6 +33,12 @@ func TestUnixSocket(t *testing.T) {
 
 	e := newEnv(t, loomhttp.Options{})
 	e.set(map[string]string{"SOCK": sock})
+	// No permissions.http grants every host but no socket: a local
+	// socket (docker.sock) can be root on the machine.
+	if le := e.runErr(t, `http.get("http://docker/_ping", {unix_socket = SOCK})`); le.Kind != "permission" || !strings.Contains(le.Message, `add "unix:`+sock) {
+		t.Errorf("a socket without an allow-list entry: %s: %s", le.Kind, le.Message)
+	}
+	e.h.Perms = bindings.Permissions{HTTP: []string{"unix:" + sock}}
 	e.run(t, `
 		local v = http.get("http://docker/v1.43/info", {unix_socket = SOCK}):json()
 		assert(v.path == "/v1.43/info" and v.host == "docker", v.path .. " " .. v.host)

@@ -237,7 +237,7 @@ for i = 1, 1000 do keep[i] = json.decode(doc) end`),
 		{name: "http-daemon-api", class: "trust", expect: "fails with kind permission: a plugin without permissions.http cannot call loomd's own API to read other tasks", gap: gapHTTPDefault,
 			plugin: &plugin{body: `self.result.result.tasks = require("loom.http").get(self.task.config.api .. "/v1/tasks", {timeout = 1}).body`},
 			want:   want{kinds: []string{"permission"}, within: withinDeadline}},
-		{name: "http-unix-socket", class: "trust", expect: "fails with kind permission: a plugin without permissions.http reaches no unix socket (docker.sock)", gap: gapHTTPDefault,
+		{name: "http-unix-socket", class: "trust", expect: "fails with kind permission: a plugin without permissions.http reaches no unix socket (docker.sock)",
 			plugin: &plugin{body: `self.result.result.d = require("loom.http").get("http://docker/containers/json", {unix_socket = "/var/run/docker.sock", timeout = 1}).body`},
 			want:   want{kinds: []string{"permission"}, within: withinDeadline}},
 
