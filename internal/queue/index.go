@@ -122,11 +122,15 @@ func (q *Queue) provisionIndex(ctx context.Context) error {
 		x.apiPrefix = "$JS." + q.cfg.Domain + ".API"
 	}
 	var err error
+	created := false
 	for i := range x.streams {
 		name := indexStreamName(i)
+		if _, err := q.js.Stream(ctx, name); errors.Is(err, jetstream.ErrStreamNotFound) {
+			created = true
+		}
 		x.streams[i], err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:        name,
-			Description: fmt.Sprintf("loomd task index, shard %d of %d: one entry per task, subject loom.idx.%d.<state>.<family>.<type>.<cluster>, payload the task id", i, StateShards, i),
+			Description: fmt.Sprintf("loomd task index, shard %d of %d: one entry per task, subject loom.idx.%d.<class>.<family>.<type>.<cluster>, payload the task id", i, StateShards, i),
 			Subjects:    []string{indexPrefix + strconv.Itoa(i) + ".>"},
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
@@ -156,8 +160,64 @@ func (q *Queue) provisionIndex(ctx context.Context) error {
 	if err := q.watchCancels(); err != nil {
 		return err
 	}
+	if created {
+		q.ix.bg.Add(1)
+		go func() {
+			defer q.ix.bg.Done()
+			q.backfillIndex(q.abortCtx)
+		}()
+	}
 	q.startSweeper()
 	return nil
+}
+
+// backfillIndex gives an index entry to every record that has none: the
+// records of a store written before the index existed. It runs once, in
+// the background, when this process created the index; it reads every
+// record once.
+func (q *Queue) backfillIndex(ctx context.Context) {
+	n := 0
+	for _, kv := range q.kvs {
+		w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+		if err != nil {
+			q.log.Warn("indexing existing task records failed; they are missing from lists and retention", "bucket", kv.Bucket(), "err", err)
+			return
+		}
+		n += q.backfillShard(ctx, w)
+		_ = w.Stop()
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	if n > 0 {
+		q.log.Info("indexed existing task records", "count", n)
+	}
+}
+
+func (q *Queue) backfillShard(ctx context.Context, w jetstream.KeyWatcher) (n int) {
+	for {
+		var e jetstream.KeyValueEntry
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return n
+		case e, ok = <-w.Updates():
+		}
+		if !ok || e == nil {
+			return n
+		}
+		rec, err := decodeRecord(e)
+		if err != nil || rec.IndexSeq != 0 {
+			continue
+		}
+		// A conflict means someone wrote the record since: that write
+		// indexed it.
+		if _, err := q.write(ctx, rec, rec); err == nil {
+			n++
+		} else if !isConflict(err) && ctx.Err() == nil {
+			q.log.Warn("indexing an existing task record failed", "task", rec.TaskID, "err", err)
+		}
+	}
 }
 
 // write stores next if the record is still at cur's revision (or, for a

@@ -327,3 +327,38 @@ func TestRetainExpiresInBackground(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Records written before the index existed get entries when a daemon
+// creates the index.
+func TestIndexBackfill(t *testing.T) {
+	cfg := testConfig(t)
+	q := open(t, cfg)
+	ctx := context.Background()
+	for _, id := range []string{"old-1", "old-2"} {
+		rec := Record{TaskID: id, State: Succeeded, Family: "automator", Type: "shell", Created: time.Now().UTC()}
+		if _, err := q.kvFor(id).Create(ctx, keyPrefix+id, mustJSON(rec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range StateShards {
+		if err := q.js.DeleteStream(ctx, indexStreamName(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q2 := open(t, cfg)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := listAll(t, q2, Filter{State: Succeeded})
+		slices.Sort(got)
+		if slices.Equal(got, []string{"old-1", "old-2"}) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the backfill List = %v, want old-1 and old-2", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
