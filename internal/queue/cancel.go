@@ -82,7 +82,7 @@ func (q *Queue) remove(ctx context.Context, rec Record) error {
 		return fmt.Errorf("deleting task %s: purging its record: %w", id, err)
 	}
 	if rec.IndexSeq != 0 {
-		if err := q.ix.streams[i].DeleteMsg(ctx, rec.IndexSeq); err != nil && !msgGone(err) {
+		if err := q.ix.streams[indexPart(i, false)].DeleteMsg(ctx, rec.IndexSeq); err != nil && !msgGone(err) {
 			q.log.Debug("removing a deleted task's index entry failed; readers skip it", "task", id, "err", err)
 		}
 	}

@@ -17,13 +17,15 @@ import (
 // The record index.
 //
 // Listing tasks must not read every record, so every record has one entry
-// in an index stream, LOOM_INDEX_<shard> (the shard of its state bucket),
-// on the subject
+// in an index stream, on the subject
 //
 //	loom.idx.<shard>.<class>.<family>.<type>.<cluster>
 //
 // whose payload is the task id. The class is "active" for queued and
-// running tasks, and the state itself for finished ones: a task's start
+// running tasks, and the state itself for finished ones. Active entries
+// live in LOOM_ACTIVE_<shard>, finished ones in LOOM_INDEX_<shard> (the
+// shard of the task's state bucket), so a list of queued or running tasks
+// reads only the active ones, however many finished tasks are kept; a task's start
 // and its retries are not index writes, which keeps the worker's path to
 // one more fsynced write per task (docs/benchmarks.md); a list by
 // state=queued or running reads the active entries and checks the record.
@@ -40,8 +42,9 @@ import (
 // per-subject state stays small (states x types x clusters). The index is
 // sharded like the records so that its fsynced writes run in parallel.
 const (
-	IndexStream = "LOOM_INDEX" // shards are LOOM_INDEX_0 .. LOOM_INDEX_<StateShards-1>
-	indexPrefix = "loom.idx."
+	IndexStream       = "LOOM_INDEX"  // finished tasks; shards LOOM_INDEX_0 .. LOOM_INDEX_<StateShards-1>
+	ActiveIndexStream = "LOOM_ACTIVE" // queued and running tasks; shards as LOOM_INDEX
+	indexPrefix       = "loom.idx."
 	// TaskIDHeader carries the task id on task messages. The message id
 	// is the task id too, except for a task submitted again after it was
 	// deleted inside the dedupe window (see Submit).
@@ -51,7 +54,7 @@ const (
 // indexState is the Queue's bookkeeping for the index, deletes and
 // cancellations.
 type indexState struct {
-	streams   [StateShards]jetstream.Stream // LOOM_INDEX_<i>
+	streams   [indexParts]jetstream.Stream  // see indexPart
 	kvStreams [StateShards]jetstream.Stream // the state buckets' streams
 	cancelKV  jetstream.KeyValue            // LOOM_CANCEL
 	apiPrefix string                        // $JS.API or $JS.<domain>.API
@@ -93,7 +96,28 @@ func indexSubject(r Record) string {
 	return indexPrefix + strconv.Itoa(shardOf(r.TaskID)) + "." + indexClass(r.State) + "." + indexToken(r.Family) + "." + indexToken(r.Type) + "." + indexToken(r.ClusterID)
 }
 
-func indexStreamName(shard int) string { return IndexStream + "_" + strconv.Itoa(shard) }
+// The index has two parts per shard, finished and active; a part is
+// shard*2, plus 1 for the active one.
+const indexParts = 2 * StateShards
+
+func indexPart(shard int, active bool) int {
+	if active {
+		return shard*2 + 1
+	}
+	return shard * 2
+}
+
+func partShard(p int) int     { return p / 2 }
+func partActive(p int) bool   { return p%2 == 1 }
+func recordPart(r Record) int { return indexPart(shardOf(r.TaskID), !r.State.Terminal()) }
+
+// partName is the stream of an index part.
+func partName(p int) string {
+	if partActive(p) {
+		return ActiveIndexStream + "_" + strconv.Itoa(partShard(p))
+	}
+	return IndexStream + "_" + strconv.Itoa(partShard(p))
+}
 
 // indexFilter is the subject filter of a list filter in one shard.
 func indexFilter(shard int, f Filter) string {
@@ -123,22 +147,34 @@ func (q *Queue) provisionIndex(ctx context.Context) error {
 	}
 	var err error
 	created := false
-	for i := range x.streams {
-		name := indexStreamName(i)
-		if _, err := q.js.Stream(ctx, name); errors.Is(err, jetstream.ErrStreamNotFound) {
-			created = true
-		}
-		x.streams[i], err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name:        name,
-			Description: fmt.Sprintf("loomd task index, shard %d of %d: one entry per task, subject loom.idx.%d.<class>.<family>.<type>.<cluster>, payload the task id", i, StateShards, i),
-			Subjects:    []string{indexPrefix + strconv.Itoa(i) + ".>"},
-			Retention:   jetstream.LimitsPolicy,
-			Storage:     jetstream.FileStorage,
-			Replicas:    q.cfg.Replicas,
-			AllowDirect: true,
-		})
-		if err != nil {
-			return fmt.Errorf("creating stream %s: %w", name, err)
+	// The finished part first: a store from before the split has the
+	// active subjects in it, and the update hands them over.
+	for _, active := range []bool{false, true} {
+		for shard := range StateShards {
+			p := indexPart(shard, active)
+			name := partName(p)
+			if _, err := q.js.Stream(ctx, name); errors.Is(err, jetstream.ErrStreamNotFound) {
+				created = true
+			}
+			prefix := indexPrefix + strconv.Itoa(shard) + "."
+			subjects := []string{prefix + "active.>"}
+			what := "queued and running tasks"
+			if !active {
+				subjects = []string{prefix + string(Succeeded) + ".>", prefix + string(Failed) + ".>", prefix + string(Cancelled) + ".>"}
+				what = "finished tasks"
+			}
+			x.streams[p], err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+				Name:        name,
+				Description: fmt.Sprintf("loomd task index of %s, shard %d of %d: one entry per task, subject loom.idx.%d.<class>.<family>.<type>.<cluster>, payload the task id", what, shard, StateShards, shard),
+				Subjects:    subjects,
+				Retention:   jetstream.LimitsPolicy,
+				Storage:     jetstream.FileStorage,
+				Replicas:    q.cfg.Replicas,
+				AllowDirect: true,
+			})
+			if err != nil {
+				return fmt.Errorf("creating stream %s: %w", name, err)
+			}
 		}
 	}
 	for i, kv := range q.kvs {
@@ -229,7 +265,7 @@ func (q *Queue) write(ctx context.Context, cur, next Record) (uint64, error) {
 	// error is a summary (the whole message stays in the result).
 	next.Error = capText(next.Error, maxRecordError)
 	kv, key := q.kvFor(next.TaskID), keyPrefix+next.TaskID
-	old := cur.IndexSeq
+	old, oldPart, newPart := cur.IndexSeq, recordPart(cur), recordPart(next)
 	if cur.Revision != 0 {
 		q.ix.mu.Lock()
 		if p, ok := q.ix.lastIndex[next.TaskID]; ok && p.rev == cur.Revision {
@@ -255,7 +291,7 @@ func (q *Queue) write(ctx context.Context, cur, next Record) (uint64, error) {
 	}
 	if err != nil {
 		if reindex {
-			q.dropIndex(shardOf(next.TaskID), next.IndexSeq)
+			q.dropIndex(newPart, next.IndexSeq)
 		}
 		return 0, err
 	}
@@ -266,8 +302,8 @@ func (q *Queue) write(ctx context.Context, cur, next Record) (uint64, error) {
 		q.ix.lastIndex[next.TaskID] = indexPos{rev: rev, seq: next.IndexSeq}
 	}
 	q.ix.mu.Unlock()
-	if reindex && old != 0 && old != next.IndexSeq {
-		q.dropIndex(shardOf(next.TaskID), old)
+	if reindex && old != 0 && (old != next.IndexSeq || oldPart != newPart) {
+		q.dropIndex(oldPart, old)
 	}
 	return rev, nil
 }
@@ -275,7 +311,7 @@ func (q *Queue) write(ctx context.Context, cur, next Record) (uint64, error) {
 // dropIndex removes an index entry in the background: the write that
 // replaced it does not wait for it, and an entry left behind (the process
 // died) is stale, which readers detect and remove.
-func (q *Queue) dropIndex(shard int, seq uint64) {
+func (q *Queue) dropIndex(part int, seq uint64) {
 	if seq == 0 {
 		return
 	}
@@ -284,7 +320,7 @@ func (q *Queue) dropIndex(shard int, seq uint64) {
 		defer q.ix.bg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := q.ix.streams[shard].DeleteMsg(ctx, seq); err != nil && !msgGone(err) && !errors.Is(err, nats.ErrConnectionClosed) {
+		if err := q.ix.streams[part].DeleteMsg(ctx, seq); err != nil && !msgGone(err) && !errors.Is(err, nats.ErrConnectionClosed) {
 			q.log.Debug("removing an old index entry failed; readers skip it", "seq", seq, "err", err)
 		}
 	}()
@@ -308,28 +344,28 @@ func taskIDOf(h nats.Header) string {
 
 // indexEntry is one entry of the index stream.
 type indexEntry struct {
-	shard int
-	seq   uint64
-	id    string
-	subj  string
-	time  time.Time
+	part int
+	seq  uint64
+	id   string
+	subj string
+	time time.Time
 }
 
 // maxDirectBatch bounds one direct-get batch.
 const maxDirectBatch = 1024
 
-// readIndex returns the entries of an index shard matching filter with
+// readIndex returns the entries of an index part matching filter with
 // sequences in [from, to], oldest first, at most max of them (0: no
 // bound), using direct-get batches. It stops early at the first entry
 // that stop rejects, if stop is set.
-func (q *Queue) readIndex(ctx context.Context, shard int, filter string, from, to uint64, max int, stop func(indexEntry) bool) ([]indexEntry, error) {
+func (q *Queue) readIndex(ctx context.Context, part int, filter string, from, to uint64, max int, stop func(indexEntry) bool) ([]indexEntry, error) {
 	var out []indexEntry
 	for from <= to {
 		// A single get first: it finds the next match without the count
 		// of pending matches a batch request makes the server compute
 		// (which costs a walk of the rest of the stream), so a window
 		// without matches costs one cheap request.
-		first, err := q.nextEntry(ctx, shard, filter, from)
+		first, err := q.nextEntry(ctx, part, filter, from)
 		if err != nil {
 			return nil, err
 		}
@@ -344,7 +380,7 @@ func (q *Queue) readIndex(ctx context.Context, shard int, filter string, from, t
 		if max > 0 && max-len(out) < n {
 			n = max - len(out)
 		}
-		got, last, more, err := q.directBatch(ctx, shard, filter, from, to, n)
+		got, last, more, err := q.directBatch(ctx, part, filter, from, to, n)
 		if err != nil {
 			return nil, err
 		}
@@ -362,19 +398,19 @@ func (q *Queue) readIndex(ctx context.Context, shard int, filter string, from, t
 	return out, nil
 }
 
-// directBatch asks an index shard for up to n entries matching filter
+// directBatch asks an index part for up to n entries matching filter
 // from sequence from on, and keeps those up to to. more is false when
 // the stream has no further match.
-func (q *Queue) directBatch(ctx context.Context, shard int, filter string, from, to uint64, n int) (out []indexEntry, last uint64, more bool, err error) {
+func (q *Queue) directBatch(ctx context.Context, part int, filter string, from, to uint64, n int) (out []indexEntry, last uint64, more bool, err error) {
 	req := map[string]any{"seq": from, "next_by_subj": filter, "batch": n}
-	more, err = q.directGet(ctx, indexStreamName(shard), req, n, func(m *nats.Msg) {
+	more, err = q.directGet(ctx, partName(part), req, n, func(m *nats.Msg) {
 		seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 		last = seq
 		if seq > to {
 			return // past the window
 		}
 		ts, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
-		out = append(out, indexEntry{shard: shard, seq: seq, id: string(m.Data), subj: m.Header.Get(jetstream.SubjectHeader), time: ts})
+		out = append(out, indexEntry{part: part, seq: seq, id: string(m.Data), subj: m.Header.Get(jetstream.SubjectHeader), time: ts})
 	})
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("reading the task index: %w", err)
@@ -384,12 +420,12 @@ func (q *Queue) directBatch(ctx context.Context, shard int, filter string, from,
 
 // nextEntry is the first entry matching filter from sequence from on, or
 // nil.
-func (q *Queue) nextEntry(ctx context.Context, shard int, filter string, from uint64) (*indexEntry, error) {
+func (q *Queue) nextEntry(ctx context.Context, part int, filter string, from uint64) (*indexEntry, error) {
 	var e *indexEntry
-	_, err := q.directGet(ctx, indexStreamName(shard), map[string]any{"seq": from, "next_by_subj": filter}, 1, func(m *nats.Msg) {
+	_, err := q.directGet(ctx, partName(part), map[string]any{"seq": from, "next_by_subj": filter}, 1, func(m *nats.Msg) {
 		seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 		ts, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
-		e = &indexEntry{shard: shard, seq: seq, id: string(m.Data), subj: m.Header.Get(jetstream.SubjectHeader), time: ts}
+		e = &indexEntry{part: part, seq: seq, id: string(m.Data), subj: m.Header.Get(jetstream.SubjectHeader), time: ts}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reading the task index: %w", err)

@@ -41,28 +41,28 @@ type Page struct {
 // ErrBadCursor is wrapped by List for an After it did not issue.
 var ErrBadCursor = errors.New("bad cursor")
 
-// A cursor holds, per index shard, the sequence below which the next
-// page starts.
-const cursorVersion = "i2."
+// A cursor holds, per index part, the sequence below which the next page
+// starts (0: a part the page did not read).
+const cursorVersion = "i3."
 
-func encodeCursor(below [StateShards]uint64) string {
-	parts := make([]string, StateShards)
+func encodeCursor(below [indexParts]uint64) string {
+	parts := make([]string, indexParts)
 	for i, b := range below {
 		parts[i] = strconv.FormatUint(b, 10)
 	}
 	return base64.RawURLEncoding.EncodeToString([]byte(cursorVersion + strings.Join(parts, ".")))
 }
 
-func decodeCursor(c string) ([StateShards]uint64, error) {
-	var below [StateShards]uint64
+func decodeCursor(c string) ([indexParts]uint64, error) {
+	var below [indexParts]uint64
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err == nil {
 		if s, ok := strings.CutPrefix(string(b), cursorVersion); ok {
 			parts := strings.Split(s, ".")
-			ok = len(parts) == StateShards
+			ok = len(parts) == indexParts
 			for i := 0; ok && i < len(parts); i++ {
 				below[i], err = strconv.ParseUint(parts[i], 10, 64)
-				ok = err == nil && below[i] > 0
+				ok = err == nil
 			}
 			if ok {
 				return below, nil
@@ -76,10 +76,10 @@ func decodeCursor(c string) ([StateShards]uint64, error) {
 // before a reader removes it: younger ones may belong to a write under way.
 const staleAfter = time.Minute
 
-// shardIter reads one index shard backwards, newest entry first, in
+// shardIter reads one index part backwards, newest entry first, in
 // windows that double while matches are rare.
 type shardIter struct {
-	shard       int
+	part        int
 	filter      string
 	first, end  uint64 // the range still to read: [first, end]
 	window      uint64
@@ -98,7 +98,7 @@ func (q *Queue) peek(ctx context.Context, it *shardIter) (*indexEntry, error) {
 		if it.end-it.first+1 > it.window {
 			start = it.end - it.window + 1
 		}
-		entries, err := q.readIndex(ctx, it.shard, it.filter, start, it.end, 0, nil)
+		entries, err := q.readIndex(ctx, it.part, it.filter, start, it.end, 0, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -124,31 +124,36 @@ func (q *Queue) List(ctx context.Context, f Filter) (Page, error) {
 	case limit > MaxPageSize:
 		limit = MaxPageSize
 	}
-	var below [StateShards]uint64
+	var below [indexParts]uint64
 	if f.After != "" {
 		var err error
 		if below, err = decodeCursor(f.After); err != nil {
 			return Page{}, err
 		}
 	}
-	var iters [StateShards]*shardIter
-	for i, st := range q.ix.streams {
+	// Queued and running tasks are in the active parts only, finished
+	// ones in the others.
+	var iters []*shardIter
+	for p, st := range q.ix.streams {
+		if f.State != "" && partActive(p) == f.State.Terminal() {
+			continue
+		}
 		info, err := st.Info(ctx)
 		if err != nil {
-			return Page{}, fmt.Errorf("reading the task index %s: %w", indexStreamName(i), err)
+			return Page{}, fmt.Errorf("reading the task index %s: %w", partName(p), err)
 		}
-		it := &shardIter{shard: i, filter: indexFilter(i, f), first: max(info.State.FirstSeq, 1), end: info.State.LastSeq, window: uint64(limit)}
+		it := &shardIter{part: p, filter: indexFilter(partShard(p), f), first: max(info.State.FirstSeq, 1), end: info.State.LastSeq, window: uint64(limit)}
 		if info.State.Msgs == 0 {
 			it.end = 0
 		}
-		if below[i] != 0 {
-			it.end = min(it.end, below[i]-1)
+		if below[p] != 0 {
+			it.end = min(it.end, below[p]-1)
 		}
 		it.initialNext = it.end + 1
-		iters[i] = it
+		iters = append(iters, it)
 	}
 	var page Page
-	var consumed [StateShards]uint64
+	var consumed [indexParts]uint64
 	for len(page.Records) < limit {
 		// The next candidates, merged by time across the shards.
 		var cands []indexEntry
@@ -178,17 +183,17 @@ func (q *Queue) List(ctx context.Context, f Filter) (Page, error) {
 			return Page{}, err
 		}
 		for i, r := range recs {
-			consumed[cands[i].shard] = cands[i].seq
+			consumed[cands[i].part] = cands[i].seq
 			if r == nil {
 				continue
 			}
 			page.Records = append(page.Records, *r)
 			if len(page.Records) == limit {
-				var next [StateShards]uint64
-				for s, it := range iters {
-					next[s] = it.initialNext
-					if consumed[s] != 0 {
-						next[s] = consumed[s]
+				var next [indexParts]uint64
+				for _, it := range iters {
+					next[it.part] = it.initialNext
+					if consumed[it.part] != 0 {
+						next[it.part] = consumed[it.part]
 					}
 				}
 				page.Next = encodeCursor(next)
@@ -201,13 +206,14 @@ func (q *Queue) List(ctx context.Context, f Filter) (Page, error) {
 
 // resolve reads the records of index entries, one batch per shard; an
 // entry whose record does not point back at it is stale and comes back
-// nil (and is removed once it is old enough), as does a record not in
-// state (unless state is "").
+// nil (and is removed when the record moved past it, or once it is old
+// enough), as does a record not in state (unless state is "").
 func (q *Queue) resolve(ctx context.Context, entries []indexEntry, state State) ([]*Record, error) {
 	out := make([]*Record, len(entries))
 	var byShard [StateShards][]string
 	for _, e := range entries {
-		byShard[e.shard] = append(byShard[e.shard], e.id)
+		s := partShard(e.part)
+		byShard[s] = append(byShard[s], e.id)
 	}
 	var recs [StateShards]map[string]Record
 	var errs [StateShards]error
@@ -226,16 +232,22 @@ func (q *Queue) resolve(ctx context.Context, entries []indexEntry, state State) 
 		return nil, err
 	}
 	for i, e := range entries {
-		rec, found := recs[e.shard][e.id]
-		old := time.Since(e.time) > staleAfter
+		rec, found := recs[partShard(e.part)][e.id]
 		switch {
-		case found && rec.IndexSeq == e.seq:
+		case found && recordPart(rec) == e.part && rec.IndexSeq == e.seq:
 			if state == "" || rec.State == state {
 				out[i] = &rec
 			}
-		case found && (rec.IndexSeq > e.seq || old), !found && old:
-			q.dropIndex(e.shard, e.seq)
+		case staleEntry(e, rec, found):
+			q.dropIndex(e.part, e.seq)
 		}
 	}
 	return out, nil
+}
+
+// staleEntry reports whether an entry that does not match its record
+// (rec, if found) can go: the record moved past it, or it is too old to
+// belong to a write under way.
+func staleEntry(e indexEntry, rec Record, found bool) bool {
+	return found && recordPart(rec) == e.part && rec.IndexSeq > e.seq || time.Since(e.time) > staleAfter
 }

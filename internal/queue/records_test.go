@@ -340,8 +340,8 @@ func TestIndexBackfill(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for i := range StateShards {
-		if err := q.js.DeleteStream(ctx, indexStreamName(i)); err != nil {
+	for p := range indexParts {
+		if err := q.js.DeleteStream(ctx, partName(p)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // DefaultRetain is how long finished tasks are kept when Config.Retain
@@ -54,9 +52,9 @@ func (q *Queue) startSweeper() {
 // cutoff, so it costs what it deletes.
 func (q *Queue) Sweep(ctx context.Context, cutoff time.Time) (int, error) {
 	deleted := 0
-	for shard, stream := range q.ix.streams {
+	for shard := range StateShards {
 		for _, st := range []State{Succeeded, Failed, Cancelled} {
-			n, err := q.sweepShard(ctx, shard, stream, st, cutoff, sweepBatch-deleted)
+			n, err := q.sweepShard(ctx, shard, st, cutoff, sweepBatch-deleted)
 			deleted += n
 			if err != nil {
 				return deleted, err
@@ -68,8 +66,10 @@ func (q *Queue) Sweep(ctx context.Context, cutoff time.Time) (int, error) {
 
 // sweepShard deletes up to limit tasks in state st of one index shard
 // that finished before cutoff.
-func (q *Queue) sweepShard(ctx context.Context, shard int, stream jetstream.Stream, st State, cutoff time.Time, limit int) (int, error) {
+func (q *Queue) sweepShard(ctx context.Context, shard int, st State, cutoff time.Time, limit int) (int, error) {
 	deleted := 0
+	part := indexPart(shard, false)
+	stream := q.ix.streams[part]
 	filter := indexPrefix + strconv.Itoa(shard) + "." + string(st) + ".>"
 	var from uint64 = 1
 	for deleted < limit {
@@ -79,24 +79,25 @@ func (q *Queue) sweepShard(ctx context.Context, shard int, stream jetstream.Stre
 		}
 		from = max(from, info.State.FirstSeq)
 		batch := min(256, limit-deleted)
-		entries, err := q.readIndex(ctx, shard, filter, from, info.State.LastSeq, batch, func(e indexEntry) bool { return e.time.After(cutoff) })
+		entries, err := q.readIndex(ctx, part, filter, from, info.State.LastSeq, batch, func(e indexEntry) bool { return e.time.After(cutoff) })
 		if err != nil {
 			return deleted, err
 		}
 		for _, e := range entries {
 			rec, err := q.get(ctx, e.id)
-			switch {
-			case errors.Is(err, ErrNotFound) || err == nil && rec.IndexSeq != e.seq:
-				if err := stream.DeleteMsg(ctx, e.seq); err != nil && !msgGone(err) {
-					return deleted, err
-				}
-			case err != nil:
+			if err != nil && !errors.Is(err, ErrNotFound) {
 				return deleted, err
-			case rec.State.Terminal():
+			}
+			switch found := err == nil; {
+			case found && recordPart(rec) == part && rec.IndexSeq == e.seq:
 				if err := q.remove(ctx, rec); err != nil {
 					return deleted, err
 				}
 				deleted++
+			case staleEntry(e, rec, found):
+				if err := stream.DeleteMsg(ctx, e.seq); err != nil && !msgGone(err) {
+					return deleted, err
+				}
 			}
 			from = e.seq + 1
 		}
