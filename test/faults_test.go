@@ -318,4 +318,24 @@ func TestFaultStoreLimit(t *testing.T) {
 	for _, task := range d.list(queue.Failed) {
 		t.Errorf("task %s failed: %s", task.TaskID, task.Error)
 	}
+
+	// kill -9 at the limit, and a restart on the same data: the daemon
+	// comes back, still full, refusing submits with the reason, and the
+	// big tasks are all still queued (none lost, none failed).
+	d.kill9()
+	d2 := startDaemon(t, dir, "d2.log", nil, "--store-max", "4MiB", "--concurrency", "4")
+	d2.waitFor("a submit refused with 507 after the restart", func() bool {
+		code, _ := d2.call("POST", "/v1/tasks", big(9999))
+		return code == http.StatusInsufficientStorage
+	})
+	queued := 0
+	for i := 0; i < refusedAt; i++ {
+		code, body := d2.call("GET", fmt.Sprintf("/v1/tasks/big-%04d", i), "")
+		if code != http.StatusOK || !strings.Contains(string(body), `"state":"queued"`) {
+			t.Errorf("big-%04d after the restart: %d %.200s", i, code, body)
+			continue
+		}
+		queued++
+	}
+	t.Logf("after kill -9 at the limit and a restart: %d of %d big tasks still queued", queued, refusedAt)
 }

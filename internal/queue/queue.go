@@ -353,9 +353,10 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 		q.afterPublish(t.TaskID)
 	}
 	rev, err := q.write(ctx, Record{}, rec)
-	if !ack.Duplicate {
+	if !ack.Duplicate && !(err != nil && isStorageErr(err)) {
 		// Counted at the publish, the source of "queued": a worker may have
 		// claimed the task and written its record before this Create.
+		// (A task taken back for lack of room below is not counted.)
 		rec.Revision = rev
 		q.notify(Transition{From: "", Record: rec})
 	}
@@ -366,6 +367,21 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 			return Record{}, false, fmt.Errorf("reading the record of task %s: %w", t.TaskID, gerr)
 		}
 		return cur, !ack.Duplicate, nil
+	case err != nil && isStorageErr(err) && !ack.Duplicate:
+		// No room for the record: take the message back, so the task is
+		// not queued without a record that GET and the reconciler see,
+		// and refuse the submit like any other at a full store. Should
+		// the delete fail too, the task runs when a worker claims it
+		// (the claim creates the record), and submitting it again is
+		// still safe.
+		q.noteWriteErr(err)
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		derr := q.stream.DeleteMsg(dctx, ack.Sequence)
+		cancel()
+		if derr != nil {
+			q.log.Warn("taking back a task whose record could not be written failed; it runs when a worker claims it", "task", t.TaskID, "err", derr)
+		}
+		return Record{}, false, fmt.Errorf("recording task %s: %w", t.TaskID, q.storeFullErr())
 	case err != nil:
 		// The task is queued and will run; the worker that claims it
 		// creates the record. The submit succeeded.
