@@ -83,14 +83,7 @@ func pushCaptures(L *lua.LState, name string, m *lpattern.Matcher, s, e int, who
 
 // startOffset is Lua 5.1's init argument as a 0-based offset in [0, n].
 func startOffset(init, n int) int {
-	if init < 0 {
-		init += n + 1
-	}
-	init--
-	if init < 0 {
-		return 0
-	}
-	return min(init, n)
+	return min(max(posRelative(init, n)-1, 0), n)
 }
 
 // sbFind is string.find (find) or string.match (!find), Lua 5.1's
