@@ -22,6 +22,11 @@ type Result struct {
 	// TenantID is the tenant the task ran for (its tenantId, else the
 	// runtime's), as in a Coopr worker's result.
 	TenantID string `json:"tenantId,omitempty"`
+	// ProvisionerID and WorkerID name who ran the task, as in a Coopr
+	// worker's result (Options.ProvisionerID and WorkerID; a Coopr
+	// server's take/finish loop sets the ids it took the task with).
+	ProvisionerID string `json:"provisionerId,omitempty"`
+	WorkerID      string `json:"workerId,omitempty"`
 	// Status is 0 on success. Any other value is a failure; 201 and 202
 	// mean "nothing was created" to a Coopr server.
 	Status  int    `json:"status"`
@@ -74,7 +79,7 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return err
 	}
-	for _, k := range []string{"taskId", "tenantId", "status", "message", "stdout", "stderr", "result", "ipaddresses", "hostname", "error", "duration_ms", "plugin"} {
+	for _, k := range []string{"taskId", "tenantId", "provisionerId", "workerId", "status", "message", "stdout", "stderr", "result", "ipaddresses", "hostname", "error", "duration_ms", "plugin"} {
 		delete(m, k)
 	}
 	if len(m) > 0 {

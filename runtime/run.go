@@ -56,7 +56,13 @@ func (rt *Runtime) runTaskWith(ctx context.Context, task *Task, logger *slog.Log
 		}
 		pts[i] = pt
 	}
-	res := &Result{TaskID: task.TaskID, TenantID: rt.tenantOf(task)}
+	res := &Result{TaskID: task.TaskID, TenantID: rt.tenantOf(task), ProvisionerID: rt.opts.ProvisionerID, WorkerID: rt.opts.WorkerID}
+	if len(pts) == 0 {
+		// A BOOTSTRAP with no automators: Coopr ran nothing and finished
+		// the task (its result then lacked a status, which the server
+		// refused with 400; Loom sends 0).
+		res.Message = "BOOTSTRAP: config.automators is empty, nothing to bootstrap"
+	}
 	var plugins []string
 	for _, pt := range pts {
 		r, err := rt.runHookWith(ctx, pt, task, task.Hook(), logger, nil)
@@ -479,29 +485,31 @@ func (v *vm) buildInput(task *Task, taskT *lua.LTable) (input *lua.LTable, missi
 	if src, ok := fieldsSrc.(*lua.LTable); ok {
 		src.ForEach(func(k, val lua.LValue) { fields.RawSet(k, val) })
 	}
-	missing = v.applyParameters(fields)
+	// Required sets are checked where Coopr checked them: a provider's
+	// at CREATE (the server refused a cluster create missing them) and a
+	// service action's (Coopr's automators raised on a missing field),
+	// never on CONFIRM or DELETE, which must be able to clean up a node
+	// whatever its provider's configuration has become.
+	checkRequired := task.Hook() == "create" || task.Family() == Automator
+	missing = v.applyParameters(fields, checkRequired)
 	input.RawSetString("fields", fields)
 	return input, missing
 }
 
-// applyParameters fills declared defaults into fields, registers the
-// values of sensitive fields as secrets, and checks the required sets.
-func (v *vm) applyParameters(fields *lua.LTable) string {
+// applyParameters fills declared defaults into absent fields, registers
+// the values of sensitive fields as secrets, and, when checkRequired,
+// checks the required sets.
+func (v *vm) applyParameters(fields *lua.LTable, checkRequired bool) string {
 	td := v.pt.def
 	groups := make([]string, 0, len(td.Parameters))
 	for g := range td.Parameters {
 		groups = append(groups, g)
 	}
 	sort.Strings(groups)
-	present := func(name string) bool {
-		switch x := fields.RawGetString(name).(type) {
-		case *lua.LNilType:
-			return false
-		case lua.LString:
-			return x != ""
-		}
-		return true
-	}
+	// A field is present when the task has its key, even as "": Coopr's
+	// server checked required sets by key (an admin may clear a field on
+	// purpose), and its UI filled defaults only into absent fields.
+	present := func(name string) bool { return fields.RawGetString(name) != lua.LNil }
 	var problems []string
 	for _, g := range groups {
 		pg := td.Parameters[g]
@@ -524,7 +532,7 @@ func (v *vm) applyParameters(fields *lua.LTable) string {
 				}
 			}
 		}
-		if len(pg.Required) == 0 {
+		if len(pg.Required) == 0 || !checkRequired {
 			continue
 		}
 		satisfied := false

@@ -31,6 +31,11 @@ type Options struct {
 	// Tenant is the tenant of tasks that carry no tenantId. Default
 	// "default". Work dirs and pooled VMs are per (tenant, type).
 	Tenant string
+	// ProvisionerID and WorkerID are copied into every result
+	// (provisionerId, workerId), as a Coopr worker did. loomd serve sets
+	// them to its daemon id and <host>.<pid>; empty leaves them out.
+	ProvisionerID string
+	WorkerID      string
 	// Bindings are the Lua modules plugins may require as "loom.<name>".
 	// Nil means just log and json (see bindings/std for the full set).
 	Bindings *bindings.Registry

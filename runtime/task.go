@@ -111,12 +111,13 @@ func ParseTask(data []byte) (*Task, error) {
 	if t.TaskName == "" {
 		return nil, fmt.Errorf("%w: missing \"taskName\" (one of %s)", ErrInvalidTask, strings.Join(TaskNames, ", "))
 	}
-	if _, ok := hookByTask[t.TaskName]; !ok {
-		if _, ok := hookByTask[strings.ToUpper(t.TaskName)]; ok {
-			return nil, fmt.Errorf("%w: taskName %q must be upper case (%q)", ErrInvalidTask, t.TaskName, strings.ToUpper(t.TaskName))
-		}
-		return nil, fmt.Errorf("%w: unknown taskName %q (want one of %s)", ErrInvalidTask, t.TaskName, strings.Join(TaskNames, ", "))
+	// Coopr's worker lowercased taskName before dispatching, and its own
+	// fixtures use "install": any case is accepted, and TaskName holds
+	// the upper-case name a Coopr server sends.
+	if _, ok := hookByTask[strings.ToUpper(t.TaskName)]; !ok {
+		return nil, fmt.Errorf("%w: unknown taskName %q (want one of %s, in any case)", ErrInvalidTask, t.TaskName, strings.Join(TaskNames, ", "))
 	}
+	t.TaskName = strings.ToUpper(t.TaskName)
 	if t.TenantID != "" && !ValidTenant(t.TenantID) {
 		return nil, fmt.Errorf("%w: task %s: tenantId %q must be %s", ErrInvalidTask, t.label(), t.TenantID, tenantRule)
 	}
@@ -124,6 +125,11 @@ func ParseTask(data []byte) (*Task, error) {
 		return nil, fmt.Errorf("%w: task %s has no \"config\" object", ErrInvalidTask, t.label())
 	}
 	t.route = *w.Config
+	if t.TaskName == "BOOTSTRAP" && len(t.route.Automators) == 0 {
+		// Coopr logged "No automators specified to bootstrap" and ran
+		// nothing; RunTask reports that as a success.
+		return t, nil
+	}
 	if _, _, err := t.Route(); err != nil {
 		return nil, err
 	}
@@ -144,7 +150,8 @@ func (t *Task) Hook() string { return hookByTask[t.TaskName].hook }
 func (t *Task) Family() Family { return hookByTask[t.TaskName].family }
 
 // Types lists the plugin types the task runs, in order: one for every task
-// but BOOTSTRAP, which runs every automator in config.automators.
+// but BOOTSTRAP, which runs every automator in config.automators (none
+// when that list is empty or absent).
 func (t *Task) Types() []string {
 	switch {
 	case t.Family() == Provider:
@@ -168,7 +175,10 @@ func (t *Task) Route() (Family, string, error) {
 		}
 	case t.TaskName == "BOOTSTRAP":
 		if len(t.route.Automators) == 0 {
-			return "", "", fmt.Errorf("%w: BOOTSTRAP task %s needs a non-empty config.automators list", ErrInvalidTask, t.label())
+			// ParseTask accepts it (it runs nothing, as in Coopr), but
+			// a queue needs a plugin type to route a task to.
+			return "", "", fmt.Errorf("%w: BOOTSTRAP task %s has no config.automators, so no plugin type serves it: "+
+				"it runs nothing and succeeds (loomd run, a Coopr server), but the queue needs a type to route it to", ErrInvalidTask, t.label())
 		}
 		for i, a := range t.route.Automators {
 			if a == "" {

@@ -1,0 +1,154 @@
+package runtime_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/loomrt/loom/runtime"
+	"github.com/loomrt/loom/runtime/luatest"
+)
+
+// These tests pin the behaviours Coopr's own artefacts rely on (issue 14):
+// its fixtures, its worker's dispatch and its server's checks.
+
+// echoPlugins writes a provider and an automator whose hooks return the
+// fields they got, both with a required field and a defaulted one.
+func echoPlugins(t *testing.T) *runtime.Runtime {
+	t.Helper()
+	dir := t.TempDir()
+	code := `
+E = {}
+local function echo(self, input) self.result.result.fields = input.fields or {}; self.result.status = 0 end
+for _, h in ipairs({"create","confirm","delete","bootstrap","install","configure","init","start","stop","remove"}) do E[h] = echo end
+`
+	params := map[string]any{"parameters": map[string]any{"admin": map[string]any{
+		"fields": map[string]any{
+			"token":  map[string]any{"label": "Token", "type": "password"},
+			"region": map[string]any{"label": "Region", "default": "eu-1"},
+		},
+		"required": [][]string{{"token"}}}}}
+	luatest.WritePlugin(t, dir, luatest.Plugin{Name: "p", Family: "provider", Classname: "E", Files: map[string]string{"e.lua": code}, Extra: params})
+	luatest.WritePlugin(t, dir, luatest.Plugin{Name: "a", Family: "automator", Classname: "E", Files: map[string]string{"e.lua": code}, Extra: params})
+	return luatest.NewRuntime(t, runtime.Options{PluginsDir: dir, WorkDir: t.TempDir(), Tenant: "acme",
+		ProvisionerID: "master-box-42", WorkerID: "box.example.com.42"})
+}
+
+// withFields sets the plugin fields of a luatest task.
+func withFields(t *testing.T, task []byte, fields map[string]any) []byte {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(task, &m); err != nil {
+		t.Fatal(err)
+	}
+	cfg := m["config"].(map[string]any)
+	if p, ok := cfg["provider"].(map[string]any); ok {
+		p["provisioner"] = fields
+	}
+	if s, ok := cfg["service"].(map[string]any); ok {
+		s["action"].(map[string]any)["fields"] = fields
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+func TestCooprLowerCaseTaskName(t *testing.T) {
+	rt := echoPlugins(t)
+	for _, name := range []string{"install", "Install", "initialize", "delete"} {
+		typ := "a"
+		if name == "delete" {
+			typ = "p"
+		}
+		task := withFields(t, luatest.Task(strings.ToUpper(name), typ, nil), map[string]any{"token": "x"})
+		task = []byte(strings.Replace(string(task), `"taskName":"`+strings.ToUpper(name)+`"`, `"taskName":"`+name+`"`, 1))
+		pt, err := runtime.ParseTask(task)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if pt.TaskName != strings.ToUpper(name) {
+			t.Errorf("%s: TaskName %q", name, pt.TaskName)
+		}
+		if r := luatest.Run(t, rt, task); r.Status != 0 {
+			t.Errorf("%s: %+v", name, r)
+		}
+	}
+}
+
+func TestCooprBootstrapWithoutAutomators(t *testing.T) {
+	rt := echoPlugins(t)
+	for _, cfg := range []string{`{"automators":[]}`, `{}`, `{"automators":null}`} {
+		task := []byte(`{"taskId":"b-1","taskName":"BOOTSTRAP","config":` + cfg + `}`)
+		r := luatest.Run(t, rt, task)
+		if r.Status != 0 || !strings.Contains(r.Message, "nothing to bootstrap") {
+			t.Errorf("%s: %+v", cfg, r)
+		}
+		b, _ := json.Marshal(r)
+		if !strings.Contains(string(b), `"status":0`) {
+			t.Errorf("%s: the finish body needs an integer status: %s", cfg, b)
+		}
+	}
+}
+
+func TestCooprRequiredWhereCooprChecked(t *testing.T) {
+	rt := echoPlugins(t)
+	cases := []struct {
+		name, typ string
+		fields    map[string]any
+		fail      bool
+	}{
+		// A Coopr server refused a cluster create missing required fields.
+		{"CREATE", "p", map[string]any{}, true},
+		// It checked keys: "" is a value an admin chose.
+		{"CREATE", "p", map[string]any{"token": ""}, false},
+		// CONFIRM and DELETE were never checked: a node must be deletable.
+		{"DELETE", "p", map[string]any{}, false},
+		{"DELETE", "p", map[string]any{"token": ""}, false},
+		{"CONFIRM", "p", map[string]any{}, false},
+		// Coopr's automators raised on a missing (nil) field.
+		{"INSTALL", "a", map[string]any{}, true},
+		{"INSTALL", "a", map[string]any{"token": ""}, false},
+		{"STOP", "a", map[string]any{"token": nil}, true},
+	}
+	for _, c := range cases {
+		r := luatest.Run(t, rt, withFields(t, luatest.Task(c.name, c.typ, nil), c.fields))
+		failed := r.Status != 0 && strings.Contains(r.Message, "missing required admin fields")
+		if failed != c.fail {
+			t.Errorf("%s %v: want failure %v, got %+v", c.name, c.fields, c.fail, r)
+		}
+	}
+}
+
+func TestCooprDefaultsFillOnlyAbsentFields(t *testing.T) {
+	rt := echoPlugins(t)
+	get := func(fields map[string]any) any {
+		r := luatest.Run(t, rt, withFields(t, luatest.Task("CONFIRM", "p", nil), fields))
+		return r.Result["fields"].(map[string]any)["region"]
+	}
+	if v := get(map[string]any{}); v != "eu-1" {
+		t.Errorf("absent field: %v, want the default", v)
+	}
+	if v := get(map[string]any{"region": ""}); v != "" {
+		t.Errorf("empty field: %v, want it kept empty (Coopr filled defaults into absent fields only)", v)
+	}
+	if v := get(map[string]any{"region": "us-2"}); v != "us-2" {
+		t.Errorf("set field: %v", v)
+	}
+}
+
+func TestCooprResultNamesWorker(t *testing.T) {
+	rt := echoPlugins(t)
+	r := luatest.Run(t, rt, withFields(t, luatest.Task("CONFIRM", "p", nil), nil))
+	b, _ := json.Marshal(r)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	want := map[string]any{"workerId": "box.example.com.42", "provisionerId": "master-box-42", "tenantId": "acme", "taskId": "t-1"}
+	for k, v := range want {
+		if m[k] != v {
+			t.Errorf("result %s = %v, want %v (%s)", k, m[k], v, b)
+		}
+	}
+	var back runtime.Result
+	if err := json.Unmarshal(b, &back); err != nil || back.WorkerID != "box.example.com.42" || back.Extra != nil {
+		t.Errorf("round trip: %+v %v", back, err)
+	}
+}
