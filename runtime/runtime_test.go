@@ -374,12 +374,12 @@ func TestReloadKeepsOldVersionWhenBroken(t *testing.T) {
 
 func TestInvalidTasks(t *testing.T) {
 	for in, want := range map[string]string{
-		`{"taskName":`:                                                     "malformed JSON",
-		`{"taskId":"x","config":{}}`:                                       `missing "taskName"`,
-		`{"taskId":"x","taskName":"FLY","config":{}}`:                      "unknown taskName",
-		`{"taskId":"x","taskName":"CREATE"}`:                               `no "config"`,
-		`{"taskId":"x","taskName":"CREATE","config":{}}`:                   "config.provider.providertype",
-		`{"taskId":"x","taskName":"INSTALL","config":{}}`:                  "config.service.action.type",
+		`{"taskName":`:                                                       "malformed JSON",
+		`{"taskId":"x","config":{}}`:                                         `missing "taskName"`,
+		`{"taskId":"x","taskName":"FLY","config":{}}`:                        "unknown taskName",
+		`{"taskId":"x","taskName":"CREATE"}`:                                 `no "config"`,
+		`{"taskId":"x","taskName":"CREATE","config":{}}`:                     "config.provider.providertype",
+		`{"taskId":"x","taskName":"INSTALL","config":{}}`:                    "config.service.action.type",
 		`{"taskId":"x","taskName":"BOOTSTRAP","config":{"automators":[""]}}`: "config.automators[1] is empty",
 	} {
 		_, err := runtime.ParseTask([]byte(in))
