@@ -258,7 +258,9 @@ func (v *vm) Context() context.Context { return v.ctx }
 // use: most hooks of a busy daemon never log.
 func (v *vm) Logger() *slog.Logger {
 	if v.logger == nil {
-		v.logger = slog.New(&redactHandler{h: v.baseLogger.Handler(), secrets: v.secrets}).With(
+		// Redacted, then counted against the task's log budget.
+		h := newBudgetHandler(v.baseLogger.Handler(), MaxTaskLog)
+		v.logger = slog.New(&redactHandler{h: h, secrets: v.secrets}).With(
 			"task", v.logAttrs[0], "plugin", v.logAttrs[1], "hook", v.logAttrs[2])
 	}
 	return v.logger
