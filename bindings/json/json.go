@@ -42,7 +42,7 @@ func (b *Binding) Open(L *lua.LState, h bindings.Host) lua.LValue {
 
 func encode(L *lua.LState) int {
 	v := L.CheckAny(1)
-	opts := luaval.EncodeOptions{L: L}
+	opts := luaval.EncodeOptions{L: L, Limits: luaval.Limits{Stop: hookDone(L)}}
 	if o, ok := L.Get(2).(*lua.LTable); ok {
 		if s, ok := o.RawGetString("indent").(lua.LString); ok {
 			opts.Indent = string(s)
@@ -58,7 +58,7 @@ func encode(L *lua.LState) int {
 
 func decode(L *lua.LState) int {
 	s := L.CheckString(1)
-	v, err := luaval.Decode(L, []byte(s), luaval.Limits{})
+	v, err := luaval.Decode(L, []byte(s), luaval.Limits{Stop: hookDone(L)})
 	if err != nil {
 		bindings.Raise(L, bindings.Errorf("config", "json.decode: %v", err))
 	}
@@ -74,4 +74,13 @@ func array(L *lua.LState) int {
 	luaval.MarkArray(L, t)
 	L.Push(t)
 	return 1
+}
+
+// hookDone is the hook's context's Done, so a big document cannot outlive
+// the hook's deadline; nil outside a hook.
+func hookDone(L *lua.LState) <-chan struct{} {
+	if ctx := L.Context(); ctx != nil {
+		return ctx.Done()
+	}
+	return nil
 }

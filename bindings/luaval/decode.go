@@ -76,6 +76,11 @@ func (d *decoder) value(depth int) (lua.LValue, error) {
 	if d.nodes > d.lim.MaxNodes {
 		return lua.LNil, fmt.Errorf("decoding JSON: more than %d values: %w", d.lim.MaxNodes, ErrTooLarge)
 	}
+	if d.nodes&stopEvery == 0 && d.lim.Stop != nil {
+		if err := stopped(d.lim.Stop); err != nil {
+			return lua.LNil, fmt.Errorf("decoding JSON: %w", err)
+		}
+	}
 	switch c := d.data[d.pos]; {
 	case c == '{':
 		if depth >= d.lim.MaxDepth {

@@ -85,6 +85,11 @@ func (e *encoder) value(v lua.LValue, depth int, path string) error {
 	if e.nodes > e.opts.MaxNodes {
 		return e.fail(path, fmt.Errorf("more than %d values: %w", e.opts.MaxNodes, ErrTooLarge))
 	}
+	if e.nodes&stopEvery == 0 && e.opts.Stop != nil {
+		if err := stopped(e.opts.Stop); err != nil {
+			return e.fail(path, err)
+		}
+	}
 	if len(e.buf) > e.opts.MaxBytes {
 		return e.fail(path, fmt.Errorf("more than %d bytes: %w", e.opts.MaxBytes, ErrTooLarge))
 	}

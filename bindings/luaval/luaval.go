@@ -29,6 +29,11 @@ type Limits struct {
 	MaxNodes int
 	// MaxBytes is the largest JSON input accepted or output produced.
 	MaxBytes int
+	// Stop, when set, is watched every 4096 values: the conversion fails
+	// with ErrStopped once it is closed. Bindings pass the hook's context's
+	// Done, so a document of 32 MiB (about a second in one Go call) cannot
+	// outlive the hook's deadline.
+	Stop <-chan struct{}
 }
 
 // DefaultLimits are generous for provisioning tasks (a Coopr task is a few
@@ -53,6 +58,7 @@ var (
 	ErrTooDeep  = errors.New("value nested too deep")
 	ErrTooLarge = errors.New("value too large")
 	ErrCycle    = errors.New("table contains a cycle")
+	ErrStopped  = errors.New("stopped: the hook's deadline passed or it was cancelled")
 )
 
 // PathError says where in a value a conversion failed, e.g.
@@ -74,3 +80,17 @@ func (e *PathError) Error() string {
 }
 
 func (e *PathError) Unwrap() error { return e.Err }
+
+// stopEvery+1 is how many values Decode and Encode convert between looks
+// at Limits.Stop.
+const stopEvery = 1<<12 - 1
+
+// stopped reports ErrStopped once stop is closed.
+func stopped(stop <-chan struct{}) error {
+	select {
+	case <-stop:
+		return ErrStopped
+	default:
+		return nil
+	}
+}

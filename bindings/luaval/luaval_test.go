@@ -94,3 +94,26 @@ func TestOmitAndGo(t *testing.T) {
 		t.Fatalf("FromGo/ToGo: %v %v", g, err)
 	}
 }
+
+// TestStopsAtDeadline: a conversion of many values watches Limits.Stop
+// (the hook's context) and fails once it is closed.
+func TestStopsAtDeadline(t *testing.T) {
+	L := lua.NewState()
+	defer L.Close()
+	stop := make(chan struct{})
+	close(stop)
+	doc := []byte("[" + strings.Repeat("1,", 10000) + "1]")
+	if _, err := Decode(L, doc, Limits{Stop: stop}); !errors.Is(err, ErrStopped) {
+		t.Fatalf("decode: got %v, want ErrStopped", err)
+	}
+	v, err := Decode(L, doc, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Encode(v, EncodeOptions{L: L, Limits: Limits{Stop: stop}}); !errors.Is(err, ErrStopped) {
+		t.Fatalf("encode: got %v, want ErrStopped", err)
+	}
+	if _, err := Decode(L, []byte("[1,2]"), Limits{Stop: stop}); err != nil {
+		t.Fatalf("a small document converts before the first look: %v", err)
+	}
+}
