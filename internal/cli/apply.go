@@ -164,9 +164,11 @@ func (a *App) runSteps(ctx context.Context, g *globalOptions, o *clusterOptions,
 			return usageErr(fmt.Errorf("planning %s of cluster %s: %w", step.Action, cl.Name, err))
 		}
 		logger.Info("applying", "cluster", cl.Name, "job", job.ID, "why", step.Reason, "plan", p.Summary())
-		err := apply.Execute(ctx, cl, step.Spec, p, job, apply.Options{
-			Runner: runner, Parallelism: o.parallelism, Logger: logger, Save: st.Put,
-		})
+		opts := apply.Options{Runner: runner, Parallelism: o.parallelism, Logger: logger, Save: st.Put}
+		if j, ok := st.(state.Journal); ok {
+			opts.Journal = j.Append
+		}
+		err := apply.Execute(ctx, cl, step.Spec, p, job, opts)
 		if err != nil {
 			return err
 		}

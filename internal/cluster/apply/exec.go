@@ -40,9 +40,13 @@ type Options struct {
 	Attempts int
 	// Logger gets one line per state change.
 	Logger *slog.Logger
-	// Save persists the cluster; called after every change. An error
-	// stops the job (no task is started whose outcome could be lost).
+	// Save persists the whole cluster: at the job's start and end, and
+	// after every round of changes when Journal is nil. An error stops
+	// the job (no task is started whose outcome could be lost).
 	Save func(*state.Cluster) error
+	// Journal, when set, appends a round's changes instead (cost per
+	// round independent of the job's size).
+	Journal func(*state.Cluster, []state.Change) error
 	// Now is the clock (tests).
 	Now func() time.Time
 }
@@ -73,7 +77,7 @@ func Execute(ctx context.Context, cl *state.Cluster, sp *spec.Spec, p *plan.Plan
 	}
 	e := &executor{o: o, cl: cl, spec: sp, plan: p, job: job, log: o.Logger.With("cluster", cl.Name, "job", job.ID),
 		builder: &taskBuilder{spec: sp, cluster: cl, jobID: job.ID}, done: make(chan outcome),
-		busy: map[string]bool{}, deferred: map[string][]int{}}
+		busy: map[string]bool{}, deferred: map[string][]int{}, dirtyTasks: map[int]bool{}, dirtyNodes: map[string]bool{}}
 	return e.run(ctx)
 }
 
@@ -97,6 +101,14 @@ type executor struct {
 	failed     []int
 	stopping   bool
 	saveErr    error
+	// dirty means the state changed since the last save; launches are
+	// runs started but not yet handed to their goroutine. The loop saves
+	// once per round (group commit), then launches: a run is on disk as
+	// running before it starts, a finished one before anything after it.
+	dirty      bool
+	dirtyTasks map[int]bool
+	dirtyNodes map[string]bool
+	launches   []launch
 	// initializing suppresses queueing while run() replays a resumed
 	// job's finished tasks; it queues the ready ones once after.
 	initializing bool
@@ -172,12 +184,17 @@ func (e *executor) run(ctx context.Context) error {
 		if !e.stopping && e.saveErr == nil {
 			e.dispatch(ctx)
 		}
+		if e.dirty {
+			e.commit()
+		}
+		e.launch(ctx)
 		if e.running == 0 {
 			break
 		}
 		select {
 		case out := <-e.done:
 			e.finish(out)
+			e.drain()
 		case <-ctx.Done():
 			if !e.stopping {
 				e.stopping = true
@@ -228,7 +245,7 @@ func (e *executor) start(ctx context.Context, i int) {
 		e.log.Info("task skipped: no automator to bootstrap", "node", t.Node)
 		ts.status = state.TaskDone
 		rec.Status = state.TaskDone
-		e.save()
+		e.touch(i)
 		e.release(i)
 		return
 	}
@@ -250,7 +267,7 @@ func (e *executor) start(ctx context.Context, i int) {
 	data, err := e.builder.build(run.ID, name, node, svc)
 	e.busy[t.Node] = true
 	e.running++
-	e.save()
+	e.touch(i)
 	attrs := []any{"task", run.ID, "taskName", name, "node", t.Node}
 	if svc != "" {
 		attrs = append(attrs, "service", svc)
@@ -259,15 +276,43 @@ func (e *executor) start(ctx context.Context, i int) {
 		attrs = append(attrs, "attempt", a)
 	}
 	e.log.Info("task started", attrs...)
-	go func() {
-		out := outcome{task: i, run: run, started: run.Started}
-		if err != nil {
-			out.err = err
-		} else {
-			out.res, out.err = e.o.Runner.Run(ctx, run.ID, data)
+	e.launches = append(e.launches, launch{out: outcome{task: i, run: run, started: run.Started, err: err}, data: data})
+}
+
+// launch is a run waiting for the round's save before it starts.
+type launch struct {
+	out  outcome
+	data []byte
+}
+
+// launch starts the round's runs; after a failed save, none runs.
+func (e *executor) launch(ctx context.Context) {
+	saveErr := e.saveErr
+	for _, l := range e.launches {
+		go func(out outcome, data []byte) {
+			switch {
+			case saveErr != nil:
+				out.err = fmt.Errorf("not started: %w", saveErr)
+			case out.err == nil:
+				out.res, out.err = e.o.Runner.Run(ctx, out.run.ID, data)
+			}
+			e.done <- out
+		}(l.out, l.data)
+	}
+	e.launches = e.launches[:0]
+}
+
+// drain handles every outcome already waiting, so that one save covers
+// them all.
+func (e *executor) drain() {
+	for {
+		select {
+		case out := <-e.done:
+			e.finish(out)
+		default:
+			return
 		}
-		e.done <- out
-	}()
+	}
 }
 
 // finish records a run's outcome and decides what comes next.
@@ -290,7 +335,7 @@ func (e *executor) finish(out outcome) {
 		e.log.Warn("task interrupted", "task", run.ID, "taskName", name, "node", t.Node)
 		ts.status = state.TaskFailed
 		rec.Status = state.TaskRunning
-		e.save()
+		e.touch(i)
 		return
 	case out.err != nil:
 		// The runner could not say how the run ended (a malformed task,
@@ -305,6 +350,7 @@ func (e *executor) finish(out outcome) {
 	}
 	if out.res != nil {
 		e.merge(node, name, out.res, ok)
+		e.dirtyNodes[node.ID] = true
 	}
 	attrs := []any{"task", run.ID, "taskName", name, "node", t.Node, "duration", time.Duration(run.Duration * float64(time.Millisecond)).Round(time.Millisecond).String()}
 	if t.Service != "" && name == t.Name {
@@ -322,13 +368,13 @@ func (e *executor) finish(out outcome) {
 		if len(ts.runs) > 0 { // a DELETE or CREATE before a retry: go on
 			rec.Status = state.TaskPending
 			ts.status = state.TaskPending
-			e.save()
+			e.touch(i)
 			heap.Push(&e.ready, readyItem{stage: t.Stage, index: i})
 			return
 		}
 		ts.status = state.TaskDone
 		rec.Status = state.TaskDone
-		e.save()
+		e.touch(i)
 		e.release(i)
 		return
 	}
@@ -355,7 +401,7 @@ func (e *executor) finish(out outcome) {
 	e.log.Warn("task failed, retrying", attrs...)
 	rec.Status = state.TaskPending
 	ts.status = state.TaskPending
-	e.save()
+	e.touch(i)
 	heap.Push(&e.ready, readyItem{stage: t.Stage, index: i})
 }
 
@@ -371,11 +417,14 @@ func (e *executor) merge(n *state.Node, name string, res *runtime.Result, ok boo
 		maps.Copy(n.Results, res.Result)
 	}
 	if ok {
+		// config.nodes (cached) holds properties, not results.
 		if len(res.IPAddresses) > 0 {
 			n.IPAddresses = maps.Clone(res.IPAddresses)
+			e.builder.invalidate()
 		}
-		if res.Hostname != "" {
+		if res.Hostname != "" && res.Hostname != n.Hostname {
 			n.Hostname = res.Hostname
+			e.builder.invalidate()
 		}
 		switch name {
 		case "CREATE":
@@ -387,9 +436,9 @@ func (e *executor) merge(n *state.Node, name string, res *runtime.Result, ok boo
 			delete(n.Results, "ssh_host_keys")
 			n.IPAddresses = nil
 			n.State = state.NodeDeleted
+			e.builder.invalidate()
 		}
 	}
-	e.builder.invalidate()
 }
 
 // release tells the task's successors (and barrier groups) it is done.
@@ -428,7 +477,7 @@ func (e *executor) fail(i int, msg string) {
 		e.job.Message = fmt.Sprintf("%s on %s failed: %s", strings.TrimSpace(t.Name+" "+t.Service), t.Node, msg)
 	}
 	e.stopping = true
-	e.save()
+	e.touch(i)
 }
 
 // end sets the job's and the cluster's status.
@@ -486,8 +535,45 @@ func (e *executor) plannedNodes() []string {
 	return sortedKeys(e.cl.Nodes)
 }
 
+// touch marks task i's record (and the job) as changed.
+func (e *executor) touch(i int) {
+	e.dirty = true
+	e.dirtyTasks[i] = true
+}
+
+// commit persists the round's changes: appended to the journal when the
+// store keeps one, else a whole snapshot.
+func (e *executor) commit() {
+	if e.o.Journal == nil {
+		e.save()
+		return
+	}
+	var changes []state.Change
+	for i := range e.dirtyTasks {
+		changes = append(changes, state.Change{Job: e.job.ID, Task: &i, Rec: e.job.Tasks[i]})
+	}
+	for id := range e.dirtyNodes {
+		if n := e.cl.Nodes[id]; n != nil {
+			changes = append(changes, state.Change{Node: n})
+		}
+	}
+	changes = append(changes, state.Change{Job: e.job.ID, JobStatus: e.job.Status, Message: e.job.Message})
+	clear(e.dirtyTasks)
+	clear(e.dirtyNodes)
+	e.dirty = false
+	e.cl.Seq++
+	if err := e.o.Journal(e.cl, changes); err != nil && e.saveErr == nil {
+		e.saveErr = fmt.Errorf("saving the state of cluster %s: %w", e.cl.Name, err)
+		e.log.Error("cannot save the cluster state: stopping the job", "error", err)
+		e.stopping = true
+	}
+}
+
 // save persists the cluster; the first failure stops the job.
 func (e *executor) save() {
+	e.dirty = false
+	clear(e.dirtyTasks)
+	clear(e.dirtyNodes)
 	e.cl.Updated = e.o.Now()
 	if err := e.o.Save(e.cl); err != nil && e.saveErr == nil {
 		e.saveErr = fmt.Errorf("saving the state of cluster %s: %w", e.cl.Name, err)

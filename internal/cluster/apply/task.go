@@ -85,21 +85,43 @@ func (b *taskBuilder) build(id, name string, n *state.Node, svc string) ([]byte,
 		}
 		cfg["service"] = map[string]any{"name": svc, "action": map[string]any{"type": act.Type, "fields": fields}}
 	}
-	nodes, err := b.nodes()
-	if err != nil {
-		return nil, err
-	}
-	cfg["nodes"] = nodes
 	// Results last: Coopr let provider results override built-in keys.
 	maps.Copy(cfg, n.Results)
-	task := map[string]any{
-		"taskId": id, "jobId": b.jobID, "clusterId": b.cluster.Name, "taskName": name, "nodeId": n.ID, "config": cfg,
+	var nodes json.RawMessage
+	if _, overridden := cfg["nodes"]; !overridden {
+		var err error
+		if nodes, err = b.nodes(); err != nil {
+			return nil, err
+		}
 	}
-	data, err := json.Marshal(task)
+	cfgJSON, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("encoding task %s: %w", id, err)
 	}
-	return data, nil
+	// The task is assembled by hand: config.nodes is the same for every
+	// task until a node changes, so it is encoded once and spliced in, not
+	// re-encoded (and re-validated, as json.Marshal does a RawMessage) per
+	// task.
+	out := make([]byte, 0, len(cfgJSON)+len(nodes)+256)
+	out = append(out, '{')
+	for _, kv := range [][2]string{{"taskId", id}, {"jobId", b.jobID}, {"clusterId", b.cluster.Name}, {"taskName", name}, {"nodeId", n.ID}} {
+		v, _ := json.Marshal(kv[1])
+		out = append(out, '"')
+		out = append(out, kv[0]...)
+		out = append(out, `":`...)
+		out = append(out, v...)
+		out = append(out, ',')
+	}
+	out = append(out, `"config":`...)
+	if nodes == nil {
+		out = append(out, cfgJSON...)
+	} else {
+		out = append(out, cfgJSON[:len(cfgJSON)-1]...) // without its closing brace
+		out = append(out, `,"nodes":`...)
+		out = append(out, nodes...)
+		out = append(out, '}')
+	}
+	return append(out, '}'), nil
 }
 
 // sortedKeys returns m's keys, sorted.

@@ -1,6 +1,8 @@
 package state
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -41,7 +43,68 @@ func (s *FileStore) Get(name string) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: reading its state: %w", name, err)
 	}
-	return Unmarshal(name, data)
+	c, err := Unmarshal(name, data)
+	if err != nil {
+		return nil, err
+	}
+	// Replay the changes appended since the snapshot. A torn last line (a
+	// crash mid-append) is dropped: its round never started a task.
+	journal, err := os.ReadFile(strings.TrimSuffix(p, ".json") + ".journal")
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("cluster %s: reading its journal: %w", name, err)
+	}
+	for _, line := range bytes.Split(journal, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var rec journalLine
+		if json.Unmarshal(line, &rec) != nil {
+			break
+		}
+		if rec.Seq <= c.Seq {
+			continue
+		}
+		for _, ch := range rec.Changes {
+			c.Apply(ch)
+		}
+		c.Seq = rec.Seq
+	}
+	return c, nil
+}
+
+// journalLine is one Append.
+type journalLine struct {
+	Seq     int64    `json:"seq"`
+	Changes []Change `json:"changes"`
+}
+
+// Append implements Journal: one line of JSON per call, appended and
+// synced to <dir>/<name>.journal.
+func (s *FileStore) Append(c *Cluster, changes []Change) error {
+	name := c.Name
+	p, err := s.path(name)
+	if err != nil {
+		return err
+	}
+	line, err := json.Marshal(journalLine{Seq: c.Seq, Changes: changes})
+	if err != nil {
+		return fmt.Errorf("cluster %s: encoding its journal: %w", name, err)
+	}
+	f, err := os.OpenFile(strings.TrimSuffix(p, ".json")+".journal", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("cluster %s: journal: %w", name, err)
+	}
+	_, err = f.Write(append(line, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("cluster %s: journal: %w", name, err)
+	}
+	return nil
 }
 
 // Put implements Store.
@@ -70,6 +133,13 @@ func (s *FileStore) Put(c *Cluster) error {
 	}
 	if err == nil {
 		err = os.Rename(tmp.Name(), p)
+	}
+	if err == nil {
+		// The snapshot holds everything the journal said.
+		err = os.Remove(strings.TrimSuffix(p, ".json") + ".journal")
+		if errors.Is(err, fs.ErrNotExist) {
+			err = nil
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("cluster %s: saving its state: %w", c.Name, err)
@@ -102,8 +172,10 @@ func (s *FileStore) Delete(name string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("cluster %s: removing its state: %w", name, err)
+	for _, f := range []string{p, strings.TrimSuffix(p, ".json") + ".journal"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("cluster %s: removing its state: %w", name, err)
+		}
 	}
 	return nil
 }

@@ -39,6 +39,10 @@ type Cluster struct {
 	// NextJob numbers jobs; NextNum continues nodenums.
 	NextJob int `json:"nextJob"`
 	NextNum int `json:"nextNum"`
+	// Seq numbers journal appends; a snapshot holds every change up to
+	// its Seq, so replay skips those (a crash between writing a snapshot
+	// and removing the journal replays nothing twice).
+	Seq int64 `json:"seq"`
 }
 
 // Node is one node: where it came from in the spec, its properties, and
@@ -189,4 +193,65 @@ func Unmarshal(name string, data []byte) (*Cluster, error) {
 		c.Nodes = map[string]*Node{}
 	}
 	return &c, nil
+}
+
+// Change is one journal record: what changed in a cluster since its last
+// snapshot. Saving a whole cluster after every task costs O(tasks) per
+// save; a running job appends its changes instead, and the snapshot is
+// rewritten at the job's start and end.
+type Change struct {
+	// Job and Task set job.Tasks[Task] = Rec for the job with id Job.
+	Job  string `json:"job,omitempty"`
+	Task *int   `json:"task,omitempty"`
+	Rec  *Task  `json:"rec,omitempty"`
+	// Node replaces (or adds) a node; DeleteNode removes one.
+	Node       *Node  `json:"node,omitempty"`
+	DeleteNode string `json:"deleteNode,omitempty"`
+	// Status, JobStatus and Message set the cluster's and the job's.
+	Status    string `json:"status,omitempty"`
+	JobStatus string `json:"jobStatus,omitempty"`
+	Message   string `json:"message,omitempty"`
+}
+
+// Journal is a Store that can also append changes to a cluster's last
+// snapshot.
+type Journal interface {
+	Store
+	// Append records changes after the last Put as number c.Seq (the
+	// caller increments it first); Get replays them.
+	Append(c *Cluster, changes []Change) error
+}
+
+// Apply replays a change onto the cluster.
+func (c *Cluster) Apply(ch Change) {
+	if ch.Node != nil {
+		if c.Nodes == nil {
+			c.Nodes = map[string]*Node{}
+		}
+		c.Nodes[ch.Node.ID] = ch.Node
+	}
+	if ch.DeleteNode != "" {
+		delete(c.Nodes, ch.DeleteNode)
+	}
+	if ch.Status != "" {
+		c.Status = ch.Status
+	}
+	if ch.Job == "" {
+		return
+	}
+	for _, j := range c.Jobs {
+		if j.ID != ch.Job {
+			continue
+		}
+		if ch.Task != nil && ch.Rec != nil {
+			if j.Tasks == nil {
+				j.Tasks = map[int]*Task{}
+			}
+			j.Tasks[*ch.Task] = ch.Rec
+		}
+		if ch.JobStatus != "" {
+			j.Status = ch.JobStatus
+			j.Message = ch.Message
+		}
+	}
 }

@@ -1,0 +1,308 @@
+package apply
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/loomrt/loom/internal/cluster/plan"
+	"github.com/loomrt/loom/internal/cluster/spec"
+	"github.com/loomrt/loom/internal/cluster/state"
+	"github.com/loomrt/loom/runtime"
+)
+
+const testSpec = `name: t
+provider: {type: fake, fields: {region: r1}}
+config: {answer: 42}
+nodegroups:
+  - {name: db, count: 1, flavor: small, services: [db]}
+  - {name: web, count: 2, flavor: small, services: [web]}
+services:
+  db:
+    actions:
+      install: {type: sh, fields: {script: db}}
+      start:   {type: sh, fields: {script: db}}
+  web:
+    runtime: {requires: [db]}
+    actions:
+      install: {type: sh, fields: {script: web}}
+      start:   {type: sh, fields: {script: web}}
+`
+
+// fakeRunner records every task and answers from a script: fail[key]
+// lists the statuses of successive runs of "TASKNAME@node".
+type fakeRunner struct {
+	mu      sync.Mutex
+	log     []string
+	tasks   []map[string]any
+	fail    map[string][]int
+	running map[string]bool
+	maxPar  int
+	par     int
+	delay   time.Duration
+	overlap bool
+}
+
+func (f *fakeRunner) Run(ctx context.Context, id string, data []byte) (*runtime.Result, error) {
+	var task map[string]any
+	if err := json.Unmarshal(data, &task); err != nil {
+		return nil, err
+	}
+	node, _ := task["nodeId"].(string)
+	name, _ := task["taskName"].(string)
+	key := name + "@" + node
+	f.mu.Lock()
+	if f.running[node] {
+		f.overlap = true
+	}
+	f.running[node] = true
+	f.par++
+	f.maxPar = max(f.maxPar, f.par)
+	f.log = append(f.log, key)
+	f.tasks = append(f.tasks, task)
+	status := 0
+	if seq := f.fail[key]; len(seq) > 0 {
+		status, f.fail[key] = seq[0], seq[1:]
+	}
+	f.mu.Unlock()
+	time.Sleep(f.delay)
+	f.mu.Lock()
+	f.running[node] = false
+	f.par--
+	f.mu.Unlock()
+	res := &runtime.Result{Status: status, Result: map[string]any{}}
+	switch {
+	case name == "CREATE":
+		res.Result["providerid"] = "vm-" + id
+		res.Result["ssh-auth"] = map[string]any{"user": "root"}
+	case name == "CONFIRM" && status == 0:
+		res.IPAddresses = map[string]any{"access_v4": "10.0.0." + node[len(node)-1:]}
+		res.Hostname = node + ".confirmed"
+	}
+	if status != 0 {
+		res.Message = fmt.Sprintf("%s failed\nsecond line", key)
+	}
+	res.Result["last_"+strings.ToLower(name)] = id
+	return res, nil
+}
+
+func setup(t *testing.T, f *fakeRunner) (*state.Cluster, *spec.Spec, *plan.Plan, *state.Job) {
+	t.Helper()
+	sp, err := spec.Parse("t.yaml", []byte(testSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, err := Diff(nil, sp, DiffOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, job := Begin(nil, steps[0], time.Now())
+	p, err := PlanStep(cl, steps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.running == nil {
+		f.running = map[string]bool{}
+	}
+	return cl, sp, p, job
+}
+
+func count(log []string, key string) int {
+	n := 0
+	for _, l := range log {
+		if l == key {
+			n++
+		}
+	}
+	return n
+}
+
+func TestExecuteCreate(t *testing.T) {
+	f := &fakeRunner{delay: 5 * time.Millisecond}
+	cl, sp, p, job := setup(t, f)
+	saves := 0
+	err := Execute(context.Background(), cl, sp, p, job, Options{Runner: f, Parallelism: 2, Save: func(*state.Cluster) error { saves++; return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.Status != state.JobComplete || cl.Status != state.Active {
+		t.Fatalf("job %s (%s), cluster %s", job.Status, job.Message, cl.Status)
+	}
+	if f.overlap {
+		t.Errorf("two tasks ran on one node at once")
+	}
+	if f.maxPar > 2 {
+		t.Errorf("%d tasks ran at once, over --parallelism 2", f.maxPar)
+	}
+	if len(f.log) != len(p.Tasks) || saves == 0 {
+		t.Errorf("%d runs for %d tasks, %d saves", len(f.log), len(p.Tasks), saves)
+	}
+	// START web waits for START db.
+	idx := map[string]int{}
+	for i, k := range f.log {
+		idx[k] = i
+	}
+	if idx["START@t-web-1"] < idx["START@t-db-1"] || idx["START@t-web-2"] < idx["START@t-db-1"] {
+		t.Errorf("START web ran before START db: %v", f.log)
+	}
+	// Results reach later tasks as Coopr did.
+	for _, task := range f.tasks {
+		cfg := task["config"].(map[string]any)
+		node := task["nodeId"].(string)
+		switch task["taskName"] {
+		case "CONFIRM":
+			if !strings.HasPrefix(fmt.Sprint(cfg["providerid"]), "vm-") || cfg["ssh-auth"] == nil {
+				t.Errorf("CONFIRM of %s lacks CREATE's providerid/ssh-auth: %v", node, cfg)
+			}
+		case "INSTALL":
+			ip, _ := cfg["ipaddresses"].(map[string]any)
+			if ip["access_v4"] == nil || cfg["hostname"] != node+".confirmed" || cfg["last_confirm"] == nil {
+				t.Errorf("INSTALL on %s lacks CONFIRM's results: %v", node, cfg)
+			}
+			cluster, _ := cfg["cluster"].(map[string]any)
+			svc, _ := cfg["service"].(map[string]any)
+			prov, _ := cfg["provider"].(map[string]any)
+			if cluster["answer"] != float64(42) || svc["action"] == nil || prov["providertype"] != "fake" || cfg["nodes"] == nil {
+				t.Errorf("INSTALL config: %v", cfg)
+			}
+		}
+	}
+	n := cl.Nodes["t-web-2"]
+	if n.State != state.NodeActive || n.Address() != "10.0.0.2" || n.ProviderID() == "" {
+		t.Errorf("node state %+v", n)
+	}
+}
+
+// TestExecuteRetries: a failed CONFIRM becomes DELETE, CREATE, CONFIRM; a
+// failed CREATE is retried only after a DELETE, unless it said it made
+// nothing (2xx); other tasks are run again.
+func TestExecuteRetries(t *testing.T) {
+	f := &fakeRunner{fail: map[string][]int{
+		"CONFIRM@t-db-1":  {1},
+		"CREATE@t-web-1":  {1},
+		"CREATE@t-web-2":  {201},
+		"INSTALL@t-db-1":  {1, 1},
+		"INSTALL@t-web-1": {1},
+	}}
+	cl, sp, p, job := setup(t, f)
+	if err := Execute(context.Background(), cl, sp, p, job, Options{Runner: f}); err != nil {
+		t.Fatal(err)
+	}
+	var db, web1, web2 []string
+	for _, k := range f.log {
+		switch {
+		case strings.HasSuffix(k, "@t-db-1"):
+			db = append(db, strings.TrimSuffix(k, "@t-db-1"))
+		case strings.HasSuffix(k, "@t-web-1"):
+			web1 = append(web1, strings.TrimSuffix(k, "@t-web-1"))
+		case strings.HasSuffix(k, "@t-web-2"):
+			web2 = append(web2, strings.TrimSuffix(k, "@t-web-2"))
+		}
+	}
+	if got := strings.Join(db, " "); got != "CREATE CONFIRM DELETE CREATE CONFIRM BOOTSTRAP INSTALL INSTALL INSTALL START" {
+		t.Errorf("db node ran %s", got)
+	}
+	if got := strings.Join(web1, " "); got != "CREATE DELETE CREATE CONFIRM BOOTSTRAP INSTALL INSTALL START" {
+		t.Errorf("web-1 ran %s (a failed CREATE must be followed by DELETE)", got)
+	}
+	if got := strings.Join(web2, " "); got != "CREATE CREATE CONFIRM BOOTSTRAP INSTALL START" {
+		t.Errorf("web-2 ran %s (a CREATE that made nothing is retried directly)", got)
+	}
+	if job.Status != state.JobComplete || cl.Status != state.Active {
+		t.Errorf("job %s %q, cluster %s", job.Status, job.Message, cl.Status)
+	}
+	// The DELETE before the retried CREATE forgot the old machine.
+	for _, task := range f.tasks {
+		if task["taskName"] == "CREATE" && task["nodeId"] == "t-web-1" {
+			cfg := task["config"].(map[string]any)
+			if _, ok := cfg["providerid"]; ok && cfg["last_delete"] != nil {
+				t.Errorf("CREATE after DELETE still carries providerid %v", cfg["providerid"])
+			}
+		}
+	}
+
+}
+
+// TestExecuteFailureResume: a task failing 3 times fails the job; nothing
+// that depends on it runs; a resumed job runs it again and never a task
+// that finished.
+func TestExecuteFailureResume(t *testing.T) {
+	f := &fakeRunner{fail: map[string][]int{"INSTALL@t-db-1": {1, 1, 1}}}
+	cl, sp, p, job := setup(t, f)
+	if err := Execute(context.Background(), cl, sp, p, job, Options{Runner: f}); err != nil {
+		t.Fatal(err)
+	}
+	if count(f.log, "INSTALL@t-db-1") != 3 || count(f.log, "START@t-db-1") != 0 || count(f.log, "START@t-web-1") != 0 {
+		t.Errorf("runs: %v", f.log)
+	}
+	if job.Status != state.JobFailed || cl.Status != state.Incomplete || !strings.Contains(job.Message, "INSTALL db on t-db-1 failed: INSTALL@t-db-1 failed") {
+		t.Errorf("job %s %q, cluster %s", job.Status, job.Message, cl.Status)
+	}
+	ran := map[string]bool{}
+	for _, k := range f.log {
+		ran[k] = true
+	}
+	before := len(f.log)
+	if err := Execute(context.Background(), cl, sp, p, job, Options{Runner: f}); err != nil {
+		t.Fatal(err)
+	}
+	again := f.log[before:]
+	for _, k := range again {
+		if ran[k] && k != "INSTALL@t-db-1" {
+			t.Errorf("resume ran %s again: %v", k, again)
+		}
+	}
+	if job.Status != state.JobComplete || cl.Status != state.Active || count(again, "INSTALL@t-db-1") != 1 || count(again, "START@t-web-2") != 1 {
+		t.Errorf("after resume: job %s %q, cluster %s, runs %v", job.Status, job.Message, cl.Status, again)
+	}
+}
+
+// TestDiff: what apply plans against a cluster's state.
+func TestDiff(t *testing.T) {
+	f := &fakeRunner{}
+	cl, sp, p, job := setup(t, f)
+	if err := Execute(context.Background(), cl, sp, p, job, Options{Runner: f}); err != nil {
+		t.Fatal(err)
+	}
+	steps, err := Diff(cl, sp, DiffOptions{})
+	if err != nil || len(steps) != 0 {
+		t.Fatalf("diff of an applied spec: %v %v", steps, err)
+	}
+	edit := func(from, to string) *spec.Spec {
+		s, err := spec.Parse("t.yaml", []byte(strings.Replace(testSpec, from, to, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	describe := func(steps []Step) string {
+		var out []string
+		for _, s := range steps {
+			out = append(out, fmt.Sprintf("%s%v", s.Action, s.PlannedNodes))
+		}
+		return strings.Join(out, " ")
+	}
+	for _, c := range []struct {
+		from, to, want string
+	}{
+		{"count: 2", "count: 3", "create[t-web-3] configure[t-db-1 t-web-1 t-web-2]"},
+		{"count: 2", "count: 1", "destroy[t-web-2] configure[t-db-1 t-web-1]"},
+		{"answer: 42", "answer: 43", "configure-restart[]"},
+		{"services: [db]}", "services: [db, web]}", "add-services[t-db-1]"},
+	} {
+		steps, err := Diff(cl, edit(c.from, c.to), DiffOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := describe(steps); got != c.want {
+			t.Errorf("%s → %s: %s, want %s", c.from, c.to, got, c.want)
+		}
+	}
+	if _, err := Diff(cl, edit("services: [web]}", "services: []}"), DiffOptions{}); err == nil || !strings.Contains(err.Error(), "removing a service") {
+		t.Errorf("removing a service: %v", err)
+	}
+}
