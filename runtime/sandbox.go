@@ -433,28 +433,45 @@ func formatArgSize(L *lua.LState, n int, verb byte) int {
 }
 
 // sbTableConcat builds the string in Go instead of on the Lua data stack,
-// which overflows the registry near 3000 items (gopher-lua #323).
+// which overflows the registry near 3000 items (gopher-lua #323). Each
+// piece is checked against the string cap before it is appended, and the
+// hook's deadline every 65536 items (a table of millions of empty strings
+// appends nothing for a long time).
 func sbTableConcat(maxSize int) lua.LGFunction {
 	return func(L *lua.LState) int {
 		t := L.CheckTable(1)
 		sep := L.OptString(2, "")
 		i := L.OptInt(3, 1)
 		j := L.OptInt(4, t.Len())
+		done := hookDone(L)
 		var b strings.Builder
 		for k := i; k <= j; k++ {
+			var piece string
 			switch v := t.RawGetInt(k).(type) {
 			case lua.LString:
-				b.WriteString(string(v))
+				piece = string(v)
 			case lua.LNumber:
-				b.WriteString(v.String())
+				piece = v.String()
 			default:
 				L.RaiseError("invalid value (at index %d) in table for 'concat': %s", k, v.Type())
 			}
+			n := len(piece)
+			if k < j {
+				n += len(sep)
+			}
+			if b.Len()+n > maxSize {
+				raiseLimit(L, "table.concat: result exceeds the %d-byte string limit", maxSize)
+			}
+			b.WriteString(piece)
 			if k < j {
 				b.WriteString(sep)
 			}
-			if b.Len() > maxSize {
-				raiseLimit(L, "table.concat: result exceeds the %d-byte string limit", maxSize)
+			if (k-i)&0xffff == 0xffff && done != nil {
+				select {
+				case <-done:
+					L.RaiseError("table.concat: stopped at the hook's deadline")
+				default:
+				}
 			}
 		}
 		L.Push(lua.LString(b.String()))
