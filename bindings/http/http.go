@@ -80,6 +80,10 @@ type Options struct {
 	// MaxTransports bounds the cache of per-TLS-config and per-socket
 	// transports; the least recently used one is dropped beyond it.
 	MaxTransports int
+	// DenyAddrs are host:port listeners of loomd itself (its HTTP API)
+	// that no plugin may reach, whatever its allow-list says. A host of
+	// 0.0.0.0, :: or "" stands for every address of this machine.
+	DenyAddrs []string
 	// Transport replaces the default transport. A *net/http.Transport is
 	// used for plain requests and cloned for calls with tls or
 	// unix_socket options. Any other RoundTripper (a test fake) serves
@@ -139,7 +143,7 @@ func New(opts Options) *Binding {
 	b := &Binding{opts: opts}
 	switch t := opts.Transport.(type) {
 	case nil:
-		b.baseHTTP = newBaseTransport(opts.Proxy)
+		b.baseHTTP = newBaseTransport(opts.Proxy, opts.DenyAddrs)
 		b.base = b.baseHTTP
 	case *nethttp.Transport:
 		b.baseHTTP = t

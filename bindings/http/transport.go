@@ -10,17 +10,76 @@ import (
 	nethttp "net/http"
 	"net/url"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/loomrt/loom/bindings"
 )
+
+// checkDenied refuses a dial to one of loomd's own listeners (deny holds
+// host:port; a host of 0.0.0.0, :: or "" means every address of this
+// machine). A plugin has no business calling the daemon that runs it:
+// without an API token it could read every task's record.
+func checkDenied(deny []string, address string) error {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	for _, d := range deny {
+		dh, dp, err := net.SplitHostPort(d)
+		if err != nil || dp != port {
+			continue
+		}
+		dip := net.ParseIP(dh)
+		switch {
+		case dh == "" || dip != nil && dip.IsUnspecified():
+			if ip != nil && (ip.IsLoopback() || isLocalAddr(ip)) {
+				return deniedErr(address)
+			}
+		case dip != nil && ip != nil && (dip.Equal(ip) || dip.IsLoopback() && ip.IsLoopback()):
+			return deniedErr(address)
+		case dh == "localhost" && ip != nil && ip.IsLoopback():
+			return deniedErr(address)
+		}
+	}
+	return nil
+}
+
+func deniedErr(address string) error {
+	e := bindings.Errorf("permission", "%s is loomd's own API: plugins may not call the daemon that runs them", address)
+	e.Fields = map[string]any{"address": address}
+	return e
+}
+
+// isLocalAddr reports whether ip is an address of one of this machine's
+// interfaces.
+func isLocalAddr(ip net.IP) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
+}
 
 // newBaseTransport is the shared transport for plain requests. Timeouts
 // that are not per-phase come from the request context (the hook deadline
 // and opts.timeout).
-func newBaseTransport(proxy func(*nethttp.Request) (*url.URL, error)) *nethttp.Transport {
+func newBaseTransport(proxy func(*nethttp.Request) (*url.URL, error), deny []string) *nethttp.Transport {
 	if proxy == nil {
 		proxy = nethttp.ProxyFromEnvironment
 	}
 	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	if len(deny) > 0 {
+		// Checked on the address actually dialled, after DNS: a name that
+		// resolves to loomd's own listener is refused too.
+		d.Control = func(_, address string, _ syscall.RawConn) error { return checkDenied(deny, address) }
+	}
 	return &nethttp.Transport{
 		Proxy:                 proxy,
 		DialContext:           d.DialContext,

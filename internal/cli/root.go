@@ -22,6 +22,9 @@ type globalOptions struct {
 	tenant     string
 	log        logOptions
 	ssh        sshOptions
+	// httpDeny are loomd's own listeners (serve's API) that loom.http
+	// never reaches; serve sets them, and passes them to its workers.
+	httpDeny []string
 }
 
 // Main runs loomd with the process's arguments and returns the exit code.

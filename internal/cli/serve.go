@@ -259,6 +259,9 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		// the work dir that plugins write.
 		o.g.ssh.hostKeys = filepath.Join(o.data, "known_hosts")
 	}
+	// Plugins never call the daemon that runs them: without --token they
+	// could read every task's record.
+	o.g.httpDeny = append(o.g.httpDeny, o.listen)
 	rt, err := a.newRuntime(ctx, o.g, runtimeConfig{timeout: o.timeout, logger: logger.With("component", "runtime")})
 	if err != nil {
 		return err

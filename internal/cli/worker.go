@@ -52,6 +52,7 @@ func (a *App) newWorkerCmd(g *globalOptions) *cobra.Command {
 	f.Int64Var(&o.memory, "memory", 0, "memory budget of a hook, in bytes (0: none)")
 	f.StringVar(&o.limitMode, "limit-mode", "auto", "OS memory limit: auto, cgroup, rlimit or none")
 	f.DurationVar(&o.timeout, "timeout", 0, "deadline for each hook, overriding the plugin definitions' timeouts")
+	f.StringSliceVar(&g.httpDeny, "http-deny", nil, "loomd's own listeners (host:port) that loom.http never reaches")
 	return cmd
 }
 
@@ -111,6 +112,9 @@ func workerArgs(g *globalOptions, o *serveOptions, spec worker.TypeSpec) []strin
 	}
 	if o.timeout > 0 {
 		args = append(args, "--timeout", o.timeout.String())
+	}
+	if len(g.httpDeny) > 0 {
+		args = append(args, "--http-deny", strings.Join(g.httpDeny, ","))
 	}
 	return args
 }

@@ -14,9 +14,6 @@ const (
 	gapDeadline = "issue 9 item 3 (deadlines, pattern guard, caps)"
 	gapInput    = "issue 9 item 4 (bounded input, API timeouts)"
 	gapFormat   = "issue 9 item 5 (format semantics)"
-	// gapHTTPDefault is the hostile's finding, in no issue yet: an empty
-	// permissions.http grants every host, loopback and unix sockets too.
-	gapHTTPDefault = "no issue item yet: an empty permissions.http allows every host, loopback and unix sockets included"
 )
 
 var (
@@ -234,7 +231,7 @@ for i = 1, 1000 do keep[i] = json.decode(doc) end`),
 		{name: "json-encode-sparse", class: "input", expect: "a sparse array encodes as an object or fails; bounded either way",
 			plugin: &plugin{body: `local t = {}; t[1] = 1; t[2^40] = 2; self.result.result.s = #json.encode(t)`},
 			want:   want{state: "any", within: withinDeadline}},
-		{name: "http-daemon-api", class: "trust", expect: "fails with kind permission: a plugin without permissions.http cannot call loomd's own API to read other tasks", gap: gapHTTPDefault,
+		{name: "http-daemon-api", class: "trust", expect: "fails with kind permission: a plugin without permissions.http cannot call loomd's own API to read other tasks",
 			plugin: &plugin{body: `self.result.result.tasks = require("loom.http").get(self.task.config.api .. "/v1/tasks", {timeout = 1}).body`},
 			want:   want{kinds: []string{"permission"}, within: withinDeadline}},
 		{name: "http-unix-socket", class: "trust", expect: "fails with kind permission: a plugin without permissions.http reaches no unix socket (docker.sock)",
