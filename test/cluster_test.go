@@ -305,10 +305,8 @@ type clusterState struct {
 func (e *clusterEnv) readState() clusterState {
 	e.t.Helper()
 	var s clusterState
-	data, err := os.ReadFile(filepath.Join(e.state, "shop.json"))
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	out, _ := e.loomd(0, "cluster", "get", "shop")
+	data := []byte(out)
 	if err := json.Unmarshal(data, &s); err != nil {
 		e.t.Fatal(err)
 	}
@@ -376,7 +374,9 @@ func TestClusterLifecycle(t *testing.T) {
 			t.Fatalf("apply ended before START db:\n%s", killedErr.String())
 		case <-time.After(50 * time.Millisecond):
 		}
-		data, err := os.ReadFile(filepath.Join(e.state, "shop.json"))
+		// cluster get replays the journal the running apply appends to.
+		get := e.cmd(context.Background(), "cluster", "get", "shop")
+		data, err := get.Output()
 		if err != nil {
 			continue
 		}
