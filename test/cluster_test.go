@@ -362,39 +362,7 @@ func TestClusterLifecycle(t *testing.T) {
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
-	var doneBefore map[string]bool
-	deadline := time.Now().Add(2 * time.Minute)
-	for doneBefore == nil {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatalf("START db never started:\n%s", killedErr.String())
-		}
-		select {
-		case <-exited:
-			t.Fatalf("apply ended before START db:\n%s", killedErr.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		// cluster get replays the journal the running apply appends to.
-		get := e.cmd(context.Background(), "cluster", "get", "shop")
-		data, err := get.Output()
-		if err != nil {
-			continue
-		}
-		var s clusterState
-		if json.Unmarshal(data, &s) != nil || len(s.Jobs) == 0 {
-			continue
-		}
-		for i, task := range create[0].Plan.Tasks {
-			if task.TaskName == "START" && task.Service == "db" && s.Jobs[0].Tasks[strconv.Itoa(i)].Status == "running" {
-				doneBefore = map[string]bool{}
-				for j, tk := range create[0].Plan.Tasks {
-					if s.Jobs[0].Tasks[strconv.Itoa(j)].Status == "done" && tk.Service != "" {
-						doneBefore[tk.TaskName+" "+tk.Service+"@"+tk.NodeID] = true
-					}
-				}
-			}
-		}
-	}
+	doneBefore := e.waitRunning(create, "START", "db", exited, &killedErr)
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	<-exited
 	if len(doneBefore) == 0 {
@@ -515,5 +483,106 @@ func TestClusterLifecycle(t *testing.T) {
 	list, _ := e.loomd(0, "cluster", "list")
 	if !strings.Contains(list, "shop") || !strings.Contains(list, "terminated") {
 		t.Errorf("cluster list:\n%s", list)
+	}
+}
+
+// TestClusterDaemon: loomd apply against a running daemon's API; the
+// daemon is killed -9 mid-apply and restarted, and the apply resumes:
+// tasks that had finished are not run again, the one the daemon lost is
+// picked up by its id. Then destroy through the daemon.
+func TestClusterDaemon(t *testing.T) {
+	e := newClusterEnv(t, 3)
+	e.writeSpec(2, "hello")
+	for _, h := range e.hosts {
+		if err := os.WriteFile(h.HostPath(fxHold), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create := e.plan()
+	serveArgs := []string{"--tenant", clTenant, "--ack-wait", "2s"}
+	d := startDaemon(t, e.dir, "serve1.log", nil, serveArgs...)
+
+	cmd := e.cmd(context.Background(), "apply", e.spec, "--server", d.url(), "--log-format", "json")
+	var applyErr bytes.Buffer
+	cmd.Stderr = &applyErr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	doneBefore := e.waitRunning(create, "START", "db", exited, &applyErr)
+	d.kill9()
+	select {
+	case <-exited:
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		t.Fatalf("apply did not end after the daemon died:\n%s", applyErr.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(applyErr.String(), "calling loomd") {
+		t.Errorf("apply after the daemon died: exit %d\n%s", code, applyErr.String())
+	}
+	for _, h := range e.hosts {
+		os.WriteFile(h.HostPath(fxGate), nil, 0o644)
+		os.Remove(h.HostPath(fxHold))
+	}
+	d = startDaemon(t, e.dir, "serve2.log", nil, serveArgs...)
+	out, _ := e.loomd(0, "apply", e.spec, "--server", d.url())
+	fx := e.effects()
+	e.checkOrder(create, fx, func(k string) bool { return !doneBefore[k] })
+	for k := range doneBefore {
+		n := 0
+		for _, f := range fx {
+			if f.key() == k {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s finished before the kill but ran %d times", k, n)
+		}
+	}
+	if !strings.Contains(out, "Cluster shop: active") {
+		t.Errorf("summary:\n%s", out)
+	}
+	e.loomd(0, "destroy", e.spec, "--server", d.url())
+	if c := e.claims(); len(c) != 0 {
+		t.Errorf("claims after destroy: %v", c)
+	}
+}
+
+// waitRunning polls the cluster state (through loomd cluster get, which
+// replays the running apply's journal) until the task is running, and
+// returns the service tasks finished by then.
+func (e *clusterEnv) waitRunning(steps []planStep, task, service string, exited chan struct{}, stderr *bytes.Buffer) map[string]bool {
+	e.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s %s never started:\n%s", task, service, stderr.String())
+		}
+		select {
+		case <-exited:
+			e.t.Fatalf("apply ended before %s %s:\n%s", task, service, stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		data, err := e.cmd(context.Background(), "cluster", "get", "shop").Output()
+		if err != nil {
+			continue
+		}
+		var s clusterState
+		if json.Unmarshal(data, &s) != nil || len(s.Jobs) == 0 {
+			continue
+		}
+		for i, tk := range steps[0].Plan.Tasks {
+			if tk.TaskName != task || tk.Service != service || s.Jobs[0].Tasks[strconv.Itoa(i)].Status != "running" {
+				continue
+			}
+			done := map[string]bool{}
+			for j, x := range steps[0].Plan.Tasks {
+				if s.Jobs[0].Tasks[strconv.Itoa(j)].Status == "done" && x.Service != "" {
+					done[x.TaskName+" "+x.Service+"@"+x.NodeID] = true
+				}
+			}
+			return done
+		}
 	}
 }
