@@ -110,6 +110,28 @@ func scanPlugins(dir string) (plugins []*plugin, errs []*LoadError, broken map[s
 	return plugins, errs, broken
 }
 
+// scanFolders loads exactly the given plugin folders. A folder that
+// holds no definition is an error.
+func scanFolders(dirs []string) (plugins []*plugin, errs []*LoadError, broken map[string]bool) {
+	broken = make(map[string]bool)
+	for _, d := range dirs {
+		ps, es, found := loadFolder(filepath.Dir(d), d, broken)
+		plugins, errs = append(plugins, ps...), append(errs, es...)
+		if !found {
+			errs = append(errs, &LoadError{Plugin: filepath.Base(d), File: d,
+				Message: "no plugin definition here: a plugin folder holds a JSON file declaring providertypes or automatortypes"})
+		}
+	}
+	return plugins, errs, broken
+}
+
+// IsTestFile reports whether a file in a plugin folder is a Lua test
+// (name_test.lua): loomd test runs it; the loader never compiles or
+// runs it as plugin code, and it does not change the plugin's version.
+func IsTestFile(name string) bool {
+	return strings.HasSuffix(filepath.Base(name), "_test.lua")
+}
+
 func isDir(parent string, e fs.DirEntry) bool {
 	if e.IsDir() {
 		return true
@@ -196,7 +218,7 @@ func compilePlugin(dir, defFile string, defData []byte, def *Definition) (*plugi
 		if d.IsDir() && path != walkRoot && strings.HasPrefix(d.Name(), ".") {
 			return filepath.SkipDir
 		}
-		if !d.IsDir() && strings.HasSuffix(d.Name(), ".lua") {
+		if !d.IsDir() && strings.HasSuffix(d.Name(), ".lua") && !IsTestFile(d.Name()) {
 			rel, _ := filepath.Rel(walkRoot, path)
 			files = append(files, filepath.Join(dir, rel))
 		}

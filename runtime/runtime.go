@@ -60,6 +60,14 @@ type Options struct {
 	// opt-in for trusted embedders: every exported method and field of
 	// the values becomes callable from Lua.
 	Expose map[string]any
+	// Folders, when set, are the only plugin folders loaded: PluginsDir
+	// is not scanned (loomd test and plugins check on one plugin, so its
+	// siblings' problems do not show).
+	Folders []string
+	// PermitHTTP, when set, returns hosts added to every non-empty
+	// permissions.http allow-list. loomd test uses it for the fakes a
+	// test permits explicitly; loomd itself never sets it.
+	PermitHTTP func() []string
 }
 
 // Sentinel errors callers branch on.
@@ -252,11 +260,18 @@ func (rt *Runtime) Reload(ctx context.Context) (ReloadReport, error) {
 	rt.reloadMu.Lock()
 	defer rt.reloadMu.Unlock()
 	var rep ReloadReport
-	if _, err := os.Stat(rt.opts.PluginsDir); err != nil {
-		return rep, fmt.Errorf("reading the plugins directory %q: %w (set --plugins or LOOM_PLUGINS)", rt.opts.PluginsDir, err)
+	var plugins []*plugin
+	var errs []*LoadError
+	var failed map[string]bool // types whose new version is broken
+	if len(rt.opts.Folders) > 0 {
+		plugins, errs, failed = scanFolders(rt.opts.Folders)
+	} else {
+		if _, err := os.Stat(rt.opts.PluginsDir); err != nil {
+			return rep, fmt.Errorf("reading the plugins directory %q: %w (set --plugins or LOOM_PLUGINS)", rt.opts.PluginsDir, err)
+		}
+		plugins, errs, failed = scanPlugins(rt.opts.PluginsDir)
 	}
 	old := rt.snap.Load()
-	plugins, errs, failed := scanPlugins(rt.opts.PluginsDir) // failed: types whose new version is broken
 	next := &snapshot{types: make(map[string]*pluginType)}
 	claimed := make(map[string]string) // type -> definition file
 	// Types declared by definitions that failed before compiling still

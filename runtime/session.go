@@ -316,3 +316,23 @@ func (s *Session) Close() { s.v.close() }
 
 // WorkDir is the session's work dir.
 func (s *Session) WorkDir() string { return s.v.workDir }
+
+// Do runs fn with the session's Lua state under ctx, as Eval runs a
+// statement: the VM's context, task id and logger are set for the call,
+// so bindings required by the code fn runs work as in a hook. loomd test
+// uses it to run a test file and its test functions. The state's stack
+// is reset afterwards. Do is not for concurrent use.
+func (s *Session) Do(ctx context.Context, logger *slog.Logger, fn func(L *lua.LState) error) error {
+	v := s.v
+	v.begin(ctx, s.taskID(), "test", logger)
+	defer v.end()
+	return fn(v.L)
+}
+
+// SetContext replaces the context of the code running in a Do call
+// (a per-test deadline inside one Do), for the Lua state and the
+// bindings alike.
+func (s *Session) SetContext(ctx context.Context) {
+	s.v.ctx = ctx
+	s.v.L.SetContext(ctx)
+}

@@ -279,6 +279,11 @@ func (v *vm) Grants() []bindings.Grant { return v.grants }
 // Permissions implements bindings.Host.
 func (v *vm) Permissions() bindings.Permissions {
 	p := v.pt.def.permissions(v.pt.plugin.def)
+	if len(p.HTTP) > 0 && v.rt.opts.PermitHTTP != nil {
+		if extra := v.rt.opts.PermitHTTP(); len(extra) > 0 {
+			return bindings.Permissions{HTTP: append(append([]string(nil), p.HTTP...), extra...)}
+		}
+	}
 	return bindings.Permissions{HTTP: p.HTTP}
 }
 

@@ -8,4 +8,5 @@ func (a *App) addMoreCommands(root *cobra.Command, g *globalOptions) {
 	root.AddCommand(a.newReplCmd(g))
 	root.AddCommand(a.newStubsCmd(g))
 	root.AddCommand(a.newWorkerCmd(g))
+	root.AddCommand(a.newTestCmd(g))
 }

@@ -1,0 +1,97 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/loomrt/loom/internal/plugtest"
+)
+
+func (a *App) newTestCmd(g *globalOptions) *cobra.Command {
+	var (
+		asJSON  bool
+		junit   string
+		timeout time.Duration
+		match   string
+		verbose bool
+	)
+	cmd := &cobra.Command{
+		Use:   "test [DIR...]",
+		Short: "Run a plugin's Lua tests (*_test.lua) in the real sandbox, against HTTP fakes",
+		Long: `Run the *_test.lua files of plugin folders. DIR is a plugin folder or a folder of
+plugin folders ("plugins/..." works too); the default is the current folder.
+
+Each test file runs in a VM of its plugin's type, with a fresh work dir, the
+real sandbox and bindings, and a busted-like API: describe, it, pending,
+before_each, after_each, assert.equals/same/truthy/falsy/matches/errors/...,
+loom.test.task, loom.test.run, loom.test.chain and loom.test.http (fakes on
+127.0.0.1 that loom.http reaches instead of the network). See "Test your
+plugin" in docs/plugins/README.md.
+
+Progress is TAP on stdout; --json prints one JSON report instead. Exit
+status 1 when a test fails, 2 when no test could be found.`,
+		Example: `  loomd test plugins/digitalocean
+  loomd test plugins/... --junit report.xml
+  loomd test . --run 'CREATE' -v`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts := plugtest.Options{Dirs: args, Timeout: timeout, Verbose: verbose, Out: a.Out}
+			if match != "" {
+				re, err := regexp.Compile(match)
+				if err != nil {
+					return usageErr(fmt.Errorf("--run %q: %w", match, err))
+				}
+				opts.Match = re
+			}
+			if asJSON {
+				opts.Out = io.Discard
+			}
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			rep, err := plugtest.Run(ctx, opts)
+			if err != nil {
+				return usageErr(err)
+			}
+			if asJSON {
+				b, _ := json.MarshalIndent(rep, "", "  ")
+				fmt.Fprintf(a.Out, "%s\n", b)
+			}
+			if junit != "" {
+				if err := writeJUnitFile(junit, rep); err != nil {
+					return err
+				}
+			}
+			if !rep.OK() {
+				return silentExit(ExitFailure)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON instead of TAP progress")
+	f.StringVar(&junit, "junit", "", "also write a JUnit XML report to this file")
+	f.DurationVar(&timeout, "timeout", 30*time.Second, "longest a test (and any hook it runs) may take")
+	f.StringVar(&match, "run", "", "run only tests whose full name (describe names and it name) matches this regular expression")
+	f.BoolVarP(&verbose, "verbose", "v", false, "print the plugin's log lines of passing tests too")
+	return cmd
+}
+
+func writeJUnitFile(path string, rep *plugtest.Report) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--junit: %w", err)
+	}
+	if err := plugtest.WriteJUnit(fh, rep); err != nil {
+		fh.Close()
+		return fmt.Errorf("--junit %s: %w", path, err)
+	}
+	return fh.Close()
+}

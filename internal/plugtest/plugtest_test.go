@@ -1,0 +1,125 @@
+package plugtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+func run(t *testing.T, opts Options) (*Report, string) {
+	t.Helper()
+	var out bytes.Buffer
+	opts.Out = &out
+	rep, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return rep, out.String()
+}
+
+// TestBundledPlugins runs the Lua suites shipped with the plugins: they
+// are part of make test.
+func TestBundledPlugins(t *testing.T) {
+	rep, out := run(t, Options{Dirs: []string{"../../plugins/..."}})
+	if !rep.OK() || rep.Passed < 20 {
+		t.Fatalf("bundled plugin tests: %d passed, %d failed\n%s", rep.Passed, rep.Failed, out)
+	}
+	plugins := map[string]bool{}
+	for _, f := range rep.Files {
+		plugins[f.Plugin] = true
+	}
+	for _, p := range []string{"static", "digitalocean"} {
+		if !plugins[p] {
+			t.Errorf("no test file ran for plugin %s:\n%s", p, out)
+		}
+	}
+}
+
+// TestAPI runs a suite that uses every part of the API; all must pass.
+func TestAPI(t *testing.T) {
+	rep, out := run(t, Options{Dirs: []string{"testdata/api"}})
+	if !rep.OK() || rep.Pending != 1 {
+		t.Fatalf("%d passed, %d failed, %d pending\n%s", rep.Passed, rep.Failed, rep.Pending, out)
+	}
+	if !strings.Contains(out, "ok 19 - a pending test is reported, not run # SKIP pending") {
+		t.Errorf("TAP output lacks the pending line:\n%s", out)
+	}
+}
+
+// TestFailures checks how each kind of failure is reported: where, what,
+// and the diff or logs that explain it.
+func TestFailures(t *testing.T) {
+	rep, out := run(t, Options{Dirs: []string{"testdata/failing"}, Timeout: time.Second})
+	if rep.OK() || rep.Passed != 0 || rep.Failed != 8 {
+		t.Fatalf("want 8 failures, got %d passed, %d failed\n%s", rep.Passed, rep.Failed, out)
+	}
+	const file = "testdata/failing/failing_test.lua"
+	want := map[string]struct{ at, msg, extra string }{
+		"same":                                   {file + ":3", "values differ at b.c", "b.c: expected 2 (number), got 3 (number)"},
+		"equals":                                 {file + ":7", `the name: expected "x", got "y"`, ""},
+		"error":                                  {file + ":12", "attempt to index a non-table object(nil) with key 'field'", ""},
+		"handler":                                {file + ":18", `expected "POST", got "GET"`, ""},
+		"unmatched":                              {file + ":24", "no route for GET /nothing on the HTTP fake for h.example.com", ""},
+		"with a failing before_each is reported": {file + ":29", "in before_each: setup failed", ""},
+		"timeout":                                {"", "test timed out after 1s", ""},
+		"hook failure is in the logs":            {file + ":39", "expected 0 (number), got 1 (number)", "create broke"},
+	}
+	for _, tr := range rep.Files[0].Tests {
+		w, ok := want[tr.Name]
+		if !ok {
+			t.Errorf("unexpected test %q", tr.Name)
+			continue
+		}
+		f := tr.Failure
+		if tr.Status != StatusFail || f == nil {
+			t.Errorf("%s: status %s, want fail", tr.Name, tr.Status)
+			continue
+		}
+		if w.at != "" && f.Location != w.at {
+			t.Errorf("%s: at %q, want %q", tr.Name, f.Location, w.at)
+		}
+		if !strings.Contains(f.Message, w.msg) {
+			t.Errorf("%s: message %q, want it to contain %q", tr.Name, f.Message, w.msg)
+		}
+		if w.extra != "" && !strings.Contains(f.Diff+strings.Join(tr.Logs, "\n"), w.extra) {
+			t.Errorf("%s: diff and logs lack %q: %q %q", tr.Name, w.extra, f.Diff, tr.Logs)
+		}
+	}
+	if !strings.Contains(out, "not ok 1 - same\n  ---\n  at: "+file+":3\n") {
+		t.Errorf("TAP output:\n%s", out)
+	}
+	var junit bytes.Buffer
+	if err := WriteJUnit(&junit, rep); err != nil {
+		t.Fatal(err)
+	}
+	var parsed junitSuites
+	if err := xml.Unmarshal(junit.Bytes(), &parsed); err != nil {
+		t.Fatalf("JUnit output does not parse: %v\n%s", err, junit.String())
+	}
+	if parsed.Tests != 8 || parsed.Failures != 8 || len(parsed.Suites) != 1 {
+		t.Errorf("JUnit: %d tests, %d failures, %d suites", parsed.Tests, parsed.Failures, len(parsed.Suites))
+	}
+}
+
+// TestMatch runs only the tests whose name matches.
+func TestMatch(t *testing.T) {
+	rep, _ := run(t, Options{Dirs: []string{"testdata/failing"}, Match: regexpMust("^equals$")})
+	if len(rep.Files[0].Tests) != 1 || rep.Files[0].Tests[0].Name != "equals" {
+		t.Fatalf("ran %+v", rep.Files[0].Tests)
+	}
+}
+
+func TestDiscoverErrors(t *testing.T) {
+	empty := t.TempDir()
+	for _, dir := range []string{"testdata/nope", "plugtest.go", empty} {
+		if _, err := Run(context.Background(), Options{Dirs: []string{dir}}); err == nil {
+			t.Errorf("%s: no error", dir)
+		}
+	}
+}
+
+func regexpMust(s string) *regexp.Regexp { return regexp.MustCompile(s) }
