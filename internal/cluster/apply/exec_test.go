@@ -149,6 +149,15 @@ func TestExecuteCreate(t *testing.T) {
 	if idx["START@t-web-1"] < idx["START@t-db-1"] || idx["START@t-web-2"] < idx["START@t-db-1"] {
 		t.Errorf("START web ran before START db: %v", f.log)
 	}
+	// Every node has its addresses before any service task (Coopr's
+	// stages made it so): no BOOTSTRAP before the last CONFIRM.
+	for _, b := range []string{"BOOTSTRAP@t-db-1", "BOOTSTRAP@t-web-1", "BOOTSTRAP@t-web-2"} {
+		for _, c := range []string{"CONFIRM@t-db-1", "CONFIRM@t-web-1", "CONFIRM@t-web-2"} {
+			if idx[b] < idx[c] {
+				t.Errorf("%s ran before %s: %v", b, c, f.log)
+			}
+		}
+	}
 	// Results reach later tasks as Coopr did.
 	for _, task := range f.tasks {
 		cfg := task["config"].(map[string]any)

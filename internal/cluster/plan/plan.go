@@ -330,11 +330,38 @@ func Build(in Input) (*Plan, error) {
 			p.Edges += len(p.Groups[g])
 		}
 	}
+	p.addressBarrier()
 	if err := p.levelize(); err != nil {
 		return nil, err
 	}
 	p.stage()
 	return p, nil
+}
+
+// addressBarrier makes every BOOTSTRAP wait for every CONFIRM of the
+// plan. Coopr ran stage after stage, so every node had its addresses
+// before any service task ran, and config.nodes always carried them; a
+// DAG-driven executor keeps that promise only with this barrier. It adds
+// no level (all CONFIRMs are one level below the BOOTSTRAPs) and is not
+// counted in Edges, which stays Coopr's count.
+func (p *Plan) addressBarrier() {
+	var confirms, bootstraps []int
+	for i, t := range p.Tasks {
+		switch t.Name {
+		case "CONFIRM":
+			confirms = append(confirms, i)
+		case "BOOTSTRAP":
+			bootstraps = append(bootstraps, i)
+		}
+	}
+	if len(confirms) < 2 || len(bootstraps) == 0 {
+		return
+	}
+	g := len(p.Groups)
+	p.Groups = append(p.Groups, confirms)
+	for _, b := range bootstraps {
+		p.Tasks[b].Groups = append(p.Tasks[b].Groups, g)
+	}
 }
 
 // levelize sets each task's level (Kahn's algorithm over tasks and

@@ -62,7 +62,7 @@ func (p *Plan) afterText(i int) string {
 			continue
 		}
 		first := p.Tasks[mem[0]]
-		what := first.Name + " " + first.Service
+		what := strings.TrimSpace(first.Name + " " + first.Service)
 		if len(mem) == 1 {
 			parts = append(parts, what+"@"+first.Node)
 		} else {
