@@ -44,7 +44,10 @@ faults:
 	LOOM_FAULTS=1 LOOM_FAILOVER_TASKS=1000 $(GO) test -count=1 -timeout 15m -run 'TestFault' -v ./test/ ./internal/queue/
 
 # Regenerate the LuaLS stubs and the generated binding reference from the
-# bindings' specs (a test fails when they are stale).
+# bindings' specs, and docs/kinds from the plugin kinds (a test fails when
+# they are stale).
 stubs:
 	$(GO) run ./cmd/loomd stubs --out stdlib/types
 	$(GO) run ./cmd/loomd stubs --markdown > docs/bindings/reference.md
+	for k in provider automator clusterdriver bucketprovisioner cloudprovider kloudprovider; do \
+		$(GO) run ./cmd/loomd kinds $$k > docs/kinds/$$k.md || exit 1; done

@@ -27,6 +27,9 @@ type Definition struct {
 	AutomatorTypes []string `json:"automatortypes,omitempty"`
 	// Types holds the per-type objects, keyed by type name.
 	Types map[string]*TypeDef `json:"-"`
+	// KindTypes lists the declared types by kind, for every kind's key
+	// (providertypes, clusterdrivers, ...), in the order written.
+	KindTypes map[Family][]string `json:"-"`
 	// Main, Timeouts, Permissions and Limits apply to every type unless
 	// the type's own object overrides them.
 	Main        string            `json:"main,omitempty"`
@@ -43,7 +46,7 @@ type LimitsDef struct {
 	Memory string `json:"memory,omitempty"`
 }
 
-// TypeDef is one declared provider or automator type.
+// TypeDef is one declared plugin type of any kind.
 type TypeDef struct {
 	Name          string                     `json:"name,omitempty"`
 	Classname     string                     `json:"classname"`
@@ -57,7 +60,12 @@ type TypeDef struct {
 	// Raw is the type's object as written, which is what a Coopr server
 	// receives when the plugin type is registered.
 	Raw json.RawMessage `json:"-"`
+
+	kind *Kind // the kind whose key lists the type
 }
+
+// Kind is the kind whose definition key lists the type.
+func (t *TypeDef) Kind() *Kind { return t.kind }
 
 // ParameterGroup is parameters.admin or parameters.user.
 type ParameterGroup struct {
@@ -93,9 +101,13 @@ func parseDefinition(data []byte) (*Definition, error) {
 	if err := dec.Decode(&top); err != nil {
 		return nil, fmt.Errorf("invalid JSON: %s", describeJSONError(data, err))
 	}
-	_, hasP := top["providertypes"]
-	_, hasA := top["automatortypes"]
-	if !hasP && !hasA {
+	declared := false
+	for _, k := range kindTable {
+		if _, ok := top[k.Key]; ok {
+			declared = true
+		}
+	}
+	if !declared {
 		return nil, nil
 	}
 	var d Definition
@@ -106,21 +118,35 @@ func parseDefinition(data []byte) (*Definition, error) {
 		return nil, fmt.Errorf("missing \"name\"")
 	}
 	d.Types = make(map[string]*TypeDef)
+	d.KindTypes = make(map[Family][]string)
 	seen := make(map[string]string)
-	declare := func(list []string, fam string) error {
+	var defHooks []string
+	declare := func(k *Kind) error {
+		raw, ok := top[k.Key]
+		if !ok {
+			return nil
+		}
+		var list []string
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return fmt.Errorf("%s must be a list of type names: %s", k.Key, describeJSONError(raw, err))
+		}
+		defHooks = append(defHooks, k.HookNames()...)
 		for _, name := range list {
 			if name == "" {
-				return fmt.Errorf("%s lists an empty type name", fam)
+				return fmt.Errorf("%s lists an empty type name", k.Key)
+			}
+			if KindByKey(name) != nil {
+				return fmt.Errorf("%s lists %q, which is a definition key; name the type something else", k.Key, name)
 			}
 			if prev, dup := seen[name]; dup {
-				return fmt.Errorf("type %q is declared twice (in %s and %s)", name, prev, fam)
+				return fmt.Errorf("type %q is declared twice (in %s and %s)", name, prev, k.Key)
 			}
-			seen[name] = fam
+			seen[name] = k.Key
 			raw, ok := top[name]
 			if !ok {
-				return fmt.Errorf("%s declares %q but there is no %q object holding its classname", fam, name, name)
+				return fmt.Errorf("%s declares %q but there is no %q object holding its classname", k.Key, name, name)
 			}
-			td := &TypeDef{Raw: raw}
+			td := &TypeDef{Raw: raw, kind: k}
 			if err := json.Unmarshal(raw, td); err != nil {
 				return fmt.Errorf("type %q: %s", name, describeJSONError(raw, err))
 			}
@@ -130,26 +156,26 @@ func parseDefinition(data []byte) (*Definition, error) {
 			if td.Classname == "" && td.Main == "" && d.Main == "" {
 				return fmt.Errorf("type %q: missing \"classname\" (the Lua table holding its hooks) or \"main\"", name)
 			}
-			if err := validateTimeouts(td.Timeouts); err != nil {
+			if err := validateTimeouts(td.Timeouts, k.HookNames()); err != nil {
 				return fmt.Errorf("type %q: %w", name, err)
 			}
 			if err := td.Limits.validate(); err != nil {
 				return fmt.Errorf("type %q: %w", name, err)
 			}
 			d.Types[name] = td
+			d.KindTypes[k.Family] = append(d.KindTypes[k.Family], name)
 		}
 		return nil
 	}
-	if err := declare(d.ProviderTypes, "providertypes"); err != nil {
-		return nil, err
-	}
-	if err := declare(d.AutomatorTypes, "automatortypes"); err != nil {
-		return nil, err
+	for _, k := range kindTable {
+		if err := declare(k); err != nil {
+			return nil, err
+		}
 	}
 	if len(d.Types) == 0 {
-		return nil, fmt.Errorf("declares no types: providertypes and automatortypes are both empty")
+		return nil, fmt.Errorf("declares no types: %s are all empty", kindKeys())
 	}
-	if err := validateTimeouts(d.Timeouts); err != nil {
+	if err := validateTimeouts(d.Timeouts, defHooks); err != nil {
 		return nil, err
 	}
 	if err := d.Limits.validate(); err != nil {
@@ -158,16 +184,17 @@ func parseDefinition(data []byte) (*Definition, error) {
 	return &d, nil
 }
 
-func validateTimeouts(m map[string]string) error {
+// validateTimeouts checks a timeouts object: its keys are "default" or
+// one of hooks.
+func validateTimeouts(m map[string]string, hooks []string) error {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if k != "default" && !isHook(k) {
-			return fmt.Errorf("timeouts: unknown hook %q (want default or one of %s, %s)", k,
-				strings.Join(ProviderHooks, ", "), strings.Join(AutomatorHooks, ", "))
+		if k != "default" && !contains(hooks, k) {
+			return fmt.Errorf("timeouts: unknown hook %q (want default or one of %s)", k, strings.Join(hooks, ", "))
 		}
 		d, err := time.ParseDuration(m[k])
 		if err != nil || d <= 0 {
@@ -175,20 +202,6 @@ func validateTimeouts(m map[string]string) error {
 		}
 	}
 	return nil
-}
-
-func isHook(name string) bool {
-	for _, h := range ProviderHooks {
-		if h == name {
-			return true
-		}
-	}
-	for _, h := range AutomatorHooks {
-		if h == name {
-			return true
-		}
-	}
-	return false
 }
 
 // timeout returns the hook's deadline from the type's and the plugin's

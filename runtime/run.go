@@ -352,34 +352,7 @@ func (v *vm) registerTaskSecrets(snap *snapshot, taskT *lua.LTable) {
 	if len(names) == 0 || taskT == nil {
 		return
 	}
-	var walk func(t *lua.LTable, depth int)
-	walk = func(t *lua.LTable, depth int) {
-		if depth > MaxTaskDepth {
-			return
-		}
-		t.ForEach(func(k, val lua.LValue) {
-			ks, isName := k.(lua.LString)
-			sensitive := isName && names[string(ks)]
-			switch x := val.(type) {
-			case lua.LString:
-				if sensitive {
-					v.secrets.AddField(string(x))
-				}
-			case lua.LNumber:
-				if sensitive {
-					v.secrets.AddNumber(float64(x), true)
-				}
-			case *lua.LTable:
-				if sensitive {
-					// A sensitive field holding a list or map: every
-					// string in it is secret.
-					v.registerAll(x, depth+1)
-				}
-				walk(x, depth+1)
-			}
-		})
-	}
-	walk(taskT, 0)
+	v.registerNamed(names, taskT)
 }
 
 // registerAll registers every string and number in t as a field secret.

@@ -142,16 +142,23 @@ type pluginType struct {
 
 // TypeInfo describes a loaded plugin type.
 type TypeInfo struct {
-	Name        string   `json:"name"`
-	Family      Family   `json:"family"`
-	Plugin      string   `json:"plugin"`
-	Description string   `json:"description,omitempty"`
-	Dir         string   `json:"dir"`
-	Definition  string   `json:"definition"`
-	Classname   string   `json:"classname,omitempty"`
-	Version     string   `json:"version"`
-	Hooks       []string `json:"hooks"`
-	Missing     []string `json:"missing_hooks,omitempty"`
+	Name        string `json:"name"`
+	Family      Family `json:"family"`
+	Plugin      string `json:"plugin"`
+	Description string `json:"description,omitempty"`
+	Dir         string `json:"dir"`
+	Definition  string `json:"definition"`
+	Classname   string `json:"classname,omitempty"`
+	Version     string `json:"version"`
+	// Key is the definition key listing the type (providertypes,
+	// clusterdrivers, ...); Coopr is set for task-driven kinds.
+	Key   string   `json:"key"`
+	Coopr bool     `json:"coopr,omitempty"`
+	Hooks []string `json:"hooks"`
+	// Missing lists the kind's hooks the plugin does not define: a Coopr
+	// kind's tasks for them fail; a called kind's optional hooks are
+	// answered by the host as the contract says.
+	Missing []string `json:"missing_hooks,omitempty"`
 	// MemoryLimit is the definition's limits.memory in bytes; 0 means
 	// the daemon's default.
 	MemoryLimit int64 `json:"memory_limit,omitempty"`
@@ -309,6 +316,9 @@ func (rt *Runtime) Reload(ctx context.Context) (ReloadReport, error) {
 				continue
 			}
 			next.types[name] = pt
+			if !pt.kind().Coopr {
+				continue // a called kind's absent hooks are answered by the host
+			}
 			for _, h := range pt.missing {
 				errs = append(errs, &LoadError{Plugin: p.def.Name, Type: name, File: p.defFile, Warning: true,
 					Message: fmt.Sprintf("%s does not define hook %q; %s tasks for this type will fail with \"unimplemented %s in %s\"",
@@ -371,31 +381,52 @@ func taskNameOf(hook string) string {
 // buildType provisions the first VM of a type, which validates the plugin
 // (its code runs and its entry table exists), and seeds the pool with it.
 func (rt *Runtime) buildType(p *plugin, name string) (*pluginType, error) {
-	fam := Provider
-	for _, a := range p.def.AutomatorTypes {
-		if a == name {
-			fam = Automator
-		}
-	}
-	pt := &pluginType{name: name, family: fam, plugin: p, def: p.def.Types[name]}
+	td := p.def.Types[name]
+	pt := &pluginType{name: name, family: td.kind.Family, plugin: p, def: td}
 	pt.pool = newPool(rt.opts.PoolSize, func(tenant string) (*vm, error) { return newVM(rt, pt, tenant) })
 	v, err := newVM(rt, pt, rt.opts.Tenant)
 	if err != nil {
 		return nil, err
 	}
 	pt.hooks, pt.missing = v.inspectHooks()
+	if k := pt.kind(); !k.Coopr {
+		var lacking []string
+		for _, h := range pt.missing {
+			if k.Hook(h).Required {
+				lacking = append(lacking, h)
+			}
+		}
+		if len(lacking) > 0 {
+			v.close()
+			return nil, &LoadError{Plugin: p.def.Name, Type: name, File: p.defFile,
+				Message: fmt.Sprintf("%s %s does not define the required hook(s) %s of the %s contract (docs/kinds/%s.md); define them as %s:%s(req)",
+					k.Family, orClass(td.Classname), strings.Join(lacking, ", "), k.Family, k.Family, orClass(td.Classname), lacking[0])}
+		}
+	}
 	pt.pool.add(v)
 	return pt, nil
+}
+
+func orClass(c string) string {
+	if c == "" {
+		return "entry table"
+	}
+	return c
+}
+
+// kind is the type's kind.
+func (pt *pluginType) kind() *Kind {
+	if pt.def != nil && pt.def.kind != nil {
+		return pt.def.kind
+	}
+	return KindOf(pt.family)
 }
 
 // inspectHooks lists the family's hooks the entry table defines, and
 // those it lacks or inherits from the failing base defaults. It follows
 // __index chains of tables only: no Lua runs.
 func (v *vm) inspectHooks() (defined, missing []string) {
-	hooks := ProviderHooks
-	if v.pt.family == Automator {
-		hooks = AutomatorHooks
-	}
+	hooks := v.pt.kind().HookNames()
 	var defaults *lua.LTable
 	if loom, ok := v.loaded.RawGetString("loom").(*lua.LTable); ok {
 		defaults, _ = loom.RawGetString("_defaults").(*lua.LTable)
@@ -436,6 +467,7 @@ func (rt *Runtime) Types() []TypeInfo {
 			Description: pt.plugin.def.Description, Dir: pt.plugin.display,
 			Definition: pt.plugin.defFile, Classname: pt.def.Classname,
 			Version: pt.plugin.version, Hooks: pt.hooks, Missing: pt.missing, Raw: pt.def.Raw,
+			Key: pt.kind().Key, Coopr: pt.kind().Coopr,
 			MemoryLimit: pt.def.memoryLimit(pt.plugin.def),
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
@@ -274,8 +275,8 @@ func (s *Session) Run(ctx context.Context, hook string, logger *slog.Logger) (*R
 	if s.Type() == "" {
 		return nil, fmt.Errorf("no plugin loaded: use :load TYPE first")
 	}
-	if !isHook(hook) {
-		return nil, fmt.Errorf("unknown hook %q", hook)
+	if !isCooprHook(hook) {
+		return nil, fmt.Errorf("unknown hook %q (a task runs one of %s)", hook, strings.Join(append(append([]string{}, ProviderHooks...), AutomatorHooks...), ", "))
 	}
 	start := time.Now()
 	res, err := s.rt.runHookWith(ctx, s.pt, s.task, hook, logger, s.v)

@@ -16,9 +16,15 @@ const (
 	Automator Family = "automator"
 )
 
-// Dir is the family's directory name in Coopr's work-dir layout
-// (<work>/<tenant>/<providertypes|automatortypes>/<type>).
-func (f Family) Dir() string { return string(f) + "types" }
+// Dir is the family's directory name in the work-dir layout: its kind's
+// definition key (<work>/<tenant>/<providertypes|clusterdrivers|...>/<type>),
+// which for Coopr's kinds is Coopr's layout.
+func (f Family) Dir() string {
+	if k := KindOf(f); k != nil {
+		return k.Key
+	}
+	return string(f) + "types"
+}
 
 // Task is a Coopr task: the body of a 200 from /v2/tasks/take.
 // Config is kept as raw JSON: it is handed to Lua as is, and only the few

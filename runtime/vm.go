@@ -132,17 +132,10 @@ func (v *vm) provision() error {
 	if !ok {
 		return &LoadError{Plugin: p.def.Name, Type: v.pt.name, File: p.defFile,
 			Message: fmt.Sprintf("classname %q is not a global table after loading %s; define it, e.g. %s = require(\"loom\").%s:extend(%q)",
-				td.Classname, strings.Join(p.top, ", "), td.Classname, familyBase(v.pt.family), td.Classname)}
+				td.Classname, strings.Join(p.top, ", "), td.Classname, v.pt.kind().Base, td.Classname)}
 	}
 	v.entry = t
 	return nil
-}
-
-func familyBase(f Family) string {
-	if f == Provider {
-		return "Provider"
-	}
-	return "Automator"
 }
 
 func (v *vm) loadError(err error, file string) *LoadError {

@@ -111,6 +111,7 @@ environment, which wins over the file.`,
 	)
 	a.addMoreCommands(root, g)
 	a.addClusterCommands(root, g)
+	a.addKindCommands(root, g)
 	root.AddCommand(a.newServeCmd(g), a.newSubmitCmd(g), a.newTaskCmd(g))
 	return root
 }

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/loomrt/loom/runtime"
 )
 
 // TestStubsAreCurrent fails when a binding's spec changed and the
@@ -24,5 +26,17 @@ func TestStubsAreCurrent(t *testing.T) {
 	ref, err := os.ReadFile(filepath.Join("..", "..", "docs", "bindings", "reference.md"))
 	if err != nil || string(ref) != renderMarkdown(reg) {
 		t.Errorf("docs/bindings/reference.md is missing or stale: run make stubs")
+	}
+}
+
+// TestKindDocsAreCurrent fails when a kind's contract changed and
+// docs/kinds/<family>.md was not regenerated (make stubs).
+func TestKindDocsAreCurrent(t *testing.T) {
+	for _, k := range runtime.Kinds() {
+		path := filepath.Join("..", "..", "docs", "kinds", string(k.Family)+".md")
+		got, err := os.ReadFile(path)
+		if err != nil || string(got) != runtime.KindMarkdown(k) {
+			t.Errorf("%s is missing or stale: run make stubs", path)
+		}
 	}
 }

@@ -28,7 +28,9 @@ type Plugin struct {
 	Name string
 	// Type is the single type it declares; defaults to Name.
 	Type string
-	// Family is "provider" or "automator".
+	// Family is a kind's family: "provider", "automator",
+	// "clusterdriver", "bucketprovisioner", "cloudprovider" or
+	// "kloudprovider".
 	Family string
 	// Classname is the entry table's global name.
 	Classname string
@@ -50,7 +52,11 @@ func WritePlugin(t testing.TB, dir string, p Plugin) string {
 	for k, v := range p.Extra {
 		typ[k] = v
 	}
-	def := map[string]any{"name": p.Name, p.Family + "types": []string{p.Type}, p.Type: typ}
+	key := p.Family + "types"
+	if k := runtime.KindOf(runtime.Family(p.Family)); k != nil {
+		key = k.Key
+	}
+	def := map[string]any{"name": p.Name, key: []string{p.Type}, p.Type: typ}
 	for k, v := range p.Top {
 		def[k] = v
 	}
@@ -123,6 +129,25 @@ func Run(t testing.TB, rt *runtime.Runtime, task []byte) *runtime.Result {
 	res, err := rt.Run(context.Background(), task)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+	return res
+}
+
+// Call runs one hook of a called kind with input (nil means {}) and fails
+// the test if the call could not run at all.
+func Call(t testing.TB, rt *runtime.Runtime, typ, hook string, input any) *runtime.CallResult {
+	t.Helper()
+	c := &runtime.CallRequest{CallID: "call-1", Type: typ, Hook: hook}
+	if input != nil {
+		b, err := json.Marshal(input)
+		if err != nil {
+			t.Fatalf("encoding the input: %v", err)
+		}
+		c.Input = b
+	}
+	res, err := rt.Call(context.Background(), c)
+	if err != nil {
+		t.Fatalf("Call %s %s: %v", typ, hook, err)
 	}
 	return res
 }

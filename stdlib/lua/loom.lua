@@ -55,7 +55,57 @@ for _, hook in ipairs({ "bootstrap", "install", "configure", "init", "start", "s
   Automator[hook] = unimplemented(hook)
 end
 
+-- Called kinds (cluster drivers, bucket provisioners, cloud providers,
+-- Kloud providers): a hook takes one table and returns its result, or
+-- nil and an error. Their base tables define no hooks: the host answers
+-- for an absent optional hook as the kind's contract says (docs/kinds).
+local Kind = Base:extend("Kind")
+
+--- Fails the call with a classified error: class is "retry" (default),
+--- "terminal" or "not_found"; reason is one the kind's contract names.
+function Kind:fail(message, class, reason)
+  error({ class = class or "retry", reason = reason, message = message }, 2)
+end
+
+local ClusterDriver = Kind:extend("ClusterDriver")
+
+--- Reads a DriverOptions value of type ("bool", "string", "int" or
+--- "string_slice") under the first of the keys present, as
+--- kontainer-engine's GetValueFromDriverOptions does: Rancher passes schema
+--- field names (diskSizeGb), the CLI flag names (disk-size-gb). A missing
+--- value is the type's zero value.
+function ClusterDriver:option(opts, typ, ...)
+  local m = opts and opts[typ] or {}
+  for _, key in ipairs({ ... }) do
+    if m[key] ~= nil then return m[key] end
+  end
+  if typ == "bool" then return false end
+  if typ == "int" then return 0 end
+  if typ == "string_slice" then return {} end
+  return ""
+end
+
+--- Decodes cluster_info.metadata.state (JSON), the driver's state between
+--- calls; {} when there is none.
+function ClusterDriver:state(ci)
+  local s = ci and ci.metadata and ci.metadata.state
+  if s == nil or s == "" then return {} end
+  return require("loom.json").decode(s)
+end
+
+--- Stores t as cluster_info.metadata.state and returns ci.
+function ClusterDriver:set_state(ci, t)
+  ci.metadata = ci.metadata or {}
+  ci.metadata.state = require("loom.json").encode(t)
+  return ci
+end
+
 loom.Base = Base
 loom.Provider = Provider
 loom.Automator = Automator
+loom.Kind = Kind
+loom.ClusterDriver = ClusterDriver
+loom.BucketProvisioner = Kind:extend("BucketProvisioner")
+loom.CloudProvider = Kind:extend("CloudProvider")
+loom.KloudProvider = Kind:extend("KloudProvider")
 return loom
