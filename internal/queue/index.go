@@ -68,6 +68,9 @@ type indexState struct {
 
 type indexPos struct{ rev, seq uint64 }
 
+// maxLastIndex bounds indexState.lastIndex.
+const maxLastIndex = 10000
+
 // indexToken makes s one subject token: letters, digits, '-' and '_' stay
 // as they are; anything else (and the empty string) is "~" and hex, so
 // the token is unambiguous and never a wildcard.
@@ -295,10 +298,17 @@ func (q *Queue) write(ctx context.Context, cur, next Record) (uint64, error) {
 		}
 		return 0, err
 	}
+	// The caller's copy of next does not have the new entry's sequence.
+	// A claim that had to create the record writes the outcome from that
+	// copy later, so a running record's entry is remembered here. A miss
+	// (the map was cleared) only leaves a stale entry for readers to drop.
 	q.ix.mu.Lock()
-	if next.State.Terminal() {
-		delete(q.ix.lastIndex, next.TaskID)
-	} else {
+	_, had := q.ix.lastIndex[next.TaskID]
+	delete(q.ix.lastIndex, next.TaskID)
+	if !next.State.Terminal() && (had || reindex && next.State == Running) {
+		if len(q.ix.lastIndex) >= maxLastIndex {
+			clear(q.ix.lastIndex)
+		}
 		q.ix.lastIndex[next.TaskID] = indexPos{rev: rev, seq: next.IndexSeq}
 	}
 	q.ix.mu.Unlock()

@@ -362,3 +362,37 @@ func TestIndexBackfill(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A task whose record the worker creates (its submit died between the
+// publish and the record) ends with one index entry: the entry the claim
+// wrote is replaced, not left behind.
+func TestClaimCreatedRecordIndexedOnce(t *testing.T) {
+	q := open(t, testConfig(t))
+	serve(t, q, newCounter(nil), 1, shell)
+	if _, err := q.publishTask(context.Background(), shell, "cc-1", task("cc-1", "shell")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec, err := q.Get(context.Background(), "cc-1")
+		if err == nil && rec.State == Succeeded {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cc-1 = %+v, %v; want succeeded", rec, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	q.ix.bg.Wait() // the superseded entry's delete
+	var entries []indexEntry
+	for p := range indexParts {
+		es, err := q.readIndex(context.Background(), p, indexPrefix+">", 1, 1<<30, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, es...)
+	}
+	if len(entries) != 1 || entries[0].id != "cc-1" || partActive(entries[0].part) {
+		t.Errorf("index entries = %+v, want one finished entry for cc-1", entries)
+	}
+}
