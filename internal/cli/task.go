@@ -51,8 +51,8 @@ is a human-readable table on a terminal and JSON otherwise (or with --json).`,
 	}
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List tasks, the latest state change first, a page at a time",
-		Long: `List tasks, the task whose state changed last first, one page at a time.
+		Short: "List tasks, newest first, a page at a time",
+		Long: `List tasks, newest first (by the time a task was queued, or finished), one page at a time.
 A page that is not the last ends with the cursor of the next one: pass it to
 --after (it is opaque). With --json the cursor is the "next" field.`,
 		Example: `  loomd task list --state failed --type docker

@@ -21,26 +21,27 @@ import (
 //
 //	loom.idx.<shard>.<class>.<family>.<type>.<cluster>
 //
-// whose payload is the task id. The class is "active" for queued and
-// running tasks, and the state itself for finished ones. Active entries
-// live in LOOM_ACTIVE_<shard>, finished ones in LOOM_INDEX_<shard> (the
-// shard of the task's state bucket), so a list of queued or running tasks
-// reads only the active ones, however many finished tasks are kept; a task's start
-// and its retries are not index writes, which keeps the worker's path to
-// one more fsynced write per task (docs/benchmarks.md); a list by
-// state=queued or running reads the active entries and checks the record.
+// whose payload is the task id (shard: the task's state bucket). The class
+// is "active" for queued and running tasks and the state itself for
+// finished ones. Active entries live in LOOM_ACTIVE_<shard>, finished ones
+// in LOOM_INDEX_<shard>, so a list of queued or running tasks reads only
+// active entries however many finished tasks are kept. A start or a retry
+// does not change the class, so it is no index write: the worker's path
+// gets one more fsynced write per task, not three (docs/benchmarks.md); a
+// list by state=queued or running checks the state on the record.
+//
 // Each change of class publishes the task's new entry before the record is
 // written (the record keeps the entry's sequence in IndexSeq) and deletes
-// the previous entry afterwards. Each
-// index stream is thus ordered by the time of its tasks' last state
-// change, and a filter on state, type and cluster is a subject filter the
-// server applies. A page is read backwards from the newest entries with a
-// few direct-get batches per shard, merged by time, and each entry is
-// checked against its record (read anyway for the page): an entry whose
-// sequence is not the record's IndexSeq is stale (a writer died between
-// its steps) and is removed. Subjects hold no task id, so the server's
-// per-subject state stays small (states x types x clusters). The index is
-// sharded like the records so that its fsynced writes run in parallel.
+// the previous entry afterwards. Each index stream is thus ordered by the
+// time of its tasks' last change of class, and a filter on state, type and
+// cluster is a subject filter the server applies. A page is read backwards
+// from the newest entries with a few direct-get batches per stream, merged
+// by time (list.go), and each entry is checked against its record (read
+// anyway for the page): an entry that is not the record's IndexSeq is
+// stale (a writer died between its steps) and is removed. Subjects hold no
+// task id, so the server's per-subject state stays small (classes x types
+// x clusters). The index is sharded like the records so that its fsynced
+// writes run in parallel.
 const (
 	IndexStream       = "LOOM_INDEX"  // finished tasks; shards LOOM_INDEX_0 .. LOOM_INDEX_<StateShards-1>
 	ActiveIndexStream = "LOOM_ACTIVE" // queued and running tasks; shards as LOOM_INDEX

@@ -20,7 +20,7 @@ type Filter struct {
 	// Limit is the page size: 0 means DefaultPageSize; at most MaxPageSize.
 	Limit int
 	// After is the Next cursor of the previous page; "" starts from the
-	// task that changed state last.
+	// newest task.
 	After string
 }
 
@@ -110,10 +110,11 @@ func (q *Queue) peek(ctx context.Context, it *shardIter) (*indexEntry, error) {
 	return &it.buf[0], nil
 }
 
-// List returns one page of the records that match f, the task that changed
-// state last first (a task moves to the front when its state changes).
-// It reads the index (index.go), not every record: the cost grows with the
-// page size and, for rare matches, with the log of the distance to them.
+// List returns one page of the records that match f, newest first by the
+// time an unfinished task was queued or a finished one finished (a task
+// moves to the front when it finishes). It reads the index (index.go), not
+// every record: the cost grows with the page size and, for rare matches,
+// with the distance to them in the index.
 // Results stored in the object store are not loaded: use Get for one
 // task's result.
 func (q *Queue) List(ctx context.Context, f Filter) (Page, error) {
