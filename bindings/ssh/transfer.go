@@ -289,14 +289,35 @@ type dirEntry struct {
 // as symlinks), so nothing outside the checked root is ever read. With a
 // prefix, the entries land under prefix/ and the root itself is an entry
 // (prefix, with the root's mode), so an empty tree still arrives.
-func walkLocal(root, prefix string) ([]dirEntry, error) {
+//
+// With follow (upload_dir's follow_links, tar -h), a symlink travels as
+// what it points to: follow resolves it, and refuses a target outside
+// what the hook may read, so the sandbox still holds. A link to a dir is
+// walked in turn; a link back into a dir being walked (a cycle) fails.
+func walkLocal(root, prefix string, follow func(string) (string, error)) ([]dirEntry, error) {
 	var out []dirEntry
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	err := walkInto(root, prefix, prefix == "", follow, map[string]bool{}, &out)
+	return out, err
+}
+
+func walkInto(root, prefix string, skipRoot bool, follow func(string) (string, error), walking map[string]bool, out *[]dirEntry) error {
+	if follow != nil {
+		real, err := filepath.EvalSymlinks(root)
+		if err != nil {
+			return err
+		}
+		if walking[real] {
+			return fmt.Errorf("symlink cycle: %s leads back into a directory being copied", root)
+		}
+		walking[real] = true
+		defer delete(walking, real)
+	}
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		rel, err := filepath.Rel(root, p)
-		if err != nil || (rel == "." && prefix == "") {
+		if err != nil || (rel == "." && skipRoot) {
 			return err
 		}
 		info, err := d.Info()
@@ -305,6 +326,22 @@ func walkLocal(root, prefix string) ([]dirEntry, error) {
 		}
 		e := dirEntry{rel: path.Join(prefix, filepath.ToSlash(rel)), local: p, info: info}
 		switch {
+		case info.Mode()&fs.ModeSymlink != 0 && follow != nil:
+			target, err := follow(p)
+			if err != nil {
+				return err
+			}
+			ti, err := os.Stat(target)
+			if err != nil {
+				return err
+			}
+			if ti.IsDir() {
+				return walkInto(target, e.rel, false, follow, walking, out)
+			}
+			if !ti.Mode().IsRegular() {
+				return nil
+			}
+			e.local, e.info = target, ti
 		case info.Mode()&fs.ModeSymlink != 0:
 			if e.link, err = os.Readlink(p); err != nil {
 				return err
@@ -313,10 +350,9 @@ func walkLocal(root, prefix string) ([]dirEntry, error) {
 		default:
 			return nil // sockets, devices, fifos: skipped
 		}
-		out = append(out, e)
+		*out = append(*out, e)
 		return nil
 	})
-	return out, err
 }
 
 // writeTar streams the entries as a tar archive.
@@ -742,6 +778,7 @@ func connUploadDir(L *lua.LState) int {
 	method := f.str("method")
 	owner, group := f.str("owner"), f.str("group")
 	after := f.str("after")
+	followLinks := f.boolean("follow_links", false)
 	sudo := c.m.sudoOption(f, "sudo")
 	if err := f.done(); err != nil {
 		bindings.Raise(L, err)
@@ -767,7 +804,15 @@ func connUploadDir(L *lua.LState) int {
 		if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
 			bindings.Raise(L, bindings.Errorf("io", "conn:upload_dir: %q is not a directory", src.local))
 		}
-		es, err := walkLocal(root, src.name)
+		var follow func(string) (string, error)
+		if followLinks {
+			follow = func(p string) (string, error) { return resolveLocal(c.m.h, p, false) }
+		}
+		es, err := walkLocal(root, src.name, follow)
+		var be *bindings.Error
+		if errors.As(err, &be) {
+			bindings.Raise(L, be) // a followed link leaving the sandbox
+		}
 		if err != nil {
 			bindings.Raise(L, bindings.Errorf("io", "conn:upload_dir: reading %q: %v", src.local, err))
 		}

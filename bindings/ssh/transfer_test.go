@@ -339,3 +339,70 @@ func TestUploadDirSourcesAfter(t *testing.T) {
 	// A failed extraction is still "io", not the after command's fault.
 	wantKind(t, e.luaErr(`conn():upload_dir({a = "multi-tar/empty"}, "/proc/loom-no", {after = "true"})`), "io", "extracting")
 }
+
+// TestUploadDirFollowLinks: with follow_links (tar -h, as Coopr shipped
+// its resources), a link travels as its target, file or tree, over tar
+// and SFTP; a link out of the sandbox or into a loop is refused.
+func TestUploadDirFollowLinks(t *testing.T) {
+	e := newEnv(t, sshdtest.Config{}, nil)
+	w := e.h.Work
+	// Coopr's layout: the active resource is a link into a versioned store.
+	mustWrite := func(p, content string, mode os.FileMode) {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, mode)
+	}
+	mustWrite(filepath.Join(w, ".store/scripts/run.sh/3/run.sh"), "#!/bin/sh\necho v3\n", 0o755)
+	mustWrite(filepath.Join(w, ".store/archives/pkg/2/pkg/data.txt"), "payload\n", 0o640)
+	mustLink := func(target, link string) {
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustLink("../../.store/scripts/run.sh/3/run.sh", filepath.Join(w, "res/scripts/run.sh"))
+	mustLink("../../.store/archives/pkg/2/pkg", filepath.Join(w, "res/archives/pkg"))
+	for _, m := range []string{"tar", "sftp"} {
+		t.Run(m, func(t *testing.T) {
+			dir := remoteDir(t, e.srv.User)
+			e.L.SetGlobal("DST", lua.LString(dir))
+			e.run(`r = conn():upload_dir({scripts = "res/scripts", archives = "res/archives"}, DST, {method = "` + m + `", follow_links = true})`)
+			if e.eval("r.links") != lua.LNumber(0) || e.eval("r.files") != lua.LNumber(2) {
+				t.Errorf("result: files %v links %v", e.eval("r.files"), e.eval("r.links"))
+			}
+			for p, want := range map[string]string{"scripts/run.sh": "#!/bin/sh\necho v3\n", "archives/pkg/data.txt": "payload\n"} {
+				fi, err := os.Lstat(filepath.Join(dir, p))
+				if err != nil || !fi.Mode().IsRegular() {
+					t.Fatalf("%s: %v %v, want a regular file", p, fi, err)
+				}
+				if b, _ := os.ReadFile(filepath.Join(dir, p)); string(b) != want {
+					t.Errorf("%s = %q", p, b)
+				}
+			}
+			if fi, _ := os.Stat(filepath.Join(dir, "scripts/run.sh")); fi.Mode().Perm() != 0o755 {
+				t.Errorf("run.sh mode %v", fi.Mode().Perm())
+			}
+		})
+	}
+	// Without follow_links, links stay links (the default).
+	dir := remoteDir(t, e.srv.User)
+	e.L.SetGlobal("DST", lua.LString(dir))
+	e.run(`r = conn():upload_dir("res/scripts", DST)`)
+	if fi, err := os.Lstat(filepath.Join(dir, "run.sh")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("without follow_links: %v %v", fi, err)
+	}
+	// A link out of the sandbox is refused, not followed.
+	outside := filepath.Join(t.TempDir(), "secret")
+	mustWrite(outside, "secret\n", 0o600)
+	mustLink(outside, filepath.Join(w, "bad/leak"))
+	wantKind(t, e.luaErr(`conn():upload_dir("bad", DST, {follow_links = true})`), "permission", "outside")
+	// A loop fails instead of walking forever.
+	mustLink(".", filepath.Join(w, "loop/back"))
+	wantKind(t, e.luaErr(`conn():upload_dir("loop", DST, {follow_links = true})`), "io", "cycle")
+}

@@ -23,7 +23,7 @@
 --     (as root too) and the binding then removes the dir (exec's cleanup).
 --     Coopr left <taskId>.json on every node for good;
 --   * arguments are split like shell words and quoted, never interpolated
---     into a command line;
+--     into a command line (fields.args_shell opts back into Coopr's way);
 --   * the script's stdout and stderr come back in the result, on success
 --     and on failure, so a failed task shows why.
 
@@ -152,14 +152,30 @@ local function flatten(v, path, out)
     end
   end
   if path ~= "" then
-    out[#out + 1] = escape(path) .. "\t" .. escape(table.concat(parts, " "))
+    -- A third field marks a container: coopr_lookup_key, like Coopr's
+    -- json.sh, matches leaves only.
+    out[#out + 1] = escape(path) .. "\t" .. escape(table.concat(parts, " ")) .. "\tc"
   end
 end
 
-local function task_data(task)
+-- task_data is the wrapper's stdin: the JSON, the lookup table and, when
+-- the script runs through sudo, the login user's environment as
+-- `export -p` printed it after a line without a tab (every lookup line
+-- has one), which the wrapper applies as sudo -E would have.
+local function task_data(task, login_env)
   local lines = { json.encode(task) }
   flatten(task, "", lines)
-  return table.concat(lines, "\n") .. "\n"
+  local data = table.concat(lines, "\n") .. "\n"
+  if login_env ~= nil and login_env ~= "" then
+    data = data .. "--login-env--\n" .. login_env
+    if login_env:sub(-1) ~= "\n" then data = data .. "\n" end
+  end
+  return data
+end
+
+-- truthy reads a checkbox field: a Coopr server sends fields as strings.
+local function truthy(v)
+  return v == true or v == "true" or v == "1" or v == "yes" or v == "on"
 end
 
 -- Hints appended to binding errors, by kind: what the operator can do.
@@ -283,6 +299,8 @@ function ShellAutomator:ship(input, cache)
     end
   end
   sources.lib = self.env.plugin_dir .. "/lib"
+  -- follow_links: resources are links into loomd's versioned store (as
+  -- Coopr kept them); the node gets the files they point to (tar -h).
   shipped[#shipped + 1] = "lib"
 
   local q = ssh.quote
@@ -303,7 +321,7 @@ function ShellAutomator:ship(input, cache)
     "mkdir -p \"$cache/run\"; chmod 0700 \"$cache/run\"",
   }, "\n")
   local st = self:remote(input, "shipping " .. table.concat(shipped, ", ") .. " to " .. cache, "upload_dir", sources,
-    staging, { sudo = sudo, after = swap })
+    staging, { sudo = sudo, after = swap, follow_links = true })
   return ("%s (%d files)"):format(table.concat(shipped, ", "), st.files)
 end
 
@@ -324,18 +342,37 @@ end
 -- run with sh, so a lost execute bit on the node does not matter. run_id
 -- goes into the name of the wrapper's task data dir, so that cleanup()
 -- finds that dir and no other.
-local function command(cache, words, run_id)
+local function command(cache, words, run_id, shell_args)
   local q = ssh.quote
   local lib, scripts = cache .. "/lib", cache .. "/scripts"
   local quoted = {}
   for i, w in ipairs(words) do quoted[i] = q(w) end
+  local env = "PATH=" .. q(scripts .. ":" .. lib) .. ":$PATH; LOOM_RUN_ID=" .. q(run_id) .. "; export PATH LOOM_RUN_ID"
+  if shell_args ~= nil then
+    -- args_shell: the wrapper hands these to the node's shell, as Coopr did.
+    env = env .. "; LOOM_SHELL_ARGS=" .. q(shell_args) .. "; export LOOM_SHELL_ARGS"
+  end
   return table.concat({
     "[ -f " .. q(lib .. "/loom-wrapper.sh") .. " ] && [ -d " .. q(scripts) .. " ] || { echo "
       .. q(NO_LIB_MARKER) .. " >&2; exit " .. NO_LIB_STATUS .. "; }",
     "cd " .. q(scripts),
-    "PATH=" .. q(scripts .. ":" .. lib) .. ":$PATH; LOOM_RUN_ID=" .. q(run_id) .. "; export PATH LOOM_RUN_ID",
+    env,
     "exec sh " .. q(lib .. "/loom-wrapper.sh") .. " " .. table.concat(quoted, " "),
   }, "\n")
+end
+
+-- login_env is the SSH user's environment as its shell exports it, for a
+-- script run through sudo: Coopr ran `sudo -E`, so scripts saw the login
+-- user's variables; sudo here resets them, and the wrapper puts them back.
+function ShellAutomator:login_env(input)
+  -- sh, not the login shell (bash prints declare -x), so that the
+  -- wrapper, run by sh, can read it back.
+  local r = self:remote(input, "reading the login environment", "exec", "sh -c 'export -p'")
+  if not r.ok then
+    self:fail(input, "reading the login environment", { kind = "command", message = "export -p exited with status "
+      .. tostring(r.exit_code), stdout = r.stdout, stderr = r.stderr, exit_code = r.exit_code })
+  end
+  return r.stdout
 end
 
 -- cleanup is the shell code the SSH binding runs after it stopped a
@@ -353,7 +390,12 @@ function ShellAutomator:run_script(input)
   local cache = self:try(input, "checking the cache dir", check_cache_dir, fields.cache_dir)
   local words = self:try(input, "reading fields.script", split_words, fields.script, "fields.script")
   local args = fields.args
-  if type(args) == "table" then
+  local shell_args = nil
+  if truthy(fields.args_shell) and type(args) == "string" and args ~= "" then
+    -- Coopr's behaviour, by opt-in: the node's shell splits and expands
+    -- args ($VARS, globs, quotes, and command substitution too).
+    shell_args = args
+  elseif type(args) == "table" then
     -- A JSON array of arguments (a Loom extension): taken word for word.
     for _, a in ipairs(args) do words[#words + 1] = scalar_text(a) end
   elseif args ~= nil and args ~= "" then
@@ -368,10 +410,13 @@ function ShellAutomator:run_script(input)
   if timeout == "" then timeout = nil end
 
   local run_id = ("%s-%d-%d"):format((tostring(self.task.taskId):gsub("[^%w%-]", "_")), os.time(), math.random(1e9))
-  local cmd = command(cache, words, run_id)
+  local cmd = command(cache, words, run_id, shell_args)
+  local sudo = self:sudo(input)
+  local login_env = nil
+  if sudo ~= nil then login_env = self:login_env(input) end
   local opts = {
-    stdin = task_data(self.task),
-    sudo = self:sudo(input),
+    stdin = task_data(self.task, login_env),
+    sudo = sudo,
     timeout = timeout,
     cleanup = cleanup(cache, run_id),
     -- Operators see the script's progress with --log-level debug; the

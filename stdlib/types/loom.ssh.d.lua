@@ -82,11 +82,13 @@ function loom_ssh_conn:upload(local, remote, opts) end
 --- Copies a local directory tree into a remote directory (created if missing) and returns {files,
 --- dirs, links, bytes, method, duration_ms}. local may be a table {name = local dir, ...}: every
 --- tree goes in the same stream, into remote/<name>. Modes and mtimes are kept; symlinks travel as
---- symlinks and are never followed. opts: method ("auto": a tar stream into `tar -x` over one exec,
---- SFTP with 8 files in flight when the host has no tar; "tar"; "sftp"), owner, group (chown -R
---- afterwards), sudo (tar only), after (shell code run once the trees are in place, in the same
---- exec and as the same user, stdin /dev/null; a non-zero exit raises "command" with its stdout,
---- stderr and exit_code).
+--- symlinks and are never followed, unless follow_links is true (tar -h: a link travels as the file
+--- or tree it points to, which must be readable by the hook: its work dir, its plugin folder or a
+--- resource the task names; a cycle raises "io"). opts: method ("auto": a tar stream into `tar -x`
+--- over one exec, SFTP with 8 files in flight when the host has no tar; "tar"; "sftp"), owner,
+--- group (chown -R afterwards), sudo (tar only), after (shell code run once the trees are in place,
+--- in the same exec and as the same user, stdin /dev/null; a non-zero exit raises "command" with
+--- its stdout, stderr and exit_code).
 ---@param local string|table
 ---@param remote string
 ---@param opts? table

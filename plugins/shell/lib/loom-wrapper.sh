@@ -76,20 +76,49 @@ LOOM_TASK_JSON="$tmp/task.json"
 LOOM_TASK_FLAT="$tmp/task.flat"
 export LOOM_TASK_JSON LOOM_TASK_FLAT
 : >"$LOOM_TASK_JSON" && : >"$LOOM_TASK_FLAT" || exit 125
+# After the lookup table, a line without a tab ("--login-env--") starts the
+# SSH user's environment as `export -p` printed it (sent when the script
+# runs through sudo).
+login_env="$tmp/login.env"
+LOOM_LOGIN_ENV=$login_env
+export LOOM_LOGIN_ENV
 awk 'NR == 1 { print > ENVIRON["LOOM_TASK_JSON"]; next }
+     env { print > ENVIRON["LOOM_LOGIN_ENV"]; next }
+     $0 == "--login-env--" { env = 1; next }
      { print > ENVIRON["LOOM_TASK_FLAT"] }' || {
 	echo "loom-wrapper: could not store the task data in $tmp" >&2
 	exit 125
 }
+unset LOOM_LOGIN_ENV
+
+# sudo -E, as Coopr ran scripts: the login user's variables come back,
+# but not the ones that say who and where the script runs (sudo set them
+# for root) nor PATH (the scripts dir first, then sudo's safe path).
+if [ -s "$login_env" ]; then
+	_p=$PATH _h=${HOME-} _u=${USER-} _l=${LOGNAME-} _s=${SHELL-} _w=$(pwd)
+	. "$login_env" 2>/dev/null
+	PATH=$_p HOME=$_h USER=$_u LOGNAME=$_l SHELL=$_s PWD=$_w
+	export PATH HOME USER LOGNAME SHELL PWD
+	unset _p _h _u _l _s _w OLDPWD MAIL
+fi
 
 # Coopr's wrapper took the JSON path as its first argument; scripts that
 # read it get the same file through this variable.
+# TASKJSON is the variable Coopr's wrapper set, which scripts it sourced
+# used directly.
 COOPR_TASK_JSON=$LOOM_TASK_JSON
+TASKJSON=$LOOM_TASK_JSON
 LOOM_SHELL_CACHE=$cache
-export COOPR_TASK_JSON LOOM_SHELL_CACHE
+export COOPR_TASK_JSON TASKJSON LOOM_SHELL_CACHE
 
 script=$1
 shift
+# args_shell (a Coopr compatibility opt-in): the node's shell splits and
+# expands the args, as Coopr's command line did.
+if [ -n "${LOOM_SHELL_ARGS:-}" ]; then
+	eval "set -- \"\$@\" $LOOM_SHELL_ARGS" || exit 125
+fi
+unset LOOM_SHELL_ARGS
 # A file in the scripts dir that lost its execute bit (a resource synced
 # without permissions) still runs, through sh. Anything else is found on
 # PATH (the scripts dir comes first), so plain commands work too, as in
