@@ -152,3 +152,40 @@ func TestCooprResultNamesWorker(t *testing.T) {
 		t.Errorf("round trip: %+v %v", back, err)
 	}
 }
+
+func TestCooprProblems(t *testing.T) {
+	ok := []string{
+		`{"name":"shell","classname":"S","parameters":{"admin":{"fields":{"script":{"label":"Script","override":false}},"required":[["script"]]},"user":{"fields":{}}},
+		  "resourceTypes":{"scripts":{"format":"file","permissions":"0755"},"archives":{"format":"archive"}}}`,
+		`{"classname":"S"}`,
+		`{"classname":"S","parameters":{"admin":{"fields":{"x":{"override":"true","options":["a","b"],"default":3}}}},"version":2}`,
+	}
+	for _, raw := range ok {
+		if p := runtime.CooprProblems("shell", json.RawMessage(raw)); len(p) != 0 {
+			t.Errorf("%s: %v", raw, p)
+		}
+	}
+	bad := map[string]string{
+		`{"classname":"S","parameters":{"Admin":{}}}`:                                         `parameters.Admin`,
+		`{"classname":"S","parameters":{"admin":{"fields":{"a":{}},"required":[["a","b"]]}}}`: `names b, not declared`,
+		`{"classname":"S","parameters":{"user":{"required":["a"]}}}`:                          `list of lists`,
+		`{"classname":"S","parameters":{"admin":{"fields":{"a":{"override":1}}}}}`:            `override must be true or false`,
+		`{"classname":"S","parameters":{"admin":{"fields":{"a":{"options":{"x":1}}}}}}`:       `options must be a list`,
+		`{"classname":"S","resourceTypes":{"k":{"format":"File"}}}`:                           `format must be "file" or "archive"`,
+		`{"classname":"S","resourceTypes":{"k":{}}}`:                                          `a missing value`,
+		`{"classname":"S","resourceTypes":{"k":{"format":"archive","permissions":"0755"}}}`:   `only for the file format`,
+		`{"classname":"S","resourceTypes":{"k":{"format":"file","permissions":"rwx"}}}`:       `octal mode`,
+		`{"classname":"S","resourceTypes":{"k":{"format":"file","permissions":"0999"}}}`:      `octal mode`,
+		`{"classname":"S","version":"2"}`:                                                     `version`,
+		`{"classname":"S","label":{"x":1}}`:                                                   `"label" must be a string`,
+	}
+	for raw, want := range bad {
+		p := runtime.CooprProblems("shell", json.RawMessage(raw))
+		if len(p) == 0 || !strings.Contains(strings.Join(p, "; "), want) {
+			t.Errorf("%s: %v, want %q", raw, p, want)
+		}
+	}
+	if p := runtime.CooprProblems("my type", json.RawMessage(`{"classname":"S"}`)); len(p) != 1 {
+		t.Errorf("a name with a space: %v", p)
+	}
+}

@@ -37,6 +37,11 @@ type LoadError struct {
 	// Warning marks problems that do not stop the plugin from serving,
 	// such as a hook the entry table does not define.
 	Warning bool `json:"warning,omitempty"`
+	// Coopr marks what a Coopr server would refuse when loomd registers
+	// the type (CooprProblems). loomd still serves the type from its own
+	// queue, so these are warnings; loomd plugins check counts them as
+	// errors.
+	Coopr bool `json:"coopr,omitempty"`
 }
 
 // Location is "file:line", or the file alone when the line is unknown.
@@ -165,6 +170,12 @@ func loadFolder(root, dir string, broken map[string]bool) (plugins []*plugin, er
 			continue // some other JSON file
 		}
 		found = true
+		for _, name := range append(append([]string(nil), def.ProviderTypes...), def.AutomatorTypes...) {
+			for _, msg := range CooprProblems(name, def.Types[name].Raw) {
+				errs = append(errs, &LoadError{Plugin: def.Name, Type: name, File: jf, Warning: true, Coopr: true,
+					Message: "a Coopr server would refuse this type: " + msg})
+			}
+		}
 		p, perrs := compilePlugin(dir, jf, data, def)
 		errs = append(errs, perrs...)
 		if p != nil {

@@ -147,6 +147,36 @@ func TestPluginsCheck(t *testing.T) {
 	}
 }
 
+// TestPluginsCheckCoopr: what a Coopr server would refuse at registration
+// fails the check, with the key at fault; the type still runs.
+func TestPluginsCheckCoopr(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "odd", "odd.json"), `{"name":"odd","automatortypes":["odd"],"odd":{"name":"odd","classname":"Odd",
+  "parameters":{"admin":{"fields":{"script":{"label":"Script"}},"required":[["script","args"]]},"Admin":{}},
+  "resourceTypes":{"scripts":{"format":"FILE"},"tars":{"format":"archive","permissions":"0644"}}}}`)
+	writeFile(t, filepath.Join(dir, "odd", "odd.lua"), `Odd = {} for _, h in ipairs({"bootstrap","install","configure","init","start","stop","remove"}) do Odd[h] = function() end end`)
+	r := loomd(t, "", "plugins", "check", dir)
+	if r.code != 1 {
+		t.Fatalf("check must fail on what a Coopr server refuses: exit %d\n%s", r.code, r.stdout)
+	}
+	for _, want := range []string{
+		"odd/odd.json: plugin odd: a Coopr server would refuse this type: parameters.Admin",
+		"parameters.admin.required names args, not declared",
+		`resourceTypes.scripts.format must be "file" or "archive"`,
+		"resourceTypes.tars.permissions: a Coopr server allows permissions only for the file format",
+		"1 plugin types OK, 4 errors",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("check output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	run := loomd(t, `{"taskId":"o","taskName":"install","config":{"service":{"action":{"type":"odd","fields":{"script":"x","args":""}}}}}`,
+		"run", "-", "--plugins", dir, "--work-dir", t.TempDir())
+	if run.code != 0 {
+		t.Fatalf("the type must still run: exit %d\n%s\n%s", run.code, run.stdout, run.stderr)
+	}
+}
+
 func TestPluginsListAndVersion(t *testing.T) {
 	r := loomd(t, "", "plugins", "list", "--plugins", examples("plugins"))
 	if r.code != 0 || !strings.Contains(r.stdout, "skeleton  provider") || !strings.Contains(r.stdout, "bootstrap,install,configure,init,start,stop,remove") {

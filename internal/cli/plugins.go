@@ -30,7 +30,11 @@ func (a *App) newPluginsCmd(g *globalOptions) *cobra.Command {
 		Short: "Validate plugin definitions and compile their Lua without running any hook",
 		Long: `Validate every plugin definition and compile (and load) its Lua, running no hook.
 Every problem is printed as file:line: message. Warnings (a hook the entry
-table does not define) do not fail the check; errors exit 1.`,
+table does not define) do not fail the check; errors exit 1. What a Coopr
+server would refuse when loomd registers a type (an unknown parameter
+group, a required field that is not declared, a resource format other than
+file or archive, permissions on an archive...) is an error here, though
+loomd still serves the type from its own queue.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
@@ -93,7 +97,11 @@ func (a *App) runPluginsCheck(ctx context.Context, g *globalOptions) error {
 	errs, warns := 0, 0
 	for _, e := range rt.LoadErrors() {
 		kind := "error"
-		if e.Warning {
+		if e.Coopr {
+			// A Coopr server would refuse it: the check fails, as a
+			// server would (serve keeps serving it from its own queue).
+			errs++
+		} else if e.Warning {
 			kind = "warning"
 			warns++
 		} else {
