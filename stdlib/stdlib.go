@@ -16,6 +16,13 @@ import (
 //go:embed lua
 var files embed.FS
 
+//go:embed types/loom.d.lua
+var loomStub []byte
+
+// LoomStub returns the LuaLS stub of require("loom") (types/loom.d.lua),
+// which loomd new writes beside the bindings' stubs.
+func LoomStub() []byte { return loomStub }
+
 // Source returns the source of a stdlib module ("loom", "loom.x") and
 // whether it exists.
 func Source(module string) ([]byte, bool) {

@@ -61,3 +61,46 @@ func TestLoomdTest(t *testing.T) {
 		t.Errorf("empty folder: exit %d, stderr %s", r.code, r.stderr)
 	}
 }
+
+// TestLoomdNew: a new provider and a new automator pass loomd test and
+// plugins check as generated, and their editor settings point at stubs
+// inside the folder.
+func TestLoomdNew(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ family, name string }{{"provider", "hcloud"}, {"automator", "web-server"}} {
+		r := loomd(t, "", "new", c.family, c.name, "--dir", dir)
+		if r.code != 0 {
+			t.Fatalf("new %s: exit %d\n%s%s", c.family, r.code, r.stdout, r.stderr)
+		}
+		folder := filepath.Join(dir, c.name)
+		r = loomd(t, "", "test", folder)
+		if r.code != 0 || !strings.Contains(r.stdout, " 0 failed, 0 pending in 1 files") {
+			t.Errorf("loomd test on a new %s: exit %d\n%s%s", c.family, r.code, r.stdout, r.stderr)
+		}
+		var rc struct {
+			Library []string `json:"workspace.library"`
+		}
+		data, err := os.ReadFile(filepath.Join(folder, ".luarc.json"))
+		if err != nil || json.Unmarshal(data, &rc) != nil || len(rc.Library) != 1 {
+			t.Fatalf(".luarc.json (%v): %s", err, data)
+		}
+		for _, stub := range []string{"loom.d.lua", "loom.http.d.lua", "loom.ssh.d.lua", "loom.test.d.lua"} {
+			if _, err := os.Stat(filepath.Join(folder, rc.Library[0], stub)); err != nil {
+				t.Errorf("%s: %v", stub, err)
+			}
+		}
+		for _, f := range []string{c.name + ".json", c.name + ".lua", "README.md"} {
+			if _, err := os.Stat(filepath.Join(folder, f)); err != nil {
+				t.Errorf("%s: %v", f, err)
+			}
+		}
+	}
+	r := loomd(t, "", "plugins", "check", dir)
+	if r.code != 0 || !strings.Contains(r.stdout, "2 plugin types OK, 0 errors, 0 warnings") {
+		t.Errorf("plugins check on the new plugins: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = loomd(t, "", "new", "provider", "hcloud", "--dir", dir)
+	if r.code != 2 || !strings.Contains(r.stderr, "already exists") {
+		t.Errorf("new over an existing folder: exit %d, %s", r.code, r.stderr)
+	}
+}

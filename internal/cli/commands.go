@@ -9,4 +9,5 @@ func (a *App) addMoreCommands(root *cobra.Command, g *globalOptions) {
 	root.AddCommand(a.newStubsCmd(g))
 	root.AddCommand(a.newWorkerCmd(g))
 	root.AddCommand(a.newTestCmd(g))
+	root.AddCommand(a.newNewCmd(g))
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/yuin/gopher-lua/parse"
 )
 
 func run(t *testing.T, opts Options) (*Report, string) {
@@ -123,3 +125,10 @@ func TestDiscoverErrors(t *testing.T) {
 }
 
 func regexpMust(s string) *regexp.Regexp { return regexp.MustCompile(s) }
+
+// The test API's LuaLS stub is valid Lua.
+func TestStubParses(t *testing.T) {
+	if _, err := parse.Parse(strings.NewReader(Stub), "loom.test.d.lua"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,182 @@
+package plugtest
+
+// Stub is the LuaLS definition file of the test API (describe, it,
+// assert, loom.test), which loomd new writes beside the bindings' stubs so
+// an editor completes and checks *_test.lua files too.
+const Stub = `---@meta loom.test
+-- The API of *_test.lua files run by loomd test (docs/testing.md).
+-- Written by loomd new. Do not edit.
+
+---@param name string
+---@param fn fun()
+function describe(name, fn) end
+---@param name string
+---@param fn? fun()
+function it(name, fn) end
+---@param name string
+function pending(name) end
+---@param fn fun()
+function before_each(fn) end
+---@param fn fun()
+function after_each(fn) end
+
+---@class loomtest.assert
+---@overload fun(v: any, msg?: string): any
+assert = {}
+---@param expected any
+---@param actual any
+---@param msg? string
+function assert.equals(expected, actual, msg) end
+---@param a any
+---@param b any
+---@param msg? string
+function assert.not_equals(a, b, msg) end
+---@param expected any
+---@param actual any
+---@param msg? string
+function assert.same(expected, actual, msg) end
+---@param a any
+---@param b any
+---@param msg? string
+function assert.not_same(a, b, msg) end
+---@param v any
+---@param msg? string
+function assert.truthy(v, msg) end
+---@param v any
+---@param msg? string
+function assert.falsy(v, msg) end
+---@param v any
+---@param msg? string
+function assert.is_true(v, msg) end
+---@param v any
+---@param msg? string
+function assert.is_false(v, msg) end
+---@param v any
+---@param msg? string
+function assert.is_nil(v, msg) end
+---@param v any
+---@param msg? string
+function assert.not_nil(v, msg) end
+---@param pattern string
+---@param s string
+---@param msg? string
+function assert.matches(pattern, s, msg) end
+---@param needle any
+---@param haystack string|table
+---@param msg? string
+function assert.contains(needle, haystack, msg) end
+---@param fn fun()
+---@param expected? string|table
+---@param msg? string
+---@return any err
+function assert.errors(fn, expected, msg) end
+---@param msg? string
+function assert.fail(msg) end
+
+---@class loomtest.TaskOptions
+---@field type? string
+---@field fields? table
+---@field config? table
+---@field id? string
+---@field node? string
+---@field tenant? string
+---@field hostname? string
+---@field providerid? string
+---@field ipaddress? string
+---@field sshauth? table
+---@field service? string
+
+---@class loomtest.Result
+---@field status integer
+---@field message? string
+---@field stdout? string
+---@field stderr? string
+---@field result? table
+---@field ipaddresses? table
+---@field hostname? string
+---@field error? table
+
+---@class loomtest.Chain
+---@field ok boolean
+---@field failed? string
+---@field results table<string, loomtest.Result>
+---@field tasks table<string, table>
+---@field order string[]
+---@field config table
+---@field leftovers string[]
+
+---@class loomtest.Request
+---@field method string
+---@field path string
+---@field host string
+---@field query table<string, string>
+---@field headers table<string, string>
+---@field body string
+---@field json? any
+---@field params table<string, string>
+---@field route? string
+---@field status integer
+
+---@alias loomtest.Response {status?: integer, json?: any, body?: string, headers?: table<string, string>, delay?: number, drop?: boolean}|integer|string
+
+---@class loomtest.HTTPFake
+---@field url string
+---@field host string
+---@field hosts string[]
+local HTTPFake = {}
+---@param method string
+---@param path string
+---@param answer loomtest.Response|loomtest.Response[]|fun(req: loomtest.Request): any
+---@return loomtest.HTTPFake
+function HTTPFake:route(method, path, answer) end
+---@param opts {status?: integer, times?: integer, method?: string, path?: string, headers?: table, json?: any, body?: string, delay?: number, drop?: boolean}
+function HTTPFake:fail_next(opts) end
+---@param method? string
+---@param path? string
+---@return loomtest.Request[]
+function HTTPFake:requests(method, path) end
+---@param method? string
+---@param path? string
+---@return loomtest.Request?
+function HTTPFake:last(method, path) end
+---@param method string
+---@param path string
+---@param times? integer
+---@return loomtest.Request[]
+function HTTPFake:assert_called(method, path, times) end
+---@param method string
+---@param path string
+function HTTPFake:assert_not_called(method, path) end
+function HTTPFake:reset() end
+function HTTPFake:close() end
+
+---@class loomtest
+---@field type string
+---@field family string
+---@field plugin string
+---@field plugin_dir string
+---@field work_dir string
+---@field file string
+local test = {}
+---@param name string
+---@param opts? loomtest.TaskOptions
+---@return table task
+function test.task(name, opts) end
+---@param task table|string
+---@param opts? loomtest.TaskOptions
+---@return loomtest.Result result
+---@return string[] logs
+function test.run(task, opts) end
+---@param opts? {type?: string, fields?: table, config?: table, steps?: (string|table)[], stop_on_failure?: boolean}
+---@return loomtest.Chain
+function test.chain(opts) end
+---@param opts? {host?: string, hosts?: string[], permit?: boolean, strict?: boolean, routes?: table}
+---@return loomtest.HTTPFake
+function test.http(opts) end
+---@return string[]
+function test.files() end
+
+---@class loomtest.loom
+---@field test loomtest
+loom = {}
+`
