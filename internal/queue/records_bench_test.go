@@ -77,29 +77,7 @@ func BenchmarkBytesPerTask(b *testing.B) {
 	go func() { _ = q.Serve(ctx, run, 8); close(done) }()
 	defer func() { cancel(); <-done }()
 	before, beforeFiles := storeBytes(b, q, cfg.DataDir)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range benchClients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				rec, _, err := q.Submit(context.Background(), coopTask(fmt.Sprintf("bytes-%d", i)))
-				if err == nil {
-					_, err = q.Wait(context.Background(), rec.TaskID)
-				}
-				if err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	submitAndWait(b, q, func(i int64) []byte { return coopTask(fmt.Sprintf("bytes-%d", i)) })
 	q.ix.bg.Wait() // old index entries removed
 	after, afterFiles := storeBytes(b, q, cfg.DataDir)
 	b.ReportMetric(float64(after-before)/float64(b.N), "stream-B/task")
