@@ -1,0 +1,94 @@
+-- fakecloud: a kubermatic machine-controller cloud provider for a
+-- Hetzner-like servers API. Instances are tagged with the machine's uid
+-- (label machine-uid) and found by it, which makes create idempotent:
+-- the controller calls get, then create when get says not_found.
+--
+-- cloudProviderSpec: {apiUrl, token, serverType (default "cx22"), location}.
+local loom = require("loom")
+local http = require("loom.http")
+
+local FakeCloud = loom.CloudProvider:extend("FakeCloud")
+
+local function spec_of(machine_spec)
+  local v = machine_spec and machine_spec.providerSpec and machine_spec.providerSpec.value or {}
+  return v.cloudProviderSpec or {}, v
+end
+
+local function api(cps, method, path, opts)
+  opts = opts or {}
+  opts.bearer, opts.retries = cps.token, 2
+  local resp = http.request(method, cps.apiUrl .. path, opts)
+  if resp.status == 401 then
+    -- As Hetzner's provider: only unauthorized is terminal.
+    error({ terminal = true, reason = "InvalidConfiguration", message = "the API rejected the token (401)" })
+  end
+  if not resp.ok and resp.status ~= 404 then
+    error(("%s %s: %d %s"):format(method, path, resp.status, resp.body))
+  end
+  return resp:json(), resp.status
+end
+
+function FakeCloud:add_defaults(req)
+  local cps = spec_of(req.spec)
+  if cps.serverType == nil or cps.serverType == "" then cps.serverType = "cx22" end
+  return req.spec
+end
+
+function FakeCloud:validate(req)
+  local cps, v = spec_of(req.spec)
+  if (cps.apiUrl or "") == "" or (cps.token or "") == "" then
+    return nil, { terminal = true, reason = "InvalidConfiguration", message = "cloudProviderSpec needs apiUrl and token" }
+  end
+  if v.operatingSystem and v.operatingSystem ~= "ubuntu" and v.operatingSystem ~= "flatcar" then
+    return nil, { terminal = true, reason = "InvalidConfiguration", os_not_supported = true,
+                  message = "operating system " .. v.operatingSystem .. " is not supported (ubuntu, flatcar)" }
+  end
+end
+
+local function instance(s)
+  local addrs = {}
+  if s.publicIp then addrs[s.publicIp] = "ExternalIP" end
+  if s.privateIp then addrs[s.privateIp] = "InternalIP" end
+  local status = ({ initializing = "creating", running = "running", deleting = "deleting" })[s.status] or "unknown"
+  return { name = s.name, id = tostring(s.id), provider_id = "fakecloud://" .. tostring(s.id), addresses = addrs, status = status }
+end
+
+local function find(cps, uid)
+  local body = api(cps, "GET", "/servers", { query = { label_selector = "machine-uid==" .. uid } })
+  return body and body.servers and body.servers[1]
+end
+
+function FakeCloud:get(req)
+  local cps = spec_of(req.machine.spec)
+  local s = find(cps, req.machine.metadata.uid)
+  if not s then return nil, { not_found = true, message = "instance not found" } end
+  return instance(s)
+end
+
+function FakeCloud:create(req)
+  local m = req.machine
+  local cps = spec_of(m.spec)
+  local s = find(cps, m.metadata.uid) -- a retried create finds its server
+  if not s then
+    local body = api(cps, "POST", "/servers", { json = {
+      name = m.metadata.name, server_type = cps.serverType or "cx22", location = cps.location,
+      user_data = req.userdata, labels = { ["machine-uid"] = m.metadata.uid } } })
+    s = body.server
+  end
+  return instance(s)
+end
+
+function FakeCloud:cleanup(req)
+  local cps = spec_of(req.machine.spec)
+  local s = find(cps, req.machine.metadata.uid)
+  if not s then return true end -- gone: the finalizer can go
+  api(cps, "DELETE", "/servers/" .. tostring(s.id))
+  return false -- called again in 10 s; then get finds nothing
+end
+
+function FakeCloud:metrics_labels(req)
+  local cps = spec_of(req.machine.spec)
+  return { size = cps.serverType or "cx22", location = cps.location or "" }
+end
+
+return FakeCloud
