@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/loomrt/loom/runtime"
@@ -68,6 +69,7 @@ type Queue struct {
 	mu      sync.Mutex
 	waiters map[string][]chan Record
 	flights map[string]*flight // tasks this daemon holds, by id
+	trouble atomic.Int64       // unix nanos of the last failed broker call
 	closed  bool
 	serving bool
 

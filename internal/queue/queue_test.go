@@ -500,6 +500,9 @@ func TestZombieIsFenced(t *testing.T) {
 	stopA := serve(t, a, za, 1, shell)
 	submit(t, a, task("z-1", "shell"))
 	<-zombieRan
+	// A zombie is cut off: no heartbeats, and no announcements either
+	// (while its daemon announces, a redelivery is left to it).
+	a.served.close()
 	hb := newCounter(func(context.Context, string, int) ([]byte, int, error) {
 		return []byte(`{"status":0,"result":{"by":"healthy"}}`), 0, nil
 	})

@@ -84,7 +84,7 @@ func (q *Queue) reconcileOne(ctx context.Context, rec Record) (*Repair, error) {
 	case !errors.Is(err, jetstream.ErrMsgNotFound):
 		return nil, fmt.Errorf("checking the message of task %s: %w", rec.TaskID, err)
 	}
-	if rec.State == Running && rec.Owner != q.cfg.Owner && q.ownerLive(rec.Owner) {
+	if rec.State == Running && rec.Owner != q.cfg.Owner && (q.ownerLive(rec.Owner) || q.recentTrouble()) {
 		// Its daemon lives and still holds it: the outcome is being
 		// written.
 		return nil, nil
@@ -132,6 +132,19 @@ func (q *Queue) ownerLive(owner string) bool {
 		return false
 	}
 	return q.served.ownerLive(owner)
+}
+
+// noteTrouble records that a broker call failed just now (a heartbeat, a
+// record write, an announcement).
+func (q *Queue) noteTrouble() { q.trouble.Store(time.Now().UnixNano()) }
+
+// recentTrouble reports whether a broker call failed within the served
+// TTL plus a heartbeat interval: long enough for a daemon that lived
+// through the same outage to announce itself again and finish writing
+// its outcomes. Until then, no running task is taken over.
+func (q *Queue) recentTrouble() bool {
+	last := q.trouble.Load()
+	return last != 0 && time.Since(time.Unix(0, last)) < q.cfg.ServedTTL+q.cfg.AckWait/3
 }
 
 // reconcileLoop runs Reconcile every interval until ctx ends.

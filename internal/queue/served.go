@@ -189,6 +189,7 @@ func (s *served) announce(ctx context.Context, q *Queue) {
 		cancel()
 		if err != nil {
 			failed = err // the next round tries again; no use waiting on each type now
+			q.noteTrouble()
 			break
 		}
 		s.mu.Lock()

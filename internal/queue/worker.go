@@ -473,7 +473,11 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 				if q.noHeartbeat {
 					continue
 				}
-				if err := fl.msg().InProgress(); err != nil && !failing {
+				err := fl.msg().InProgress()
+				if err != nil {
+					q.noteTrouble()
+				}
+				if err != nil && !failing {
 					failing = true
 					log.Warn("heartbeat failed; the task may be redelivered to another worker", "err", err)
 				} else if err == nil {
@@ -623,6 +627,15 @@ func (q *Queue) claim(ctx context.Context, log *slog.Logger, id string, route Ro
 			log.Debug("task is running from another message; dropping this copy", "seq", seq, "running_seq", cur.Seq)
 			q.ack(log, msg)
 			return Record{}, false
+		case cur.State == Running && cur.Owner != q.cfg.Owner && (q.ownerLive(cur.Owner) || q.recentTrouble()):
+			// Its daemon is alive (it announced its plugin types within
+			// the TTL), or the broker was in trouble lately, so silence
+			// proves nothing: the owner may still hold the task and be
+			// writing its outcome after an outage stopped its heartbeats.
+			// Taking over would run the hook twice; look again later.
+			log.Info("task redelivered while its daemon may live; leaving it to that daemon for now", "owner", cur.Owner)
+			_ = msg.NakWithDelay(q.cfg.AckWait)
+			return Record{}, false
 		case cur.State == Running:
 			cur.Error = fmt.Sprintf("attempt %d on %s did not finish: its daemon stopped or lost its connection", cur.Attempts, cur.Owner)
 			log.Warn("taking over a task whose worker went silent", "previous_owner", cur.Owner, "previous_attempt", cur.Attempts)
@@ -649,6 +662,7 @@ func (q *Queue) claim(ctx context.Context, log *slog.Logger, id string, route Ro
 		}
 		if err != nil {
 			q.noteWriteErr(err)
+			q.noteTrouble()
 			log.Warn("cannot update the task record; retrying later (deliveries are not counted)", "err", err)
 			_ = msg.NakWithDelay(q.cfg.backoff(1))
 			return Record{}, false
@@ -690,6 +704,7 @@ func (q *Queue) commit(ctx context.Context, log *slog.Logger, cur, next Record) 
 			q.notify(Transition{From: cur.State, Record: cur, Lost: true})
 			return false
 		}
+		q.noteTrouble()
 		if errors.Is(err, nats.ErrMaxPayload) && next.Result != nil {
 			// Retrying cannot help a record too large for a message:
 			// keep the outcome, drop the result with a note why.
