@@ -191,7 +191,7 @@ func (a *App) runSteps(ctx context.Context, g *globalOptions, o *clusterOptions,
 // clusterRunner is the in-process runtime (--local) or the daemon's API.
 func (a *App) clusterRunner(ctx context.Context, g *globalOptions, o *clusterOptions, logger *slog.Logger) (apply.Runner, func(), error) {
 	if o.local {
-		rt, err := a.newRuntime(ctx, g, runtimeConfig{logger: logger})
+		rt, err := a.newRuntime(ctx, g, runtimeConfig{logger: logger, poolSize: o.parallelism})
 		if err != nil {
 			return nil, nil, err
 		}

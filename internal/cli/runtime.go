@@ -154,6 +154,9 @@ func (a *App) sshBindingOptions(g *globalOptions, logger *slog.Logger) sshb.Opti
 type runtimeConfig struct {
 	timeout time.Duration
 	logger  *slog.Logger
+	// poolSize is the warm VMs kept per plugin type (0: the runtime's
+	// default); loomd apply --local keeps one per parallel task.
+	poolSize int
 }
 
 // newRuntime builds and loads a runtime from the global options.
@@ -168,6 +171,7 @@ func (a *App) newRuntime(ctx context.Context, g *globalOptions, rc runtimeConfig
 		Bindings:   a.newBindings(g, rc.logger),
 		Logger:     rc.logger,
 		Timeout:    rc.timeout,
+		PoolSize:   rc.poolSize,
 	})
 	if err != nil {
 		return nil, usageErr(err)

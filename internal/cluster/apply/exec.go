@@ -345,6 +345,12 @@ func (e *executor) finish(out outcome) {
 		run.Status, run.Code, run.Message = state.TaskRunning, -1, out.err.Error()
 	case out.res.Status != 0:
 		run.Status, run.Code, run.Message = state.TaskFailed, out.res.Status, firstLine(out.res.Message, out.res.Stderr)
+		// What the command said is what an operator needs first (the
+		// runtime appends the error and its traceback after it).
+		if head := firstLine(out.res.Stderr, ""); head != "(no message)" && !strings.Contains(run.Message, head) {
+			run.Message += " (stderr: " + head + ")"
+		}
+		run.Stdout, run.Stderr = snip(out.res.Stdout), snip(out.res.Stderr)
 	default:
 		run.Status = state.TaskDone
 	}
@@ -592,6 +598,15 @@ func firstLine(msg, alt string) string {
 		}
 	}
 	return "(no message)"
+}
+
+// snip keeps the last 2,048 characters, marked as Coopr did.
+func snip(s string) string {
+	const keep = 2048
+	if len(s) <= keep {
+		return s
+	}
+	return "[snipped]" + s[len(s)-keep:]
 }
 
 func isCancel(err error) bool {

@@ -138,11 +138,15 @@ const (
 
 // Run is one task sent to a plugin.
 type Run struct {
-	ID       string    `json:"taskId"`
-	Name     string    `json:"taskName"`
-	Status   string    `json:"status"` // running, done, failed
-	Code     int       `json:"code,omitempty"`
-	Message  string    `json:"message,omitempty"`
+	ID      string `json:"taskId"`
+	Name    string `json:"taskName"`
+	Status  string `json:"status"` // running, done, failed
+	Code    int    `json:"code,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Stdout and Stderr are kept for failed runs only, the last 2,048
+	// characters of each (Coopr's node action log).
+	Stdout   string    `json:"stdout,omitempty"`
+	Stderr   string    `json:"stderr,omitempty"`
 	Started  time.Time `json:"started"`
 	Duration float64   `json:"durationMs,omitempty"`
 }
