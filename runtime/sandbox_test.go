@@ -121,7 +121,14 @@ func TestSandboxEscapes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			rt := boxRuntime(t, tc.code, nil)
+			// A probe the deadline is meant to stop gets 300 ms; the others
+			// 10 s, so a loaded machine (or -race) cannot turn their refusal
+			// into a timeout.
+			timeout := 10 * time.Second
+			if strings.Contains(tc.want, "timed out") {
+				timeout = 300 * time.Millisecond
+			}
+			rt := boxRuntimeTimeout(t, tc.code, nil, timeout)
 			start := time.Now()
 			res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
 			if res.Status == 0 {
