@@ -157,7 +157,9 @@ func (q *Queue) watchCancels() error {
 	if err != nil {
 		return fmt.Errorf("watching cancel requests in %s: %w", CancelBucket, err)
 	}
+	q.watchMu.Lock()
 	q.watch = append(q.watch, w)
+	q.watchMu.Unlock()
 	q.watchWG.Add(1)
 	go func() {
 		defer q.watchWG.Done()

@@ -247,6 +247,11 @@ func (q *Queue) restartServer() error {
 	if _, err := q.servedBucket(ctx); err != nil {
 		q.log.Warn("recreating the served-types bucket after the restart failed", "err", err)
 	}
+	// The watches of the old server end with it; they would resume only
+	// after their heartbeats time out (seconds): start them again now,
+	// and let every waiter look at its record once, in case it changed
+	// between the restart and the new watch.
+	q.rewatch(ctx)
 	q.store.mu.Lock()
 	q.store.broken = false
 	q.store.mu.Unlock()
@@ -292,3 +297,35 @@ func (q *Queue) server() *server.Server {
 }
 
 func mib(n uint64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// rewatch replaces the record and cancel watches, then wakes every
+// waiter with its record as it is now.
+func (q *Queue) rewatch(ctx context.Context) {
+	q.watchMu.Lock()
+	old := q.watch
+	q.watch = nil
+	q.watchMu.Unlock()
+	for _, w := range old {
+		_ = w.Stop()
+	}
+	if err := q.startWatch(); err != nil {
+		q.log.Warn("watching task records again after the restart failed; waits fall back on their timeouts", "err", err)
+	}
+	if q.ix.cancelKV != nil {
+		if err := q.watchCancels(); err != nil {
+			q.log.Warn("watching cancel requests again after the restart failed", "err", err)
+		}
+	}
+	q.mu.Lock()
+	ids := make([]string, 0, len(q.waiters))
+	for id := range q.waiters {
+		ids = append(ids, id)
+	}
+	q.mu.Unlock()
+	for _, id := range ids {
+		e, err := q.kvFor(id).Get(ctx, keyPrefix+id)
+		if err == nil {
+			q.wake(e)
+		}
+	}
+}

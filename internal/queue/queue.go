@@ -52,17 +52,18 @@ const StateShards = 4
 // Queue is a connection to the task queue. Its methods are safe for
 // concurrent use.
 type Queue struct {
-	cfg    Config
-	log    *slog.Logger
-	srvRef *serverRef   // the embedded server; nil with an external NATS
-	store  storeState   // full or not, and why
-	auth   embeddedAuth // the embedded server's credentials
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	stream jetstream.Stream
-	kvs    [StateShards]jetstream.KeyValue
-	obj    jetstream.ObjectStore
-	watch  []jetstream.KeyWatcher
+	cfg     Config
+	log     *slog.Logger
+	srvRef  *serverRef   // the embedded server; nil with an external NATS
+	store   storeState   // full or not, and why
+	auth    embeddedAuth // the embedded server's credentials
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	stream  jetstream.Stream
+	kvs     [StateShards]jetstream.KeyValue
+	obj     jetstream.ObjectStore
+	watchMu sync.Mutex // guards watch: a server restart replaces them
+	watch   []jetstream.KeyWatcher
 
 	maxValue int // results above this size go to the object store
 
@@ -502,7 +503,9 @@ func (q *Queue) startWatch() error {
 		if err != nil {
 			return fmt.Errorf("watching task records in %s: %w", kv.Bucket(), err)
 		}
+		q.watchMu.Lock()
 		q.watch = append(q.watch, w)
+		q.watchMu.Unlock()
 		q.watchWG.Add(1)
 		go func() {
 			defer q.watchWG.Done()
@@ -611,7 +614,10 @@ func (q *Queue) shutdown() {
 		q.ix.sweepStop()
 	}
 	q.ix.bg.Wait()
-	for _, w := range q.watch {
+	q.watchMu.Lock()
+	watches := q.watch
+	q.watchMu.Unlock()
+	for _, w := range watches {
 		_ = w.Stop()
 	}
 	if q.nc != nil {
