@@ -29,6 +29,9 @@ type CallRequest struct {
 	TenantID string `json:"tenantId,omitempty"`
 	Type     string `json:"type"`
 	Hook     string `json:"hook"`
+	// Kind is the type's kind. Optional: the type names it; a client
+	// submitting to a daemon that does not load the type gives it.
+	Kind Family `json:"kind,omitempty"`
 	// Input is the hook's input table as a JSON object; absent means {}.
 	Input json.RawMessage `json:"input,omitempty"`
 }
@@ -127,19 +130,9 @@ func (rt *Runtime) resolveCall(c *CallRequest) (*resolved, error) {
 	if h == nil {
 		return nil, fmt.Errorf("%w: %s has no hook %q (%s type %q; hooks: %s)", ErrInvalidCall, k.Family, c.Hook, k.Family, c.Type, strings.Join(k.HookNames(), ", "))
 	}
-	var in any = map[string]any{}
-	if len(bytes.TrimSpace(c.Input)) > 0 && string(bytes.TrimSpace(c.Input)) != "null" {
-		if err := json.Unmarshal(c.Input, &in); err != nil {
-			return nil, fmt.Errorf("%w: input: %s", ErrInvalidCall, describeJSONError(c.Input, err))
-		}
-	}
-	checked, err := h.Input.Check(in, "input")
+	m, err := checkInput(h, c.Input)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s %s: %v (docs/kinds/%s.md)", ErrInvalidCall, c.Type, c.Hook, err, k.Family)
-	}
-	m, _ := checked.(map[string]any)
-	if m == nil {
-		m = map[string]any{}
 	}
 	return &resolved{pt: pt, kind: k, hook: h, input: m}, nil
 }

@@ -296,3 +296,40 @@ func TestKindsTable(t *testing.T) {
 		t.Fatalf("kinds: %s", got)
 	}
 }
+
+func TestCallTask(t *testing.T) {
+	dir := t.TempDir()
+	writeKind(t, dir, "clusterdriver", "drv", "Drv", driverLua, nil)
+	rt := luatest.NewRuntime(t, runtime.Options{PluginsDir: dir})
+	data, err := runtime.CallTask(runtime.ClusterDriver, &runtime.CallRequest{CallID: "c-7", Type: "drv", Hook: "get_version",
+		Input: json.RawMessage(`{"cluster_info": {}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := runtime.ParseTask(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fam, typ, _ := task.Route(); fam != runtime.ClusterDriver || typ != "drv" || task.Hook() != "get_version" {
+		t.Fatalf("route: %s %s %s", fam, typ, task.Hook())
+	}
+	res, err := rt.RunTask(context.Background(), task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(res)
+	if res.Status != 0 || !strings.Contains(string(b), `"result":{"version":"v1.30"}`) || !strings.Contains(string(b), `"kind":"clusterdriver"`) {
+		t.Fatalf("result: %s", b)
+	}
+	for body, want := range map[string]string{
+		`{"taskName": "call"}`: `has no "call" object`,
+		`{"taskName": "CALL", "call": {"kind": "provider", "type": "x", "hook": "create"}}`:          `call.kind "provider" is not a called kind`,
+		`{"taskName": "CALL", "call": {"kind": "clusterdriver", "type": "drv", "hook": "nope"}}`:     `clusterdriver has no hook "nope"`,
+		`{"taskName": "CALL", "call": {"kind": "clusterdriver", "type": "drv", "hook": "remove"}}`:   `input: missing "cluster_info"`,
+		`{"taskName": "CALL", "tenantId": "../x", "call": {"kind": "clusterdriver", "type": "drv"}}`: `tenantId "../x" must be`,
+	} {
+		if _, err := runtime.ParseTask([]byte(body)); !errors.Is(err, runtime.ErrInvalidTask) || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseTask(%s): %v, want %q", body, err, want)
+		}
+	}
+}

@@ -41,6 +41,9 @@ func (rt *Runtime) runTaskWith(ctx context.Context, task *Task, logger *slog.Log
 	if rt.closed.Load() {
 		return nil, ErrClosed
 	}
+	if task.call != nil {
+		return rt.runCallTask(ctx, task, logger)
+	}
 	start := time.Now()
 	snap := rt.snap.Load()
 	names := task.Types()

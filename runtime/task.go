@@ -42,6 +42,7 @@ type Task struct {
 
 	raw   []byte    // the task as received, handed to Lua
 	route routeInfo // what dispatch needs from config
+	call  *callTask // set for a CALL task (a hook of a called kind)
 }
 
 // taskWire decodes the top-level keys and the few config keys dispatch
@@ -117,6 +118,9 @@ func ParseTask(data []byte) (*Task, error) {
 	if t.TaskName == "" {
 		return nil, fmt.Errorf("%w: missing \"taskName\" (one of %s)", ErrInvalidTask, strings.Join(TaskNames, ", "))
 	}
+	if strings.EqualFold(t.TaskName, CallTaskName) {
+		return parseCallTask(t, data)
+	}
 	// Coopr's worker lowercased taskName before dispatching, and its own
 	// fixtures use "install": any case is accepted, and TaskName holds
 	// the upper-case name a Coopr server sends.
@@ -150,16 +154,28 @@ func (t *Task) label() string {
 }
 
 // Hook is the plugin hook the task calls ("init" for INITIALIZE).
-func (t *Task) Hook() string { return hookByTask[t.TaskName].hook }
+func (t *Task) Hook() string {
+	if t.call != nil {
+		return t.call.req.Hook
+	}
+	return hookByTask[t.TaskName].hook
+}
 
 // Family is the plugin family that serves the task.
-func (t *Task) Family() Family { return hookByTask[t.TaskName].family }
+func (t *Task) Family() Family {
+	if t.call != nil {
+		return t.call.kind.Family
+	}
+	return hookByTask[t.TaskName].family
+}
 
 // Types lists the plugin types the task runs, in order: one for every task
 // but BOOTSTRAP, which runs every automator in config.automators (none
 // when that list is empty or absent).
 func (t *Task) Types() []string {
 	switch {
+	case t.call != nil:
+		return []string{t.call.req.Type}
 	case t.Family() == Provider:
 		return []string{t.route.Provider.ProviderType}
 	case t.TaskName == "BOOTSTRAP":
@@ -173,6 +189,9 @@ func (t *Task) Types() []string {
 // queue subject it travels on. It fails when config lacks the key that
 // names the plugin type.
 func (t *Task) Route() (Family, string, error) {
+	if t.call != nil {
+		return t.call.kind.Family, t.call.req.Type, nil
+	}
 	fam := t.Family()
 	switch {
 	case fam == Provider:

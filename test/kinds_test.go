@@ -2,10 +2,15 @@ package test
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/loomrt/loom/internal/api"
+	"github.com/loomrt/loom/internal/queue"
 )
 
 // writeDriver writes a minimal cluster driver plugin folder under dir.
@@ -100,5 +105,86 @@ func TestCallCLI(t *testing.T) {
 	kr := loomd(t, "", "kinds", "bucketprovisioners")
 	if kr.code != 0 || !strings.Contains(kr.stdout, "| `provision` | **yes** |") {
 		t.Fatalf("kinds: %d\n%s%s", kr.code, kr.stdout, kr.stderr)
+	}
+}
+
+// TestCallsThroughDaemon queues calls with POST /v1/calls on a real
+// daemon (worker processes, embedded NATS): records, long polls and
+// results as for Coopr tasks, and a machine provider's creation and
+// deletion cycle against its fake API.
+func TestCallsThroughDaemon(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "plugins"), 0o755)
+	d := startDaemon(t, dir, "d.log", nil, "--plugins", examples("kinds"))
+	post := func(body string) (int, map[string]any) {
+		t.Helper()
+		code, b := d.call("POST", "/v1/calls", body)
+		var m map[string]any
+		json.Unmarshal(b, &m)
+		return code, m
+	}
+	run := func(body string) (api.Task, map[string]any) {
+		t.Helper()
+		code, m := post(body)
+		if code != http.StatusAccepted || m["served"] != true {
+			t.Fatalf("POST /v1/calls %s = %d %v", body, code, m)
+		}
+		task := d.wait(m["taskId"].(string))
+		var res map[string]any
+		if err := json.Unmarshal(task.Result, &res); err != nil {
+			t.Fatalf("call %s: result %s: %v", body, task.Result, err)
+		}
+		return task, res
+	}
+	task, res := run(`{"type": "gkelike", "hook": "create_options"}`)
+	if task.State != queue.Succeeded || task.Family != "clusterdriver" || task.Hook != "create_options" || task.TaskName != "CALL" ||
+		res["kind"] != "clusterdriver" || res["result"].(map[string]any)["api-url"] == nil {
+		t.Fatalf("create_options: %+v %v", task, res)
+	}
+
+	api := &fakeAPI{token: "hz-token"}
+	var servers []map[string]any
+	url := api.serve(t, func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		switch r.Method {
+		case "GET":
+			reply(w, 200, map[string]any{"servers": servers})
+		case "POST":
+			body["id"], body["status"] = 1, "running"
+			servers = append(servers, body)
+			reply(w, 201, map[string]any{"server": body})
+		case "DELETE":
+			servers = nil
+			reply(w, 204, nil)
+		}
+	})
+	machine := fmt.Sprintf(`{"metadata": {"name": "w1", "uid": "u1"}, "spec": {"providerSpec": {"value": {"cloudProviderSpec": {"apiUrl": %q, "token": "hz-token"}}}}}`, url)
+	task, res = run(`{"callId": "get-1", "type": "fakecloud", "hook": "get", "input": {"machine": ` + machine + `}}`)
+	if task.TaskID != "get-1" || task.State != queue.Failed || res["error"].(map[string]any)["class"] != "not_found" {
+		t.Fatalf("get: %+v %v", task, res)
+	}
+	_, res = run(`{"type": "fakecloud", "hook": "create", "input": {"machine": ` + machine + `, "userdata": ""}}`)
+	if res["status"] != float64(0) || res["result"].(map[string]any)["provider_id"] != "fakecloud://1" {
+		t.Fatalf("create: %v", res)
+	}
+	for _, want := range []bool{false, true} {
+		if _, res = run(`{"type": "fakecloud", "hook": "cleanup", "input": {"machine": ` + machine + `}}`); res["result"] != want {
+			t.Fatalf("cleanup: %v, want %v", res, want)
+		}
+	}
+	// The same id again is the same call: nothing runs twice.
+	if code, m := post(`{"callId": "get-1", "type": "fakecloud", "hook": "get", "input": {"machine": ` + machine + `}}`); code != http.StatusOK || m["duplicate"] != true {
+		t.Fatalf("duplicate: %d %v", code, m)
+	}
+	for body, want := range map[string]string{
+		`{"type": "fakecloud", "hook": "get", "input": {}}`:             `input: missing "machine"`,
+		`{"type": "fakecloud", "hook": "confirm"}`:                      `cloudprovider has no hook "confirm"`,
+		`{"type": "ghost", "hook": "get"}`:                              `does not load type "ghost"`,
+		`{"type": "ghost", "hook": "get", "kind": "provider"}`:          `not a called kind`,
+		`{"type": "fakecloud", "hook": "get", "kind": "clusterdriver"}`: `is a cloudprovider type`,
+		`{"type": "fakecloud"}`:                                         `missing "hook"`,
+	} {
+		if code, m := post(body); code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(m["error"]), want) {
+			t.Errorf("POST %s = %d %v, want 400 and %q", body, code, m, want)
+		}
 	}
 }

@@ -231,6 +231,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/v1/tasks", s.route("tasks", map[string]http.HandlerFunc{"POST": s.submit, "GET": s.list}))
 	mux.Handle("/v1/tasks/{id}", s.route("task", map[string]http.HandlerFunc{"GET": s.get, "DELETE": s.delete}))
 	mux.Handle("/v1/tasks/{id}/cancel", s.route("cancel", map[string]http.HandlerFunc{"POST": s.cancel}))
+	mux.Handle("/v1/calls", s.route("calls", map[string]http.HandlerFunc{"POST": s.submitCall}))
 	mux.Handle("/v1/plugins", s.route("plugins", map[string]http.HandlerFunc{"GET": s.plugins}))
 	mux.Handle("/healthz", s.route("healthz", map[string]http.HandlerFunc{"GET": s.health}))
 	metrics := promhttp.HandlerFor(s.cfg.Metrics.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
@@ -347,19 +348,34 @@ type SubmitResponse struct {
 }
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
+	body, ok := s.readBody(w, r, "task")
+	if !ok {
+		return
+	}
+	s.enqueue(w, r, body)
+}
+
+// readBody reads a request body within MaxBody; on failure it has
+// answered and ok is false.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, what string) (body []byte, ok bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("task is larger than %d bytes", mbe.Limit))
-			return
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%s is larger than %d bytes", what, mbe.Limit))
+			return nil, false
 		}
 		// The read deadline stays: the server must not wait for the
 		// rest of a body that did not come in time.
 		writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
-		return
+		return nil, false
 	}
 	bodyRead(w)
+	return body, true
+}
+
+// enqueue submits a task to the queue and answers with SubmitResponse.
+func (s *Server) enqueue(w http.ResponseWriter, r *http.Request, body []byte) {
 	rec, isNew, err := s.cfg.Queue.Submit(r.Context(), body)
 	if err != nil {
 		if errors.Is(err, runtime.ErrInvalidTask) {
