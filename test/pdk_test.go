@@ -104,3 +104,96 @@ func TestLoomdNew(t *testing.T) {
 		t.Errorf("new over an existing folder: exit %d, %s", r.code, r.stderr)
 	}
 }
+
+// TestPluginsCheckStrict: plugins check on one plugin folder reports the
+// mistakes loading lets through, with file:line and a suggestion, only for
+// that plugin; --json; exit 1 on errors and, with --strict, on warnings.
+func TestPluginsCheckStrict(t *testing.T) {
+	dir := t.TempDir()
+	write := func(rel, content string) {
+		t.Helper()
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("typo/typo.json", `{
+  "name": "typo",
+  "providertypes": ["typo"],
+  "permisions": {"http": ["api.example.com"]},
+  "typo": {
+    "name": "typo",
+    "classname": "Typo",
+    "parameters": {
+      "admin": {
+        "fields": {
+          "region": {"type": "text", "defualt": "nyc3"},
+          "ipv6": {"type": "checkbox", "default": "yes"},
+          "size": {"type": "select", "options": ["s", "m"], "default": "xl"}
+        }
+      }
+    }
+  }
+}`)
+	write("typo/typo.lua", `Typo = require("loom").Provider:extend("Typo")
+function Typo:create(input) self.result.status = 0 end
+function Typo:comfirm(input) self.result.status = 0 end
+function Typo:delete(input) self.result.status = 0 end
+`)
+	// A sibling with problems of its own, which checking typo must not show.
+	write("other/other.json", `{"name": "other", "providertypes": ["other"], "other": {"name": "other", "classname": "Other", "bogus": 1}}`)
+	write("other/other.lua", `Other = require("loom").Provider:extend("Other")`)
+
+	r := loomd(t, "", "plugins", "check", filepath.Join(dir, "typo"))
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{
+		`typo.json:4: plugin typo: unknown key "permisions" in the definition (did you mean "permissions"?)`,
+		`typo.json:11: plugin typo: unknown key "defualt" in parameters.admin.fields.region (did you mean "default"?)`,
+		`typo.json:12: plugin typo: parameters.admin.fields.ipv6: default "yes" does not fit a checkbox`,
+		`typo.json:13: plugin typo: parameters.admin.fields.size: default "xl" is not one of the options ["s","m"]`,
+		`typo.lua:3: plugin typo: Typo defines comfirm, which is not a hook, and does not define confirm: did you mean confirm?`,
+		"1 plugin types OK, 5 errors, 1 warnings",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "other") {
+		t.Errorf("a sibling plugin's problems were reported:\n%s", r.stdout)
+	}
+
+	// Warnings only: exit 0, or 1 with --strict; --json says the same.
+	write("other/other.json", `{"name": "other", "providertypes": ["other"], "other": {"name": "other", "classname": "Other"}}`)
+	if r := loomd(t, "", "plugins", "check", filepath.Join(dir, "other")); r.code != 0 {
+		t.Errorf("warnings only: exit %d\n%s", r.code, r.stdout)
+	}
+	r = loomd(t, "", "plugins", "check", filepath.Join(dir, "other"), "--strict", "--json")
+	var rep struct {
+		OK       bool `json:"ok"`
+		Errors   int  `json:"errors"`
+		Warnings int  `json:"warnings"`
+		Problems []struct {
+			Severity string `json:"severity"`
+			Message  string `json:"message"`
+		} `json:"problems"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 1 || rep.OK || rep.Errors != 0 || rep.Warnings != 3 {
+		t.Fatalf("--strict --json: exit %d, %v: %s", r.code, err, r.stdout)
+	}
+	if rep.Problems[0].Severity != "warning" || !strings.Contains(rep.Problems[0].Message, "does not define hook") {
+		t.Errorf("problems: %+v", rep.Problems)
+	}
+
+	// plugins list on a folder with a broken plugin: the error once, exit 1.
+	write("broken/broken.json", `{"name": "broken", "providertypes": ["broken"], "broken": {"name": "broken", "classname": "Broken"}}`)
+	write("broken/broken.lua", `Broken = (`)
+	r = loomd(t, "", "plugins", "list", "--plugins", dir)
+	if r.code != 1 || strings.Count(r.stderr, "broken.lua:1") != 1 {
+		t.Errorf("plugins list on a broken plugin: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+}

@@ -4,10 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/loomrt/loom/runtime"
 )
 
 func (a *App) newPluginsCmd(g *globalOptions) *cobra.Command {
@@ -25,24 +30,45 @@ func (a *App) newPluginsCmd(g *globalOptions) *cobra.Command {
 		},
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	var strict bool
+	var checkJSON bool
 	check := &cobra.Command{
 		Use:   "check [DIR]",
 		Short: "Validate plugin definitions and compile their Lua without running any hook",
-		Long: `Validate every plugin definition and compile (and load) its Lua, running no hook.
-Every problem is printed as file:line: message. Warnings (a hook the entry
-table does not define) do not fail the check; errors exit 1. What a Coopr
-server would refuse when loomd registers a type (an unknown parameter
-group, a required field that is not declared, a resource format other than
-file or archive, permissions on an archive...) is an error here, though
-loomd still serves the type from its own queue.`,
+		Long: `Validate plugin definitions and compile (and load) their Lua, running no hook.
+DIR is a plugin folder (only that plugin is checked) or a folder of plugin
+folders (default: --plugins). Every problem is printed as file:line: message.
+
+Errors exit 1: what stops a plugin from loading; keys a definition does not
+know ("defualt"), which loading would silently ignore; defaults that do not
+fit their field (an object, a checkbox's "yes", a select's value not among
+its options); a function named like a hook ("comfirm") when the hook itself
+is missing; and what a Coopr server would refuse when loomd registers a type
+(an unknown parameter group, a required field that is not declared, a
+resource format other than file or archive...), though loomd still serves
+such a type from its own queue.
+
+Warnings (a hook the entry table does not define, a near-hook name next to
+the real hook, a field type a Coopr UI does not know) exit 0, or 1 with
+--strict.`,
+		Example: `  loomd plugins check plugins/digitalocean
+  loomd plugins check --json --strict plugins`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var folders []string
 			if len(args) == 1 {
-				g.pluginsDir = args[0]
+				if isPluginFolder(args[0]) {
+					folders = []string{filepath.Clean(args[0])}
+					g.pluginsDir = filepath.Dir(filepath.Clean(args[0]))
+				} else {
+					g.pluginsDir = args[0]
+				}
 			}
-			return a.runPluginsCheck(cmd.Context(), g)
+			return a.runPluginsCheck(cmd.Context(), g, folders, checkJSON, strict)
 		},
 	}
+	check.Flags().BoolVar(&strict, "strict", false, "exit 1 on warnings too")
+	check.Flags().BoolVar(&checkJSON, "json", false, "print the problems as JSON")
 	cmd.AddCommand(list, check)
 	return cmd
 }
@@ -51,11 +77,8 @@ func (a *App) runPluginsList(ctx context.Context, g *globalOptions, asJSON bool)
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	logger, err := a.newLogger(logOptions{format: g.log.format, level: "error"})
-	if err != nil {
-		return err
-	}
-	rt, err := a.newRuntime(ctx, g, runtimeConfig{logger: logger})
+	// Load errors are printed below (once), not logged as well.
+	rt, err := a.newRuntime(ctx, g, runtimeConfig{logger: discardLogger()})
 	if err != nil {
 		return err
 	}
@@ -76,42 +99,102 @@ func (a *App) runPluginsList(ctx context.Context, g *globalOptions, asJSON bool)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, t.Family, t.Plugin, t.Version, strings.Join(t.Hooks, ","), t.Dir)
 	}
 	tw.Flush()
+	failed := false
 	for _, e := range rt.LoadErrors() {
 		if !e.Warning {
+			failed = true
 			fmt.Fprintf(a.Err, "error: %v\n", e)
 		}
+	}
+	if failed {
+		// Some plugin did not load: say so in the exit status too.
+		return silentExit(ExitFailure)
 	}
 	return nil
 }
 
-func (a *App) runPluginsCheck(ctx context.Context, g *globalOptions) error {
+// checkProblem is one problem in plugins check --json.
+type checkProblem struct {
+	Severity string `json:"severity"`
+	*runtime.LoadError
+}
+
+func (a *App) runPluginsCheck(ctx context.Context, g *globalOptions, folders []string, asJSON, strict bool) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	// Load problems are printed below, not logged as well.
-	rt, err := a.newRuntime(ctx, g, runtimeConfig{logger: discardLogger()})
+	rt, err := a.newRuntime(ctx, g, runtimeConfig{logger: discardLogger(), folders: folders})
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
 	errs, warns := 0, 0
-	for _, e := range rt.LoadErrors() {
-		kind := "error"
-		if e.Coopr {
-			// A Coopr server would refuse it: the check fails, as a
-			// server would (serve keeps serving it from its own queue).
-			errs++
-		} else if e.Warning {
-			kind = "warning"
+	problems := []checkProblem{}
+	all := append(rt.LoadErrors(), rt.Lint()...)
+	sort.SliceStable(all, func(i, j int) bool {
+		if all[i].File != all[j].File {
+			return all[i].File < all[j].File
+		}
+		return all[i].Line < all[j].Line
+	})
+	for _, e := range all {
+		// What a Coopr server would refuse fails the check, as a
+		// server would (serve keeps serving it from its own queue).
+		sev := "error"
+		if e.Warning && !e.Coopr {
+			sev = "warning"
 			warns++
 		} else {
 			errs++
 		}
-		fmt.Fprintf(a.Out, "%s: %v\n", kind, e)
+		problems = append(problems, checkProblem{Severity: sev, LoadError: e})
 	}
-	fmt.Fprintf(a.Out, "%d plugin types OK, %d errors, %d warnings in %s\n", len(rt.Types()), errs, warns, g.pluginsDir)
-	if errs > 0 {
+	where := g.pluginsDir
+	if len(folders) > 0 {
+		where = folders[0]
+	}
+	types := rt.Types()
+	if asJSON {
+		names := make([]string, len(types))
+		for i, t := range types {
+			names[i] = t.Name
+		}
+		b, _ := json.MarshalIndent(map[string]any{
+			"ok": errs == 0 && (!strict || warns == 0), "dir": where, "types": names,
+			"errors": errs, "warnings": warns, "problems": problems,
+		}, "", "  ")
+		fmt.Fprintf(a.Out, "%s\n", b)
+	} else {
+		for _, p := range problems {
+			fmt.Fprintf(a.Out, "%s: %v\n", p.Severity, p.LoadError)
+		}
+		fmt.Fprintf(a.Out, "%d plugin types OK, %d errors, %d warnings in %s\n", len(types), errs, warns, where)
+	}
+	if errs > 0 || (strict && warns > 0) {
 		return silentExit(ExitFailure)
 	}
 	return nil
+}
+
+// isPluginFolder reports whether dir holds a plugin definition (a JSON
+// file with a kind's key), rather than plugin folders.
+func isPluginFolder(dir string) bool {
+	jsons, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	for _, j := range jsons {
+		data, err := os.ReadFile(j)
+		if err != nil {
+			continue
+		}
+		var top map[string]json.RawMessage
+		if json.Unmarshal(data, &top) != nil {
+			continue
+		}
+		for _, k := range runtime.Kinds() {
+			if _, ok := top[k.Key]; ok {
+				return true
+			}
+		}
+	}
+	return false
 }

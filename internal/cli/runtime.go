@@ -157,6 +157,8 @@ type runtimeConfig struct {
 	// poolSize is the warm VMs kept per plugin type (0: the runtime's
 	// default); loomd apply --local keeps one per parallel task.
 	poolSize int
+	// folders, when set, are the only plugin folders loaded.
+	folders []string
 }
 
 // newRuntime builds and loads a runtime from the global options.
@@ -172,6 +174,7 @@ func (a *App) newRuntime(ctx context.Context, g *globalOptions, rc runtimeConfig
 		Logger:     rc.logger,
 		Timeout:    rc.timeout,
 		PoolSize:   rc.poolSize,
+		Folders:    rc.folders,
 	})
 	if err != nil {
 		return nil, usageErr(err)

@@ -9,6 +9,8 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 
+	"github.com/loomrt/loom/runtime"
+
 	"github.com/loomrt/loom/bindings/luaval"
 )
 
@@ -48,7 +50,7 @@ func (f *fileRun) newHTTPFake(L *lua.LState) int {
 			}
 			routes = t
 		default:
-			L.ArgError(1, fmt.Sprintf("unknown option %q%s: options are %s", k, didYouMean(k, fakeOptionNames), strings.Join(fakeOptionNames, ", ")))
+			L.ArgError(1, fmt.Sprintf("unknown option %q%s: options are %s", k, runtime.DidYouMean(k, fakeOptionNames), strings.Join(fakeOptionNames, ", ")))
 		}
 	}
 	where := strings.TrimSuffix(L.Where(1), ":")
@@ -143,7 +145,7 @@ func responseFrom(L *lua.LState, v lua.LValue) *response {
 	t := v.(*lua.LTable)
 	for _, k := range fakeKeys(t) {
 		if !contains(responseKeys, k) {
-			L.RaiseError("unknown response key %q%s: keys are %s", k, didYouMean(k, responseKeys), strings.Join(responseKeys, ", "))
+			L.RaiseError("unknown response key %q%s: keys are %s", k, runtime.DidYouMean(k, responseKeys), strings.Join(responseKeys, ", "))
 		}
 	}
 	if s, ok := t.RawGetString("status").(lua.LNumber); ok {
@@ -394,7 +396,7 @@ func (f *fileRun) fakeMeta(L *lua.LState) *lua.LTable {
 					names = append(names, n)
 				}
 				sort.Strings(names)
-				L.RaiseError("HTTP fake has no field %q%s (fields: %s)", key, didYouMean(key, names), strings.Join(names, ", "))
+				L.RaiseError("HTTP fake has no field %q%s (fields: %s)", key, runtime.DidYouMean(key, names), strings.Join(names, ", "))
 			}
 			L.Push(L.NewFunction(m))
 		}

@@ -41,7 +41,7 @@ func (f *fileRun) buildTask(taskName string, opts map[string]any) (map[string]an
 	}
 	for k := range opts {
 		if !contains(taskOptionNames, k) {
-			return nil, fmt.Errorf("unknown task option %q%s: options are %s", k, didYouMean(k, taskOptionNames), strings.Join(taskOptionNames, ", "))
+			return nil, fmt.Errorf("unknown task option %q%s: options are %s", k, runtime.DidYouMean(k, taskOptionNames), strings.Join(taskOptionNames, ", "))
 		}
 	}
 	typ, _ := opts["type"].(string)
@@ -337,7 +337,7 @@ func (f *fileRun) chain(L *lua.LState) int {
 	opts := optMap(L, 1)
 	for k := range opts {
 		if !contains(chainOptionNames, k) {
-			L.RaiseError("loom.test.chain: unknown option %q%s: options are %s", k, didYouMean(k, chainOptionNames), strings.Join(chainOptionNames, ", "))
+			L.RaiseError("loom.test.chain: unknown option %q%s: options are %s", k, runtime.DidYouMean(k, chainOptionNames), strings.Join(chainOptionNames, ", "))
 		}
 	}
 	stop := true
@@ -463,39 +463,4 @@ func standInResult(m map[string]any) *runtime.Result {
 	r.Hostname, _ = m["hostname"].(string)
 	r.Message, _ = m["message"].(string)
 	return r
-}
-
-// didYouMean suggests the closest name, or "".
-func didYouMean(s string, names []string) string {
-	best, bestD := "", 3
-	for _, n := range names {
-		if d := editDistance(strings.ToLower(s), strings.ToLower(n)); d < bestD {
-			best, bestD = n, d
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return fmt.Sprintf(" (did you mean %q?)", best)
-}
-
-// editDistance is the Levenshtein distance.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
