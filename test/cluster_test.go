@@ -389,17 +389,7 @@ func TestClusterLifecycle(t *testing.T) {
 			t.Errorf("%s saw greeting %q, want the cluster config's", f.key(), f.greeting)
 		}
 	}
-	for k := range doneBefore {
-		n := 0
-		for _, f := range fx {
-			if f.key() == k {
-				n++
-			}
-		}
-		if n != 1 {
-			t.Errorf("%s finished before the kill but ran %d times", k, n)
-		}
-	}
+	e.onceEach(fx, doneBefore)
 	for _, id := range []string{"shop-db-1", "shop-web-1", "shop-web-2"} {
 		if !strings.Contains(out, id) || !strings.Contains(out, "127.0.0.1") {
 			t.Errorf("summary lacks node %s with its address:\n%s", id, out)
@@ -415,42 +405,16 @@ func TestClusterLifecycle(t *testing.T) {
 		t.Errorf("plan after apply:\n%s", out)
 	}
 
-	// Scale web 2 → 4 (3 → 5 nodes).
-	e.writeSpec(4, "hello")
-	up := e.plan()
-	if len(up) != 2 || up[0].Plan.Action != "create" || up[1].Plan.Action != "configure" {
-		t.Fatalf("scale-up plan: %+v", up)
-	}
-	e.loomd(0, "apply", e.spec, "--local")
-	e.checkOrder(up, e.effects(), nil)
-	if c := e.claims(); len(c) != 5 {
-		t.Fatalf("claims after scale-up: %v", c)
-	}
-
-	// Scale web 4 → 1 (5 → 2 nodes): stop web on 3 nodes, delete them.
-	e.writeSpec(1, "hello")
-	down := e.plan()
-	if len(down) != 2 || down[0].Plan.Action != "destroy" || down[1].Plan.Action != "configure" {
-		t.Fatalf("scale-down plan: %+v", down)
-	}
-	e.loomd(0, "apply", e.spec, "--local")
-	e.checkOrder(down, e.effects(), nil)
-	if c := e.claims(); len(c) != 2 {
-		t.Fatalf("claims after scale-down: %v", c)
-	}
+	// Scale web 2 → 4 (3 → 5 nodes), then 4 → 1 (5 → 2 nodes): stop web on
+	// 3 nodes, delete them.
+	e.change(4, "hello", []string{"create", "configure"}, 5)
+	e.change(1, "hello", []string{"destroy", "configure"}, 2)
 	if s := e.readState(); len(s.Nodes) != 2 || s.Status != "active" {
 		t.Fatalf("state after scale-down: %+v", s)
 	}
 
 	// Reconfigure: the greeting changes; services restart.
-	e.writeSpec(1, "bonjour")
-	re := e.plan()
-	if len(re) != 1 || re[0].Plan.Action != "configure-restart" {
-		t.Fatalf("reconfigure plan: %+v", re)
-	}
-	e.loomd(0, "apply", e.spec, "--local")
-	fx = e.effects()
-	e.checkOrder(re, fx, nil)
+	fx = e.change(1, "bonjour", []string{"configure-restart"}, 2)
 	order := []string{}
 	for _, f := range fx {
 		if f.greeting != "bonjour" {
@@ -529,23 +493,50 @@ func TestClusterDaemon(t *testing.T) {
 	out, _ := e.loomd(0, "apply", e.spec, "--server", d.url())
 	fx := e.effects()
 	e.checkOrder(create, fx, func(k string) bool { return !doneBefore[k] })
-	for k := range doneBefore {
-		n := 0
-		for _, f := range fx {
-			if f.key() == k {
-				n++
-			}
-		}
-		if n != 1 {
-			t.Errorf("%s finished before the kill but ran %d times", k, n)
-		}
-	}
+	e.onceEach(fx, doneBefore)
 	if !strings.Contains(out, "Cluster shop: active") {
 		t.Errorf("summary:\n%s", out)
 	}
 	e.loomd(0, "destroy", e.spec, "--server", d.url())
 	if c := e.claims(); len(c) != 0 {
 		t.Errorf("claims after destroy: %v", c)
+	}
+}
+
+// change writes the spec, checks the plan's jobs, applies it, checks the
+// effects against the plan and the number of hosts claimed, and returns
+// the effects.
+func (e *clusterEnv) change(web int, greeting string, actions []string, claims int) []effect {
+	e.t.Helper()
+	e.writeSpec(web, greeting)
+	steps := e.plan()
+	var got []string
+	for _, st := range steps {
+		got = append(got, st.Plan.Action)
+	}
+	if strings.Join(got, " ") != strings.Join(actions, " ") {
+		e.t.Fatalf("plan for web=%d %s: jobs %v, want %v", web, greeting, got, actions)
+	}
+	e.loomd(0, "apply", e.spec, "--local")
+	fx := e.effects()
+	e.checkOrder(steps, fx, nil)
+	if c := e.claims(); len(c) != claims {
+		e.t.Fatalf("claims after web=%d: %v, want %d", web, c, claims)
+	}
+	return fx
+}
+
+// onceEach asserts each task of done ran exactly once.
+func (e *clusterEnv) onceEach(fx []effect, done map[string]bool) {
+	e.t.Helper()
+	n := map[string]int{}
+	for _, f := range fx {
+		n[f.key()]++
+	}
+	for k := range done {
+		if n[k] != 1 {
+			e.t.Errorf("%s finished before the kill but ran %d times", k, n[k])
+		}
 	}
 }
 

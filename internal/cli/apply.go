@@ -75,6 +75,7 @@ type applyOptions struct {
 	cluster   clusterOptions
 	file      string
 	noRestart bool
+	onFailure string
 }
 
 func (a *App) newApplyCmd(g *globalOptions) *cobra.Command {
@@ -110,10 +111,14 @@ cluster is as the spec says, 1 when a job failed (run apply again to resume),
 	}
 	o.cluster.addFlags(cmd.Flags(), true)
 	cmd.Flags().BoolVar(&o.noRestart, "no-restart", false, "reconfigure without stopping and starting services")
+	cmd.Flags().StringVar(&o.onFailure, "on-failure", "keep", "after a failed create: keep what exists (and report it), or rollback (destroy the nodes it created)")
 	return cmd
 }
 
 func (a *App) runApply(ctx context.Context, o *applyOptions) error {
+	if o.onFailure != "keep" && o.onFailure != "rollback" {
+		return usageErr(fmt.Errorf("--on-failure %q: want keep or rollback", o.onFailure))
+	}
 	sp, err := spec.LoadFile(o.file)
 	if err != nil {
 		return usageErr(err)
@@ -139,11 +144,11 @@ func (a *App) runApply(ctx context.Context, o *applyOptions) error {
 		fmt.Fprintf(a.Out, "No changes: cluster %s is as %s says.\n\n", sp.Name, o.file)
 		return a.printClusterSummary(cl, nil, nil)
 	}
-	return a.runSteps(ctx, o.g, &o.cluster, st, cl, steps)
+	return a.runSteps(ctx, o.g, &o.cluster, st, cl, steps, o.onFailure == "rollback")
 }
 
 // runSteps runs the jobs in order, stopping at the first that fails.
-func (a *App) runSteps(ctx context.Context, g *globalOptions, o *clusterOptions, st state.Store, cl *state.Cluster, steps []apply.Step) error {
+func (a *App) runSteps(ctx context.Context, g *globalOptions, o *clusterOptions, st state.Store, cl *state.Cluster, steps []apply.Step, rollback bool) error {
 	logger, err := a.newLogger(g.log)
 	if err != nil {
 		return err
@@ -157,7 +162,7 @@ func (a *App) runSteps(ctx context.Context, g *globalOptions, o *clusterOptions,
 	defer closeRunner()
 	var job *state.Job
 	var p *plan.Plan
-	for _, step := range steps {
+	run := func(step apply.Step) error {
 		cl, job = apply.Begin(cl, step, time.Now())
 		p, err = apply.PlanStep(cl, step)
 		if err != nil {
@@ -168,11 +173,27 @@ func (a *App) runSteps(ctx context.Context, g *globalOptions, o *clusterOptions,
 		if j, ok := st.(state.Journal); ok {
 			opts.Journal = j.Append
 		}
-		err := apply.Execute(ctx, cl, step.Spec, p, job, opts)
-		if err != nil {
+		return apply.Execute(ctx, cl, step.Spec, p, job, opts)
+	}
+	for _, step := range steps {
+		if err := run(step); err != nil {
 			return err
 		}
 		if job.Status != state.JobComplete {
+			if rb := apply.Rollback(cl, job, step.Spec); rollback && rb != nil && ctx.Err() == nil {
+				// Report the failure, then undo it.
+				if err := a.printClusterSummary(cl, job, p); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.Out, "\n--on-failure rollback: %s\n", rb.Reason)
+				if err := run(*rb); err != nil {
+					return err
+				}
+				if err := a.printClusterSummary(cl, job, p); err != nil {
+					return err
+				}
+				return silentExit(ExitFailure)
+			}
 			break
 		}
 	}

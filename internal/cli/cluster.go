@@ -93,7 +93,7 @@ func (a *App) runDestroy(ctx context.Context, o *destroyOptions) error {
 		step.Resume = j
 		step.Reason = "resume job " + j.ID
 	}
-	return a.runSteps(ctx, o.g, &o.cluster, st, cl, []apply.Step{step})
+	return a.runSteps(ctx, o.g, &o.cluster, st, cl, []apply.Step{step}, false)
 }
 
 func (a *App) newClusterCmd(g *globalOptions) *cobra.Command {

@@ -260,3 +260,28 @@ func Begin(cl *state.Cluster, st Step, now time.Time) (*state.Cluster, *state.Jo
 	cl.Spec, cl.SpecFile = specText(sp), sp.File
 	return cl, job
 }
+
+// Rollback is the step that undoes a failed create: destroy (stop what
+// started, then DELETE) every node of the job that may hold a machine,
+// that is every node whose CREATE ran. Nil when there is nothing to undo.
+func Rollback(cl *state.Cluster, job *state.Job, sp *spec.Spec) *Step {
+	if job.Action != string(plan.Create) || job.Status != state.JobFailed {
+		return nil
+	}
+	planned := job.PlannedNodes
+	if planned == nil {
+		planned = cl.NodeIDs()
+	}
+	var nodes []string
+	for _, id := range planned {
+		n := cl.Nodes[id]
+		if n != nil && (n.State != state.NodeNew || n.ProviderID() != "") {
+			nodes = append(nodes, id)
+		}
+	}
+	if len(nodes) == 0 {
+		return nil
+	}
+	return &Step{Action: plan.Destroy, PlannedNodes: nodes, OnlyPlannedNodes: true, Spec: sp,
+		Reason: fmt.Sprintf("roll back failed job %s: destroy %d node(s)", job.ID, len(nodes))}
+}

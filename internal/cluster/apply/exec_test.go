@@ -255,6 +255,10 @@ func TestExecuteFailureResume(t *testing.T) {
 	for _, k := range f.log {
 		ran[k] = true
 	}
+	// --on-failure rollback would destroy the three nodes (each was created).
+	if rb := Rollback(cl, job, sp); rb == nil || rb.Action != plan.Destroy || len(rb.PlannedNodes) != 3 || !rb.OnlyPlannedNodes {
+		t.Errorf("rollback step: %+v", rb)
+	}
 	before := len(f.log)
 	if err := Execute(context.Background(), cl, sp, p, job, Options{Runner: f}); err != nil {
 		t.Fatal(err)
@@ -313,5 +317,37 @@ func TestDiff(t *testing.T) {
 	}
 	if _, err := Diff(cl, edit("services: [web]}", "services: []}"), DiffOptions{}); err == nil || !strings.Contains(err.Error(), "removing a service") {
 		t.Errorf("removing a service: %v", err)
+	}
+}
+
+// TestRollback: --on-failure rollback destroys the nodes a failed create
+// made, and the cluster ends terminated with nothing left.
+func TestRollback(t *testing.T) {
+	f := &fakeRunner{fail: map[string][]int{"INSTALL@t-db-1": {1, 1, 1}}}
+	cl, sp, p, job := setup(t, f)
+	if err := Execute(context.Background(), cl, sp, p, job, Options{Runner: f}); err != nil {
+		t.Fatal(err)
+	}
+	rb := Rollback(cl, job, sp)
+	if rb == nil {
+		t.Fatal("no rollback step")
+	}
+	cl, rjob := Begin(cl, *rb, time.Now())
+	rp, err := PlanStep(cl, *rb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(f.log)
+	if err := Execute(context.Background(), cl, sp, rp, rjob, Options{Runner: f}); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(f.log[before:], " ")
+	for _, n := range []string{"t-db-1", "t-web-1", "t-web-2"} {
+		if count(f.log[before:], "DELETE@"+n) != 1 {
+			t.Errorf("rollback ran %s, want one DELETE of %s", got, n)
+		}
+	}
+	if rjob.Status != state.JobComplete || cl.Status != state.Terminated || len(cl.Nodes) != 0 {
+		t.Errorf("after rollback: job %s, cluster %s, %d nodes", rjob.Status, cl.Status, len(cl.Nodes))
 	}
 }
