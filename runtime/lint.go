@@ -28,9 +28,9 @@ var (
 
 // Lint checks the loaded plugins more strictly than loading does, for
 // loomd plugins check: keys a definition does not know (with a
-// suggestion), field defaults that do not fit the field's type, and
-// entry-table functions named like a hook they do not define
-// ("comfirm"). It runs no hook. Problems that make a hook misbehave are
+// suggestion), field defaults that do not fit the field's type,
+// entry-table functions named like a hook they do not define ("comfirm"),
+// and reads of globals nothing defines ("slef"). It runs no hook. Problems that make a hook misbehave are
 // errors; the rest are warnings.
 func (rt *Runtime) Lint() []*LoadError {
 	snap := rt.snap.Load()
@@ -43,11 +43,18 @@ func (rt *Runtime) Lint() []*LoadError {
 	sort.Strings(names)
 	for _, n := range names {
 		pt := snap.types[n]
+		v, err := pt.pool.get(rt.opts.Tenant)
+		if err != nil {
+			continue // loading reported why
+		}
 		if !seen[pt.plugin] {
+			// Once per plugin: its types share the definition and files.
 			seen[pt.plugin] = true
 			out = append(out, lintDefinition(pt.plugin)...)
+			out = append(out, rt.lintGlobals(pt, v)...)
 		}
-		out = append(out, rt.lintHooks(pt)...)
+		out = append(out, lintHooks(pt, v)...)
+		pt.pool.put(v)
 	}
 	return out
 }
@@ -193,12 +200,7 @@ func toAnyMap[V any](m map[string]V) map[string]any {
 // lintHooks finds entry-table functions whose names are near the name of
 // a hook the table does not define: "comfirm" is never called, and
 // CONFIRM tasks fail.
-func (rt *Runtime) lintHooks(pt *pluginType) []*LoadError {
-	v, err := pt.pool.get(rt.opts.Tenant)
-	if err != nil {
-		return nil
-	}
-	defer pt.pool.put(v)
+func lintHooks(pt *pluginType, v *vm) []*LoadError {
 	hooks := pt.kind().HookNames()
 	var out []*LoadError
 	var names []string

@@ -142,6 +142,7 @@ func TestPluginsCheckStrict(t *testing.T) {
 function Typo:create(input) self.result.status = 0 end
 function Typo:comfirm(input) self.result.status = 0 end
 function Typo:delete(input) self.result.status = 0 end
+function Typo:helper() return slef.task end
 `)
 	// A sibling with problems of its own, which checking typo must not show.
 	write("other/other.json", `{"name": "other", "providertypes": ["other"], "other": {"name": "other", "classname": "Other", "bogus": 1}}`)
@@ -157,7 +158,8 @@ function Typo:delete(input) self.result.status = 0 end
 		`typo.json:12: plugin typo: parameters.admin.fields.ipv6: default "yes" does not fit a checkbox`,
 		`typo.json:13: plugin typo: parameters.admin.fields.size: default "xl" is not one of the options ["s","m"]`,
 		`typo.lua:3: plugin typo: Typo defines comfirm, which is not a hook, and does not define confirm: did you mean confirm?`,
-		"1 plugin types OK, 5 errors, 1 warnings",
+		`typo.lua:5: plugin typo: undefined global "slef" (did you mean "self"?)`,
+		"1 plugin types OK, 6 errors, 1 warnings",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, r.stdout)
