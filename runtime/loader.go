@@ -124,7 +124,7 @@ func scanFolders(dirs []string) (plugins []*plugin, errs []*LoadError, broken ma
 		plugins, errs = append(plugins, ps...), append(errs, es...)
 		if !found {
 			errs = append(errs, &LoadError{Plugin: filepath.Base(d), File: d,
-				Message: "no plugin definition here: a plugin folder holds a JSON file declaring providertypes or automatortypes"})
+				Message: "no plugin definition here: a plugin folder holds a JSON file declaring types under one of " + kindKeys()})
 		}
 	}
 	return plugins, errs, broken

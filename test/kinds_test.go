@@ -188,3 +188,12 @@ func TestCallsThroughDaemon(t *testing.T) {
 		}
 	}
 }
+
+// TestExampleKindSuites runs the examples' Lua suites with loomd test
+// (loom.test.call against loom.test.http fakes).
+func TestExampleKindSuites(t *testing.T) {
+	r := loomd(t, "", "test", "examples/kinds")
+	if r.code != 0 || !strings.Contains(r.stdout, "18 passed, 0 failed") {
+		t.Fatalf("loomd test examples/kinds: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}

@@ -20,6 +20,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/loomrt/loom/runtime"
 )
 
 // Options configure a test run.
@@ -177,7 +179,7 @@ func discover(dirs []string) ([]target, error) {
 			return nil, fmt.Errorf("loomd test %s: %w", arg, err)
 		}
 		if len(folders) == 0 {
-			return nil, fmt.Errorf("loomd test %s: no plugin folder here (a plugin folder holds a JSON definition declaring providertypes or automatortypes)", arg)
+			return nil, fmt.Errorf("loomd test %s: no plugin folder here (a plugin folder holds a JSON definition declaring providertypes, automatortypes or another kind's types: clusterdrivers, bucketprovisioners, cloudproviders, kloudproviders)", arg)
 		}
 		for _, f := range folders {
 			if seen[f] {
@@ -239,8 +241,10 @@ func isPluginFolder(d string) bool {
 		if err := json.Unmarshal(data, &top); err != nil {
 			return true
 		}
-		if top["providertypes"] != nil || top["automatortypes"] != nil {
-			return true
+		for _, k := range runtime.Kinds() {
+			if top[k.Key] != nil {
+				return true
+			}
 		}
 	}
 	return false

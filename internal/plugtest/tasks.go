@@ -186,32 +186,9 @@ func (f *fileRun) runTask(L *lua.LState, data []byte) (*runtime.Result, []string
 	f.logs.mu.Lock()
 	mark := len(f.logs.lines)
 	f.logs.mu.Unlock()
-	calls := f.pump.open()
-	defer f.pump.close()
-	done := make(chan struct{})
 	var res *runtime.Result
 	var rerr error
-	go func() {
-		defer close(done)
-		res, rerr = f.rt.RunTask(f.ctx, task)
-	}()
-	var handlerErr lua.LValue
-	for {
-		select {
-		case c := <-calls:
-			if obj := f.serveHandler(L, c); obj != nil && handlerErr == nil {
-				handlerErr = obj
-			}
-			continue
-		case <-done:
-		}
-		break
-	}
-	if handlerErr != nil {
-		// An assertion (or error) in a fake's handler fails the test
-		// where it was raised.
-		L.Error(handlerErr, 0)
-	}
+	f.pumpWhile(L, func() { res, rerr = f.rt.RunTask(f.ctx, task) })
 	f.logs.mu.Lock()
 	var logs []string
 	if mark <= len(f.logs.lines) {
@@ -303,6 +280,7 @@ func (f *fileRun) testModule(L *lua.LState) *lua.LTable {
 		return 2
 	}))
 	t.RawSetString("chain", L.NewFunction(f.chain))
+	t.RawSetString("call", L.NewFunction(f.call))
 	t.RawSetString("http", L.NewFunction(f.newHTTPFake))
 	t.RawSetString("files", L.NewFunction(func(L *lua.LState) int {
 		L.Push(stringList(L, listFiles(f.workDir)))

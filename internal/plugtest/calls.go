@@ -1,0 +1,111 @@
+package plugtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	lua "github.com/yuin/gopher-lua"
+
+	"github.com/loomrt/loom/bindings/luaval"
+	"github.com/loomrt/loom/runtime"
+)
+
+// pumpWhile runs fn (which runs a hook on another goroutine's VM) while
+// serving the fakes' Lua handlers on this goroutine, which owns the test's
+// Lua state. An assertion (or error) in a handler fails the test where it
+// was raised.
+func (f *fileRun) pumpWhile(L *lua.LState, fn func()) {
+	calls := f.pump.open()
+	defer f.pump.close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	var handlerErr lua.LValue
+	for {
+		select {
+		case c := <-calls:
+			if obj := f.serveHandler(L, c); obj != nil && handlerErr == nil {
+				handlerErr = obj
+			}
+			continue
+		case <-done:
+		}
+		break
+	}
+	if handlerErr != nil {
+		L.Error(handlerErr, 0)
+	}
+}
+
+var callOptionNames = []string{"type", "id", "tenant"}
+
+// call is loom.test.call(hook, input?, opts?): runs one hook of a called
+// kind (cluster driver, bucket provisioner, ...) as loomd call does and
+// returns the call result table ({status, result, error = {class, reason,
+// message}, defaulted, ...}) and the hook's log lines. opts.type defaults
+// to the first type of a called kind in the plugin.
+func (f *fileRun) call(L *lua.LState) int {
+	hook := L.CheckString(1)
+	var input json.RawMessage
+	if v := L.Get(2); v != lua.LNil {
+		b, err := luaval.Encode(v, luaval.EncodeOptions{L: L})
+		if err != nil {
+			L.RaiseError("loom.test.call: the input does not convert to JSON: %v", err)
+		}
+		input = b
+	}
+	opts := optMap(L, 3)
+	for k := range opts {
+		if !contains(callOptionNames, k) {
+			L.RaiseError("loom.test.call: unknown option %q%s: options are %s", k, didYouMean(k, callOptionNames), strings.Join(callOptionNames, ", "))
+		}
+	}
+	typ, _ := opts["type"].(string)
+	if typ == "" {
+		for _, t := range f.types {
+			if !t.Coopr {
+				typ = t.Name
+				break
+			}
+		}
+		if typ == "" {
+			L.RaiseError("loom.test.call: %s declares no type of a called kind (clusterdrivers, bucketprovisioners, cloudproviders, kloudproviders): use loom.test.run for Coopr tasks", f.typ.Plugin)
+		}
+	}
+	f.taskSeq++
+	id := fmt.Sprintf("test-%d", f.taskSeq)
+	if s, ok := opts["id"].(string); ok && s != "" {
+		id = s
+	}
+	tenant, _ := opts["tenant"].(string)
+	req := &runtime.CallRequest{CallID: id, TenantID: tenant, Type: typ, Hook: hook, Input: input}
+	f.logs.mu.Lock()
+	mark := len(f.logs.lines)
+	f.logs.mu.Unlock()
+	var res *runtime.CallResult
+	var err error
+	f.pumpWhile(L, func() { res, err = f.rt.Call(f.ctx, req) })
+	if err != nil {
+		L.RaiseError("loom.test.call: %v", err)
+	}
+	f.logs.mu.Lock()
+	var logs []string
+	if mark <= len(f.logs.lines) {
+		logs = append(logs, f.logs.lines[mark:]...)
+	}
+	line := fmt.Sprintf("loomd test: call %s %s -> status %d", typ, hook, res.Status)
+	if res.Error != nil {
+		line += fmt.Sprintf(" (%s %s): %s", res.Error.Class, res.Error.Reason, res.Message)
+	}
+	f.logs.lines = append(f.logs.lines, line)
+	f.logs.mu.Unlock()
+	b, _ := json.Marshal(res)
+	var m any
+	_ = json.Unmarshal(b, &m)
+	L.Push(luaval.FromGo(L, m))
+	L.Push(stringList(L, logs))
+	return 2
+}
