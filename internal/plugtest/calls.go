@@ -60,7 +60,7 @@ func (f *fileRun) call(L *lua.LState) int {
 	opts := optMap(L, 3)
 	for k := range opts {
 		if !contains(callOptionNames, k) {
-			L.RaiseError("loom.test.call: unknown option %q%s: options are %s", k, didYouMean(k, callOptionNames), strings.Join(callOptionNames, ", "))
+			L.RaiseError("loom.test.call: unknown option %q%s: options are %s", k, runtime.DidYouMean(k, callOptionNames), strings.Join(callOptionNames, ", "))
 		}
 	}
 	typ, _ := opts["type"].(string)
