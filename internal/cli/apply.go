@@ -246,8 +246,10 @@ func (r *apiRunner) Run(ctx context.Context, id string, task []byte) (*runtime.R
 	if err := r.c.do(ctx, "POST", "/v1/tasks", task, &sub); err != nil {
 		return nil, fmt.Errorf("submitting task %s: %w", id, err)
 	}
-	if sub.Warning != "" {
-		r.log.Warn("loomd: "+sub.Warning, "task", id)
+	if !sub.Served && sub.Warning != "" {
+		// The apply waits on (bounded by --task-timeout): a daemon that
+		// loads the plugin later runs the task.
+		r.log.Warn("loomd: "+sub.Warning+"; the apply waits for it (bound the wait with --task-timeout)", "task", id)
 	}
 	t, err := r.c.waitTask(ctx, id, r.timeout)
 	if err != nil {

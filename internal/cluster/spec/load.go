@@ -234,6 +234,7 @@ func (d *decoder) spec(n *yaml.Node, s *Spec) {
 		"nodegroups":  func(k, v *yaml.Node) { d.nodeGroups(v, s) },
 		"services":    func(k, v *yaml.Node) { d.services(v, s) },
 		"constraints": func(k, v *yaml.Node) { d.constraints(v, &s.Constraints) },
+		"template":    func(k, v *yaml.Node) { d.cooprTemplate(v, s) },
 	})
 	if s.Name == "" && n.Kind == yaml.MappingNode {
 		d.errf(n, "the spec needs a \"name\" (the cluster's name, a DNS label such as web or prod-db)")
@@ -418,15 +419,7 @@ func (d *decoder) actions(n *yaml.Node, what string, svc *Service) {
 func (d *decoder) constraints(n *yaml.Node, c *Constraints) {
 	c.Line = n.Line
 	groups := func(dst *[][]string, what string) func(k, v *yaml.Node) {
-		return func(k, v *yaml.Node) {
-			if v.Kind != yaml.SequenceNode {
-				d.errf(v, "constraints.%s must be a list of lists of services, such as [[a, b]]", what)
-				return
-			}
-			for _, g := range v.Content {
-				*dst = append(*dst, d.strList(g, "constraints."+what+" groups"))
-			}
-		}
+		return func(k, v *yaml.Node) { *dst = append(*dst, d.groups(v, "constraints."+what)...) }
 	}
 	d.fields(n, "constraints", map[string]func(k, v *yaml.Node){
 		"mustcoexist": groups(&c.MustCoexist, "mustcoexist"),
@@ -452,4 +445,79 @@ func (d *decoder) constraints(n *yaml.Node, c *Constraints) {
 			}
 		},
 	})
+}
+
+// cooprTemplate reads a Coopr cluster template (its JSON unchanged): the
+// defaults' config becomes the cluster config (unless the spec has one),
+// dnsSuffix the suffix, and the layout and service-quantity constraints
+// the spec's constraints. Its services, provider and hardware/image types
+// are for Coopr's solver, which node groups replace: they are accepted and
+// ignored.
+func (d *decoder) cooprTemplate(n *yaml.Node, s *Spec) {
+	ignore := func(k, v *yaml.Node) {}
+	d.fields(n, "template", map[string]func(k, v *yaml.Node){
+		"name": ignore, "label": ignore, "description": ignore, "icon": ignore, "version": ignore, "links": ignore,
+		"compatibility": ignore, "administration": ignore, "extends": ignore, "includes": ignore, "immutable": ignore,
+		"defaults": func(k, v *yaml.Node) {
+			d.fields(v, "template.defaults", map[string]func(k, v *yaml.Node){
+				"services": ignore, "provider": ignore, "hardwaretype": ignore, "imagetype": ignore,
+				"dnsSuffix": func(k, v *yaml.Node) { d.dnsSuffix(v, s) },
+				"config": func(k, v *yaml.Node) {
+					if len(s.Config) == 0 {
+						s.Config = d.object(v, "template.defaults.config")
+					}
+				},
+			})
+		},
+		"constraints": func(k, v *yaml.Node) {
+			c := &s.Constraints
+			c.Line = v.Line
+			d.fields(v, "template.constraints", map[string]func(k, v *yaml.Node){
+				"size": ignore,
+				"layout": func(k, v *yaml.Node) {
+					d.fields(v, "template.constraints.layout", map[string]func(k, v *yaml.Node){
+						"mustcoexist": func(k, v *yaml.Node) { c.MustCoexist = append(c.MustCoexist, d.groups(v, "mustcoexist")...) },
+						"cantcoexist": func(k, v *yaml.Node) { c.CantCoexist = append(c.CantCoexist, d.groups(v, "cantcoexist")...) },
+					})
+				},
+				"services": func(k, v *yaml.Node) {
+					if v.Kind != yaml.MappingNode {
+						d.errf(v, "template.constraints.services must map a service to its constraint")
+						return
+					}
+					if c.Quantities == nil {
+						c.Quantities = map[string]Quantity{}
+					}
+					for i := 0; i+1 < len(v.Content); i += 2 {
+						name, body := v.Content[i], v.Content[i+1]
+						what := "template.constraints.services." + name.Value
+						var q Quantity
+						d.fields(body, what, map[string]func(k, v *yaml.Node){
+							"hardwaretypes": ignore, "imagetypes": ignore, "ratio": ignore,
+							"quantities": func(k, v *yaml.Node) {
+								d.fields(v, what+".quantities", map[string]func(k, v *yaml.Node){
+									"min": func(k, v *yaml.Node) { d.integer(v, what+".quantities.min", &q.Min) },
+									"max": func(k, v *yaml.Node) { d.integer(v, what+".quantities.max", &q.Max) },
+								})
+							},
+						})
+						c.Quantities[name.Value] = q
+					}
+				},
+			})
+		},
+	})
+}
+
+// groups reads a list of lists of service names.
+func (d *decoder) groups(n *yaml.Node, what string) [][]string {
+	if n.Kind != yaml.SequenceNode {
+		d.errf(n, "%s must be a list of lists of services, such as [[a, b]]", what)
+		return nil
+	}
+	var out [][]string
+	for _, g := range n.Content {
+		out = append(out, d.strList(g, what+" groups"))
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -96,7 +97,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"empty", ``, []string{"empty.yaml: the file is empty"}},
 		{"syntax", "name: [", []string{"syntax.yaml:1: not valid YAML or JSON"}},
-		{"unknown key", "name: a\nprovider: {type: x}\nnodegroup: []\n", []string{`unknown.yaml:3: unknown key "nodegroup" in the cluster spec (known keys: config, constraints, description, dnsSuffix, dns_suffix, name, nodegroups, provider, services)`}},
+		{"unknown key", "name: a\nprovider: {type: x}\nnodegroup: []\n", []string{`unknown.yaml:3: unknown key "nodegroup" in the cluster spec (known keys: config, constraints, description, dnsSuffix, dns_suffix, name, nodegroups, provider, services, template)`}},
 		{"no type", "name: a\nprovider:\n  fields: {}\nnodegroups: []\n", []string{`:2: provider needs a "type"`}},
 		{"bad count", "name: a\nprovider: {type: x}\nnodegroups:\n  - name: g\n    count: lots\n", []string{`:5: nodegroups[0].count must be a whole number ≥ 0, not "lots"`}},
 		{"undefined service", "name: a\nprovider: {type: x}\nnodegroups:\n  - name: g\n    count: 1\n    services: [bse]\nservices:\n  base: {}\n",
@@ -128,5 +129,34 @@ func TestParseErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCooprTemplate: a Coopr cluster template, unchanged, gives the config
+// and the constraints (here violated: two namenodes).
+func TestCooprTemplate(t *testing.T) {
+	tpl := `{"name": "hadoop-distributed", "description": "Hadoop cluster",
+  "defaults": {"services": ["base", "nn", "dn"], "provider": "aws", "hardwaretype": "standard-large", "imagetype": "ubuntu12",
+               "dnsSuffix": "dev.example.com", "config": {"hadoop": {"core_site": {"fs.defaultFS": "hdfs://%host.service.nn%"}}}},
+  "compatibility": {"hardwaretypes": [], "imagetypes": [], "services": ["base", "nn", "dn"]},
+  "constraints": {"layout": {"mustcoexist": [], "cantcoexist": [["nn", "dn"]]},
+                  "services": {"nn": {"hardwaretypes": [], "quantities": {"min": "1", "max": "1"}}, "dn": {"quantities": {"min": "1"}}},
+                  "size": {"min": 3}},
+  "administration": {"leaseduration": {"initial": 0, "max": 0, "step": 0}}}`
+	spec := func(masters int) string {
+		return fmt.Sprintf(`{"name": "h", "provider": {"type": "aws"}, "template": %s,
+ "nodegroups": [{"name": "m", "count": %d, "services": ["base", "nn"]}, {"name": "d", "count": 2, "services": ["base", "dn"]}],
+ "services": {"base": {}, "nn": {}, "dn": {}}}`, tpl, masters)
+	}
+	s, err := Parse("h.json", []byte(spec(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hadoop, _ := s.Config["hadoop"].(map[string]any)
+	if hadoop == nil || s.DNSSuffix != "dev.example.com" || s.Constraints.Quantities["nn"].Max != 1 || len(s.Constraints.CantCoexist) != 1 {
+		t.Errorf("template: config %v suffix %q constraints %+v", s.Config, s.DNSSuffix, s.Constraints)
+	}
+	if _, err := Parse("h.json", []byte(spec(2))); err == nil || !strings.Contains(err.Error(), `service "nn" is on 2 nodes`) {
+		t.Errorf("two namenodes: %v", err)
 	}
 }
