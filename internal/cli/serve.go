@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/loomrt/loom/internal/api"
+	"github.com/loomrt/loom/internal/coopr"
 	"github.com/loomrt/loom/internal/queue"
 	"github.com/loomrt/loom/internal/worker"
 	"github.com/loomrt/loom/runtime"
@@ -58,6 +60,19 @@ type serveOptions struct {
 	pluginMemory    string
 	limitMode       string
 	pprof           bool
+	coopr           cooprOptions
+}
+
+// cooprOptions are the --coopr-* flags: serving a Coopr server's tasks.
+type cooprOptions struct {
+	server    string
+	id        string
+	tenants   []string
+	listen    string
+	advertise string
+	capacity  int
+	heartbeat time.Duration
+	poll      time.Duration
 }
 
 func (a *App) newServeCmd(g *globalOptions) *cobra.Command {
@@ -125,6 +140,15 @@ running, interrupts them and exits 1; the interrupted tasks run again later.`,
 	f.StringVar(&o.isolation, "isolation", isolationWorker, "where hooks run: \"worker\" (child processes under a memory budget; a crash fails only its task) or \"none\" (in the daemon's process, no memory budget)")
 	f.StringVar(&o.pluginMemory, "plugin-memory", "256MiB", "memory budget of one hook run, unless its plugin definition sets limits.memory (--isolation worker)")
 	f.StringVar(&o.limitMode, "worker-limit", "auto", "OS memory limit of worker processes: auto (cgroup v2 when loomd may write its cgroup, else rlimit), cgroup, or rlimit")
+	// A Coopr server as a second source of tasks (docs/coopr.md).
+	f.StringVar(&o.coopr.server, "coopr-server", "", "also take tasks from this Coopr server's internal API (provisioner.server.uri, e.g. http://coopr:55055): register, heartbeat, take/finish per worker slot")
+	f.StringVar(&o.coopr.id, "coopr-provisioner-id", "", "provisioner id at the Coopr server (default loom-<short hostname>, stable across restarts)")
+	f.StringSliceVar(&o.coopr.tenants, "coopr-tenants", nil, "tenants to serve before the server assigns any, as ID[:WORKERS] (default 1 worker), comma-separated; the server's PUT /v2/tenants/{id} adjusts them")
+	f.StringVar(&o.coopr.listen, "coopr-listen", "127.0.0.1:55056", "address of the provisioner API the Coopr server calls (tenants); provisioner.bind.ip:bind.port. The server must reach it: listen off loopback on a trusted network only (the API has no authentication, as in Coopr)")
+	f.StringVar(&o.coopr.advertise, "coopr-advertise", "", "host sent to the Coopr server for calling the provisioner API (provisioner.register.ip; default: the --coopr-listen host, or this host's address toward the server)")
+	f.IntVar(&o.coopr.capacity, "coopr-capacity", 10, "worker slots this provisioner offers the Coopr server (capacityTotal); each runs one task at a time")
+	f.DurationVar(&o.coopr.heartbeat, "coopr-heartbeat", 10*time.Second, "heartbeat interval to the Coopr server (it drops a provisioner silent for 120 s)")
+	f.DurationVar(&o.coopr.poll, "coopr-poll", time.Second, "wait after an empty take before asking the Coopr server again; errors back off from it up to 10 s")
 	return cmd
 }
 
@@ -309,6 +333,13 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		return usageErr(err)
 	}
 
+	var cp *coopr.Provisioner
+	if o.coopr.server != "" {
+		if cp, err = a.startCoopr(ctx, o, rt, runner, logger); err != nil {
+			return err
+		}
+	}
+
 	serveCtx, stopServing := context.WithCancel(ctx)
 	defer stopServing()
 	served := make(chan error, 1)
@@ -361,6 +392,14 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 	stopServing()
 	forced := false
+	// Coopr slots stop taking at once and finish their tasks (and deliver
+	// their results) within the same grace as the queue's.
+	cooprForced := make(chan bool, 1)
+	if cp != nil {
+		go func() { cooprForced <- cp.Stop(o.shutdownTimeout) }()
+	} else {
+		cooprForced <- false
+	}
 	timer := time.NewTimer(o.shutdownTimeout)
 	defer timer.Stop()
 	select {
@@ -377,6 +416,10 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		q.AbortRunning()
 		forced = true
 		waitOrSignal(served, nil, 2*time.Second)
+	}
+	if <-cooprForced {
+		logger.Warn("coopr: tasks from the Coopr server were interrupted by the shutdown; the server runs them again")
+		forced = true
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -514,4 +557,45 @@ func retainString(d time.Duration) string {
 		return "forever"
 	}
 	return d.String()
+}
+
+// startCoopr starts serving a Coopr server's tasks through the daemon's
+// runner: the provisioner API, registration, heartbeats and the tenants
+// of --coopr-tenants.
+func (a *App) startCoopr(ctx context.Context, o *serveOptions, rt *runtime.Runtime, runner queue.Runner, logger *slog.Logger) (*coopr.Provisioner, error) {
+	tenants := map[string]int{}
+	for _, t := range o.coopr.tenants {
+		id, n, hasN := strings.Cut(strings.TrimSpace(t), ":")
+		workers := 1
+		if hasN {
+			v, err := strconv.Atoi(n)
+			if err != nil || v < 0 {
+				return nil, usageErr(fmt.Errorf("--coopr-tenants %q: want ID[:WORKERS] with WORKERS a number, 0 or more", t))
+			}
+			workers = v
+		}
+		if !runtime.ValidTenant(id) {
+			return nil, usageErr(fmt.Errorf("--coopr-tenants %q: a tenant id is 1 to 64 letters, digits, '.', '_' or '-'", t))
+		}
+		tenants[id] = workers
+	}
+	var types []coopr.PluginType
+	for _, t := range rt.Types() {
+		types = append(types, coopr.PluginType{Name: t.Name, Family: t.Family, Raw: t.Raw})
+	}
+	cp, err := coopr.New(coopr.Config{
+		ServerURL: o.coopr.server, ID: o.coopr.id, Listen: o.coopr.listen, AdvertiseHost: o.coopr.advertise,
+		Capacity: o.coopr.capacity, Tenants: tenants, Types: types, Runner: runner,
+		WorkDir: o.g.workDir, StateDir: o.data, Heartbeat: o.coopr.heartbeat, Poll: o.coopr.poll,
+		Logger: logger.With("component", "coopr"),
+	})
+	if err != nil {
+		return nil, usageErr(err)
+	}
+	if err := cp.Start(ctx); err != nil {
+		return nil, usageErr(err)
+	}
+	logger.Info("coopr: serving a Coopr server's tasks", "server", o.coopr.server, "provisioner", cp.ID(), "api", "http://"+cp.APIAddr(),
+		"capacity", o.coopr.capacity, "tenants", len(tenants))
+	return cp, nil
 }
