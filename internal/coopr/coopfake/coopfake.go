@@ -680,17 +680,4 @@ func call(ctx context.Context, method, url string, body []byte) ([]byte, error) 
 
 // ConsumeFault removes one pending application of the first fault on path;
 // false when none is left.
-func (s *Server) ConsumeFault(path string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, f := range s.faults {
-		if strings.HasPrefix(path, f.Path) {
-			f.Times--
-			if f.Times <= 0 {
-				s.faults = append(s.faults[:i], s.faults[i+1:]...)
-			}
-			return true
-		}
-	}
-	return false
-}
+func (s *Server) ConsumeFault(path string) bool { return s.fault(path) != nil }
