@@ -352,6 +352,9 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 			if sup != nil {
 				sup.SetTypes(typeSpecs(rt.Types(), pluginMemory))
 			}
+			if cp != nil {
+				cp.SetTypes(cooprTypes(rt.Types()))
+			}
 		})
 		if err != nil {
 			logger.Warn("hot reload is off: cannot watch the plugins directory", "dir", o.g.pluginsDir, "err", err)
@@ -579,10 +582,7 @@ func (a *App) startCoopr(ctx context.Context, o *serveOptions, rt *runtime.Runti
 		}
 		tenants[id] = workers
 	}
-	var types []coopr.PluginType
-	for _, t := range rt.Types() {
-		types = append(types, coopr.PluginType{Name: t.Name, Family: t.Family, Raw: t.Raw})
-	}
+	types := cooprTypes(rt.Types())
 	cp, err := coopr.New(coopr.Config{
 		ServerURL: o.coopr.server, ID: o.coopr.id, Listen: o.coopr.listen, AdvertiseHost: o.coopr.advertise,
 		Capacity: o.coopr.capacity, Tenants: tenants, Types: types, Runner: runner,
@@ -598,4 +598,14 @@ func (a *App) startCoopr(ctx context.Context, o *serveOptions, rt *runtime.Runti
 	logger.Info("coopr: serving a Coopr server's tasks", "server", o.coopr.server, "provisioner", cp.ID(), "api", "http://"+cp.APIAddr(),
 		"capacity", o.coopr.capacity, "tenants", len(tenants))
 	return cp, nil
+}
+
+// cooprTypes lists the loaded plugin types for registering with a Coopr
+// server.
+func cooprTypes(infos []runtime.TypeInfo) []coopr.PluginType {
+	types := make([]coopr.PluginType, 0, len(infos))
+	for _, t := range infos {
+		types = append(types, coopr.PluginType{Name: t.Name, Family: t.Family, Raw: t.Raw})
+	}
+	return types
 }

@@ -359,7 +359,10 @@ func adminHeaders(tenant string) http.Header {
 // registerTypes PUTs each plugin type's object (Coopr's --register), with
 // its name filled in when the definition left it out.
 func (p *Provisioner) registerTypes(ctx context.Context) {
-	for _, t := range p.cfg.Types {
+	p.mu.Lock()
+	types := p.cfg.Types
+	p.mu.Unlock()
+	for _, t := range types {
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(t.Raw, &obj); err != nil {
 			p.log.Error("coopr: plugin type not registered: its object is not JSON", "type", t.Name, "err", err)
@@ -373,6 +376,21 @@ func (p *Provisioner) registerTypes(ctx context.Context) {
 			p.log.Error("coopr: the server refused a plugin type; tasks for it will not be planned (loomd plugins check shows what a Coopr server refuses)",
 				"type", t.Name, "err", err)
 		}
+	}
+}
+
+// SetTypes replaces the plugin types (after a plugin reload) and
+// registers them with the server when loomd is registered; otherwise the
+// next registration does.
+func (p *Provisioner) SetTypes(types []PluginType) {
+	p.mu.Lock()
+	p.cfg.Types = types
+	registered := p.registered
+	p.mu.Unlock()
+	if registered {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		p.registerTypes(ctx)
 	}
 }
 

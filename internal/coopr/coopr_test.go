@@ -359,3 +359,42 @@ func TestResourceSync(t *testing.T) {
 		t.Errorf("link target %q", target)
 	}
 }
+
+// TestTenantRemovedWhileRunning: deleting a tenant (or lowering its
+// workers) stops its slots from taking more, but a task already running
+// finishes and its result is delivered; a new tenant starts at once.
+func TestTenantRemovedWhileRunning(t *testing.T) {
+	r := &runner{block: make(chan struct{})}
+	srv, p := start(t, coopr.Config{Runner: r})
+	api := "http://" + p.APIAddr()
+	if _, err := coopfake.PutTenant(ctx(t), api, "a", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	srv.Enqueue("a", task("running"))
+	srv.Enqueue("a", task("queued"))
+	eventually(t, "the task to start", func() bool { return r.count("running") == 1 })
+	if _, err := coopfake.DeleteTenant(ctx(t), api, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coopfake.PutTenant(ctx(t), api, "b", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	srv.Enqueue("b", task("for-b"))
+	r.mu.Lock()
+	close(r.block)
+	r.block = nil
+	r.mu.Unlock()
+	for _, id := range []string{"running", "for-b"} {
+		if _, err := srv.WaitFinished(ctx(t), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // a few polls: the deleted tenant's slot must not take "queued"
+	if srv.Takes("queued") != 0 {
+		t.Errorf("a deleted tenant's slot took another task")
+	}
+	eventually(t, "usage b=2 only", func() bool {
+		pr, _ := srv.Provisioner("loom-test")
+		return len(pr.Usage) == 1 && pr.Usage["b"] == 2
+	})
+}
