@@ -257,6 +257,10 @@ func (p *Provisioner) Stop(grace time.Duration) (forced bool) {
 		p.abort()
 		<-done
 	}
+	// Nothing runs any more: results still being redelivered (a server
+	// down) are kept on disk for the next start instead of holding the
+	// shutdown.
+	p.abort()
 	p.bgStop()
 	p.bg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -715,7 +719,7 @@ func (p *Provisioner) finish(taskID string, result map[string]any, log *slog.Log
 			return
 		}
 		log.Warn("coopr: delivering the result failed; retrying", "err", err, "attempt", attempt, "retry_in", backoff)
-		time.Sleep(backoff)
+		sleep(p.runCtx, backoff)
 		backoff = min(backoff*2, p.cfg.MaxBackoff)
 	}
 }
