@@ -2,10 +2,13 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/loomrt/loom/internal/cluster/state"
 )
 
 // TestApplyRollback: loomd apply --local --on-failure rollback reports the
@@ -70,5 +73,62 @@ services:
 	}
 	if code, _, errs := run("apply", filepath.Join(dir, "c.yaml"), "--local", "--on-failure", "undo"); code != 2 || !strings.Contains(errs, "want keep or rollback") {
 		t.Errorf("bad --on-failure: %d %s", code, errs)
+	}
+}
+
+// TestPlanCommand: loomd plan prints the table, --json and --dot; a bad
+// spec exits 2 with file:line.
+func TestPlanCommand(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "c.yaml")
+	os.WriteFile(good, []byte(`name: c
+provider: {type: p}
+nodegroups: [{name: n, count: 2, services: [s, w]}]
+services:
+  s: {actions: {install: {type: a}, start: {type: a}}}
+  w: {runtime: {requires: [s]}, actions: {start: {type: a}}}
+`), 0o644)
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("name: c\nprovider: {type: p}\nnodegroups: [{name: n, count: 1, services: [x]}]\n"), 0o644)
+	run := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := testApp(map[string]string{"HOME": dir}, &out, &errb).Execute(append(args, "--state-dir", filepath.Join(dir, "state")))
+		return code, out.String(), errb.String()
+	}
+	code, out, _ := run("plan", good)
+	if code != 0 || !strings.Contains(out, "Plan: create cluster c: 12 tasks on 2 nodes") || !strings.Contains(out, "START s on 2 nodes") {
+		t.Errorf("plan: %d\n%s", code, out)
+	}
+	code, out, _ = run("plan", good, "--json")
+	if code != 0 || !strings.Contains(out, `"reason": "new cluster"`) || !strings.Contains(out, `"taskName": "CONFIRM"`) {
+		t.Errorf("plan --json: %d\n%s", code, out)
+	}
+	code, out, _ = run("plan", good, "--dot", "--action", "restart", "--services", "s")
+	if code != 0 || !strings.HasPrefix(out, "digraph ") || !strings.Contains(out, "->") || strings.Count(out, "{") != strings.Count(out, "}") {
+		t.Errorf("plan --dot: %d\n%s", code, out)
+	}
+	code, _, errs := run("plan", bad)
+	if code != 2 || !strings.Contains(errs, bad+`:3: node group "n" lists service "x"`) {
+		t.Errorf("bad spec: %d %s", code, errs)
+	}
+	code, _, errs = run("plan", good, "--action", "explode")
+	if code != 2 || !strings.Contains(errs, `unknown cluster action "explode"`) {
+		t.Errorf("bad action: %d %s", code, errs)
+	}
+}
+
+// TestRedactCluster: cluster get never prints passwords, keys or the spec.
+func TestRedactCluster(t *testing.T) {
+	cl := &state.Cluster{Name: "c", Spec: "provider: {fields: {ssh_password: hunter2}}", Nodes: map[string]*state.Node{
+		"n": {ID: "n", Results: map[string]any{"providerid": "m1", "ssh-auth": map[string]any{"user": "root", "password": "hunter2"},
+			"api_token": "t0k", "ssh_host_keys": map[string]any{"ed25519": "AAAA"}}}},
+		Jobs: []*state.Job{{ID: "c-001", Spec: "ssh_password: hunter2"}}}
+	data, _ := json.Marshal(redactCluster(cl))
+	out := string(data)
+	if strings.Contains(out, "hunter2") || strings.Contains(out, "t0k") || !strings.Contains(out, "AAAA") || !strings.Contains(out, "m1") {
+		t.Errorf("redacted: %s", out)
+	}
+	if cl.Nodes["n"].Results["api_token"] != "t0k" {
+		t.Errorf("redaction changed the state itself")
 	}
 }

@@ -206,7 +206,9 @@ func redactMap(m map[string]any) map[string]any {
 			m[k] = redactMap(sub)
 			continue
 		}
-		if strings.Contains(lk, "password") || strings.Contains(lk, "secret") || strings.Contains(lk, "token") || lk == "key" || strings.HasSuffix(lk, "_key") && lk != "ssh_host_key" {
+		// Host keys are public; private keys, passwords and tokens are not.
+		if strings.Contains(lk, "password") || strings.Contains(lk, "secret") || strings.Contains(lk, "token") ||
+			lk == "key" || strings.HasSuffix(lk, "_key") || strings.HasSuffix(lk, "-key") {
 			m[k] = "[redacted]"
 		}
 	}
