@@ -245,8 +245,8 @@ func (r *REPL) completeCommand(line string) ([]string, string) {
 			names = append(names, t.Name)
 		}
 		return filterPrefix(names, arg), arg
-	case ":run":
-		hooks := append(append([]string{}, runtime.ProviderHooks...), runtime.AutomatorHooks...)
+	case ":run", ":call":
+		hooks := runtime.AllHooks()
 		if info, ok := r.typeInfo(r.s.Type()); ok {
 			hooks = info.Hooks
 		}

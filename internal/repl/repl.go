@@ -411,6 +411,9 @@ const commandHelp = `Commands:
   :set PATH VALUE     edit the task, e.g. :set config.ipaddresses.access_v4 127.0.0.1
                       (VALUE is JSON when it parses, else a string; array indexes count from 1)
   :run [HOOK]         call HOOK on the task; without HOOK, dispatch by taskName as loomd run does
+  :call HOOK [JSON]   call HOOK of the loaded cluster driver, bucket provisioner, cloud
+                      provider or Kloud provider with JSON as its input, as loomd call does
+                      (in a pooled VM: globals set at the prompt are not seen)
   :result             show the last :run result
   :reload             re-read the plugins from disk, keeping the task
   :timeout [D]        show or set the deadline of each statement and :run (e.g. 30s; 0 for none)
@@ -420,7 +423,7 @@ continues on the next line. Ctrl-C interrupts a running statement or hook.`
 
 // commandNames lists the commands, for completion.
 func commandNames() []string {
-	return []string{":help", ":load", ":plugins", ":quit", ":reload", ":result", ":run", ":set", ":task", ":timeout"}
+	return []string{":call", ":help", ":load", ":plugins", ":quit", ":reload", ":result", ":run", ":set", ":task", ":timeout"}
 }
 
 // command runs one :command; it reports whether to quit.
@@ -441,6 +444,8 @@ func (r *REPL) command(ctx context.Context, line string) bool {
 		err = r.cmdSet(arg)
 	case ":run":
 		err = r.cmdRun(ctx, arg)
+	case ":call":
+		err = r.cmdCall(ctx, arg)
 	case ":result":
 		err = r.cmdResult()
 	case ":reload":
@@ -716,6 +721,40 @@ func (r *REPL) cmdRun(parent context.Context, hook string) error {
 		// The message, then the traceback or output the hook left, readable.
 		detail := strings.TrimPrefix(strings.TrimPrefix(res.Stderr, res.Message), "\n")
 		return &runtime.EvalError{Message: fmt.Sprintf("%s failed with status %d: %s", what, res.Status, res.Message), Traceback: detail}
+	}
+	return nil
+}
+
+// cmdCall runs one hook of the loaded type of a called kind.
+func (r *REPL) cmdCall(parent context.Context, arg string) error {
+	hook, input, _ := strings.Cut(arg, " ")
+	typ := r.s.Type()
+	if typ == "" {
+		return fmt.Errorf("no plugin loaded: :load TYPE first (a cluster driver, bucket provisioner, cloud provider or Kloud provider)")
+	}
+	if hook == "" {
+		hooks := ""
+		if info, ok := r.typeInfo(typ); ok {
+			if k := runtime.KindOf(info.Family); k != nil {
+				hooks = ": " + strings.Join(k.HookNames(), ", ")
+			}
+		}
+		return fmt.Errorf("usage: :call HOOK [JSON input]%s", hooks)
+	}
+	ctx, done := r.begin(parent)
+	defer done()
+	start := time.Now()
+	res, err := r.rt.Call(ctx, &runtime.CallRequest{CallID: "repl", Type: typ, Hook: hook, Input: json.RawMessage(strings.TrimSpace(input))})
+	if err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the result: %w", err)
+	}
+	fmt.Fprintf(r.out, "%s\n-- call %s: status %d in %s\n", b, hook, res.Status, roundDuration(time.Since(start)))
+	if res.Status != 0 {
+		return &runtime.EvalError{Message: fmt.Sprintf("%s %s failed (%s): %s", typ, hook, res.Error.Class, res.Message), Traceback: res.Stderr}
 	}
 	return nil
 }

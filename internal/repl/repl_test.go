@@ -15,6 +15,7 @@ import (
 	lua "github.com/yuin/gopher-lua"
 
 	"github.com/loomrt/loom/bindings"
+	"github.com/loomrt/loom/bindings/std"
 	"github.com/loomrt/loom/runtime"
 )
 
@@ -314,5 +315,32 @@ func TestSignalInterruptsHook(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("Run did not return at EOF")
+	}
+}
+
+// TestCallPiped loads a cluster driver and calls its hooks from the REPL.
+func TestCallPiped(t *testing.T) {
+	rt, err := runtime.New(runtime.Options{PluginsDir: "../../examples/kinds", WorkDir: t.TempDir(), Bindings: std.New(std.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	in := ":load gkelike\n:call capabilities\n:call etcd_save {\"cluster_info\": {}, \"options\": {}, \"snapshot_name\": \"s\"}\n:call\n=\"alive\"\n"
+	r, out, errb := newREPL(t, Options{In: strings.NewReader(in), Runtime: rt})
+	if err := r.Run(context.Background()); !errors.Is(err, ErrFailed) {
+		t.Errorf("a failed call should fail the run: %v", err)
+	}
+	for _, w := range []string{`"get_cluster_size": true`, "-- call capabilities: status 0", `"reason": "unimplemented"`, `"alive"`} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("stdout lacks %q:\n%s", w, out)
+		}
+	}
+	for _, w := range []string{"gkelike etcd_save failed (terminal): ETCD backup operations are not implemented", "usage: :call HOOK [JSON input]: create_options, update_options"} {
+		if !strings.Contains(errb.String(), w) {
+			t.Errorf("stderr lacks %q:\n%s", w, errb)
+		}
 	}
 }
