@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	lua "github.com/yuin/gopher-lua"
 
@@ -267,6 +268,11 @@ func (rt *Runtime) runHookWith(ctx context.Context, pt *pluginType, task *Task, 
 	case callErr != nil:
 		v.broken = true
 		msg, trace, obj := describeLuaError(callErr)
+		// An error message is a summary: error(string.rep("e", 15e6))
+		// must not carry 15 MB (twice, with stderr) through the daemon
+		// and the record. The cut ends in "...", where redaction also
+		// removes the start of a secret it may have split.
+		msg = capMessage(msg)
 		if res.Status == 0 {
 			res.Status = 1
 		}
@@ -298,6 +304,20 @@ func (rt *Runtime) runHookWith(ctx context.Context, pt *pluginType, task *Task, 
 		v.Logger().Debug("hook finished", "status", res.Status, "duration_ms", time.Since(start).Milliseconds())
 	}
 	return res, nil
+}
+
+// MaxErrorMessage caps the message of a hook's error in its result.
+const MaxErrorMessage = 64 << 10
+
+func capMessage(s string) string {
+	if len(s) <= MaxErrorMessage {
+		return s
+	}
+	cut := MaxErrorMessage
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("... [%d more bytes cut]", len(s)-cut)
 }
 
 func appendLine(a, b string) string {
