@@ -325,9 +325,11 @@ func (r *runner) run(ctx context.Context) (*execResult, error) {
 		case rep := <-r.killC:
 			r.killing, r.killC, r.killed = false, nil, &rep
 			if r.phase == termSent && !waited {
-				// The group is dead (or beyond help): give sshd a moment
-				// to report the exit, then close the session.
+				// The group is dead (or beyond help): KILL through the
+				// session too (all there is if the kill session failed),
+				// give sshd a moment to report the exit, then close.
 				r.phase = killSent
+				r.signal(ssh.SIGKILL)
 				r.phaseC = time.After(killWait)
 			}
 		case err := <-waitCh:
