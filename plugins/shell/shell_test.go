@@ -337,7 +337,9 @@ func TestScriptTimeoutKillsGroupAsRoot(t *testing.T) {
 			if !regexp.MustCompile(`stubborn.sh timed out; remote process group \d+ (killed with KILL|ended on TERM)`).MatchString(r.Message) {
 				t.Errorf("message %q does not say what was killed", r.Message)
 			}
-			if r.Stdout != "starting\n" {
+			// "starting" too, unless the load delayed the script past its
+			// timeout.
+			if r.Stdout != "starting\n" && r.Stdout != "" {
 				t.Errorf("stdout = %q", r.Stdout)
 			}
 			deadline := time.Now().Add(10 * time.Second)
