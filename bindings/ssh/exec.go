@@ -171,15 +171,17 @@ func randToken() string {
 // which we are not). Without setsid only the process itself is known: the
 // marker says so ("p") and the stop kills that pid and its children.
 // Every step execs, so the pid the marker names is the command's own and
-// its exit status and signal reach sshd unchanged.
+// its exit status and signal reach sshd unchanged. A wrapper that cannot
+// write its report (we gave up waiting and closed the session: a login
+// shell slow to read its rc files) exits before the command runs.
 var groupWrapper = strings.Join([]string{
 	`g=`,
 	`{ read -r _ _ _ _ g _ </proc/$$/stat; } 2>/dev/null || g=$(ps -o pgid= -p $$ 2>/dev/null)`,
 	`g=${g#"${g%%[! ]*}"}`,
 	`s=${2:-${SHELL:-/bin/sh}}`,
-	`if [ "$g" = "$$" ]; then echo "$1$$:g" >&2; exec "$s" -c "$3" "${s##*/}"; fi`,
-	`if command -v setsid >/dev/null 2>&1; then echo "$1$$:g" >&2; exec setsid "$s" -c "$3" "${s##*/}"; fi`,
-	`echo "$1$$:p" >&2`,
+	`if [ "$g" = "$$" ]; then echo "$1$$:g" >&2 || exit 125; exec "$s" -c "$3" "${s##*/}"; fi`,
+	`if command -v setsid >/dev/null 2>&1; then echo "$1$$:g" >&2 || exit 125; exec setsid "$s" -c "$3" "${s##*/}"; fi`,
+	`echo "$1$$:p" >&2 || exit 125`,
 	`exec "$s" -c "$3" "${s##*/}"`,
 }, "; ")
 
@@ -320,6 +322,9 @@ func (r *runner) run(ctx context.Context) (*execResult, error) {
 				if r.phase != running {
 					// Stopped while it was starting: kill it now.
 					r.startKiller()
+					if r.phase == termSent {
+						r.phaseC = time.After(r.killGrace + afterKillWait + killWait)
+					}
 				}
 			}
 		case rep := <-r.killC:
@@ -492,8 +497,16 @@ func (r *runner) terminate() {
 	r.phase = termSent
 	r.signal(ssh.SIGTERM)
 	r.startKiller()
-	// The kill session's budget, then the fallback takes over.
-	r.phaseC = time.After(r.spec.grace + afterKillWait + killWait)
+	if r.killing {
+		// The kill session's budget, then the fallback takes over.
+		r.phaseC = time.After(r.killGrace + afterKillWait + killWait)
+		return
+	}
+	// Not started yet (a slow login shell, sudo authenticating): wait for
+	// the wrapper to report its group, then kill it. If it never does,
+	// the session is closed, and a wrapper that starts after that dies
+	// writing its report into the closed pipe, before the command runs.
+	r.phaseC = time.After(startWait)
 }
 
 func (r *runner) advance() {
@@ -542,6 +555,11 @@ type killReport struct {
 const (
 	afterKillWait = 2 * time.Second // how long the kill session waits for KILL to take
 	cleanupBudget = 10 * time.Second
+	// startWait is how long a command stopped before it started gets to
+	// report its process group; loginBudget what a kill session may spend
+	// starting (the login shell reads its rc files, slow on busy nodes).
+	startWait   = 15 * time.Second
+	loginBudget = 30 * time.Second
 )
 
 // startKiller starts the kill session, once the group is known.
@@ -552,7 +570,7 @@ func (r *runner) startKiller() {
 	ch := make(chan killReport, 1)
 	r.killC, r.killing, r.killGrace = ch, true, r.spec.grace
 	script := killScript(r.group, r.ownPG, r.killGrace)
-	budget := r.killGrace + afterKillWait + cleanupBudget
+	budget := loginBudget + r.killGrace + afterKillWait + cleanupBudget
 	go func() { ch <- r.kill(script, budget) }()
 }
 
@@ -605,11 +623,19 @@ func (r *runner) kill(script string, budget time.Duration) killReport {
 		}
 		line = fmt.Sprintf("sudo %s -u %s -- %s", auth, Quote(r.spec.sudo.user), line)
 	}
-	t := time.AfterFunc(budget, func() { s.Close() })
-	defer t.Stop()
 	var out, errOut bytes.Buffer
 	s.Stdout, s.Stderr = &out, &limitedBuffer{b: &errOut, max: 4 << 10}
-	runErr := s.Run(line)
+	// Run's wait is not bounded by Close alone (it waits for the server to
+	// answer the close): past the budget, give up on this session and
+	// report; the goroutine ends with the session or the connection.
+	done := make(chan error, 1)
+	go func() { done <- s.Run(line) }()
+	var runErr error
+	select {
+	case runErr = <-done:
+	case <-ctx.Done():
+		return killReport{err: fmt.Errorf("the kill session did not finish within %s", budget)}
+	}
 	rep := killReport{}
 	for _, l := range strings.Split(out.String(), "\n") {
 		f := strings.Split(strings.TrimRight(l, "\r"), ":")
