@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/loomrt/loom/bindings"
+	"github.com/loomrt/loom/runtime"
 )
 
 func (a *App) newStubsCmd(g *globalOptions) *cobra.Command {
@@ -45,6 +46,11 @@ your .luarc.json. With --markdown, print the binding reference instead.`,
 				}
 				fmt.Fprintln(a.Out, path)
 			}
+			path := filepath.Join(out, kindStubFile)
+			if err := os.WriteFile(path, []byte(renderKindStubs(runtime.Kinds())), 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintln(a.Out, path)
 			return nil
 		},
 	}

@@ -29,6 +29,16 @@ func TestStubsAreCurrent(t *testing.T) {
 	}
 }
 
+// TestKindStubsAreCurrent fails when the kinds changed and
+// stdlib/types/loom.kinds.d.lua was not regenerated (make stubs).
+func TestKindStubsAreCurrent(t *testing.T) {
+	path := filepath.Join("..", "..", "stdlib", "types", kindStubFile)
+	got, err := os.ReadFile(path)
+	if err != nil || string(got) != renderKindStubs(runtime.Kinds()) {
+		t.Errorf("%s is missing or stale: run make stubs", path)
+	}
+}
+
 // TestKindDocsAreCurrent fails when a kind's contract changed and
 // docs/kinds/<family>.md was not regenerated (make stubs).
 func TestKindDocsAreCurrent(t *testing.T) {

@@ -49,4 +49,6 @@ function Automator:stop(input) end
 ---@param input LoomAutomatorInput
 function Automator:remove(input) end
 
-return {Base = Base, Provider = Provider, Automator = Automator, version = "1"}
+-- The called kinds' base tables are in loom.kinds.d.lua (generated).
+return {Base = Base, Provider = Provider, Automator = Automator, Kind = LoomKind, ClusterDriver = LoomClusterDriver,
+  BucketProvisioner = LoomBucketProvisioner, CloudProvider = LoomCloudProvider, KloudProvider = LoomKloudProvider, version = "1"}
