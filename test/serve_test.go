@@ -6,6 +6,7 @@ package test
 // duration.
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -209,7 +210,23 @@ func TestServeHotReloadUnderLoad(t *testing.T) {
 		}
 	}()
 	time.Sleep(200 * time.Millisecond)
+	loaded := func() string { // the version of noop the daemon has loaded
+		_, body := d.call("GET", "/v1/plugins", "")
+		var p api.PluginsResponse
+		_ = json.Unmarshal(body, &p)
+		for _, ti := range p.Types {
+			if ti.Name == "noop" {
+				return ti.Version
+			}
+		}
+		return ""
+	}
+	before := loaded()
 	writePlugin(t, filepath.Join(dir, "plugins"), "noop", "v2")
+	// The daemon reloads after its debounce. Until then a worker starting
+	// meanwhile may already read the new files, so "v2 served" means
+	// something only once the daemon has the new version.
+	d.waitFor("the daemon to load v2", func() bool { v := loaded(); return v != "" && v != before })
 	probe := 0
 	d.waitFor("a new task runs v2", func() bool {
 		probe++
