@@ -32,6 +32,7 @@ type clusterOptions struct {
 	parallelism int
 	client      clientOptions
 	taskTimeout time.Duration
+	live        bool
 }
 
 func (o *clusterOptions) addFlags(fs *pflag.FlagSet, run bool) {
@@ -41,6 +42,7 @@ func (o *clusterOptions) addFlags(fs *pflag.FlagSet, run bool) {
 	}
 	fs.BoolVar(&o.local, "local", false, "run the tasks in this process (plugins from --plugins) instead of on the loomd at --server")
 	fs.IntVar(&o.parallelism, "parallelism", 16, "most tasks running at once (never more than one per node)")
+	fs.BoolVar(&o.live, "live", true, "on a terminal, show a live view (stages, running tasks, failures) instead of log lines; --live=false or --log-format json keeps the log lines")
 	fs.DurationVar(&o.taskTimeout, "task-timeout", 0, "without --local, give up waiting for one task after this long (0: the daemon's own deadlines)")
 	o.client.addFlags(fs)
 }
@@ -162,6 +164,7 @@ func (a *App) runSteps(ctx context.Context, g *globalOptions, o *clusterOptions,
 	defer closeRunner()
 	var job *state.Job
 	var p *plan.Plan
+	live := o.live && stderrTerminal(a.Err) && g.log.format != "json"
 	run := func(step apply.Step) error {
 		cl, job = apply.Begin(cl, step, time.Now())
 		p, err = apply.PlanStep(cl, step)
@@ -172,6 +175,14 @@ func (a *App) runSteps(ctx context.Context, g *globalOptions, o *clusterOptions,
 		opts := apply.Options{Runner: runner, Parallelism: o.parallelism, Logger: logger, Save: st.Put}
 		if j, ok := st.(state.Journal); ok {
 			opts.Journal = j.Append
+		}
+		if live {
+			// On a terminal the live view is the progress; the log
+			// lines would scroll it away (warnings and errors stay
+			// in the view and the summary).
+			v := newLiveView(a.Err, p, job)
+			opts.Observe, opts.Logger = v.observe, discardLogger()
+			defer v.close()
 		}
 		return apply.Execute(ctx, cl, step.Spec, p, job, opts)
 	}

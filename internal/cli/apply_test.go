@@ -7,7 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/loomrt/loom/internal/cluster/apply"
+	"github.com/loomrt/loom/internal/cluster/plan"
+	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
 )
 
@@ -130,5 +134,38 @@ func TestRedactCluster(t *testing.T) {
 	}
 	if cl.Nodes["n"].Results["api_token"] != "t0k" {
 		t.Errorf("redaction changed the state itself")
+	}
+}
+
+// TestLiveView: the terminal view shows progress per stage, running tasks
+// with their elapsed time and failures with their message.
+func TestLiveView(t *testing.T) {
+	sp, err := spec.Parse("c.yaml", []byte(`name: c
+provider: {type: p}
+nodegroups: [{name: n, count: 2, services: [s]}]
+services:
+  s: {actions: {install: {type: a}}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := plan.Build(plan.Input{Spec: sp, Nodes: sp.Nodes(), Action: plan.Create})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	v := newLiveView(&buf, p, &state.Job{ID: "c-001"})
+	t0 := time.Now()
+	v.observe(apply.Event{Task: 0, Run: "CREATE", Status: "done", Time: t0})
+	v.observe(apply.Event{Task: 1, Run: "CONFIRM", Status: "running", Time: t0})
+	v.observe(apply.Event{Task: 4, Run: "CREATE", Status: "failed", Message: "quota exceeded", Time: t0})
+	v.close()
+	frame := buf.String()
+	frame = frame[strings.LastIndex(frame, "job c-001"):]
+	for _, want := range []string{"job c-001 create: 1/8 tasks done, 1 running, 1 failed", "stage 1: 1/2 done", "running  c-n-1", "CONFIRM",
+		"failed   c-n-2        CREATE: quota exceeded"} {
+		if !strings.Contains(frame, want) {
+			t.Errorf("frame lacks %q:\n%s", want, frame)
+		}
 	}
 }

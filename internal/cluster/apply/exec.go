@@ -49,6 +49,18 @@ type Options struct {
 	Journal func(*state.Cluster, []state.Change) error
 	// Now is the clock (tests).
 	Now func() time.Time
+	// Observe, when set, is told every task state change, from the
+	// executor's own goroutine (it must not block): a live view's feed.
+	Observe func(Event)
+}
+
+// Event is a task state change.
+type Event struct {
+	Task    int    // plan index
+	Run     string // run name (CREATE, or DELETE before a retried CREATE...)
+	Status  string // running, done, retrying, failed
+	Message string // first line, for failures
+	Time    time.Time
 }
 
 // Execute runs job's plan p on cluster cl. Tasks the job already records
@@ -243,6 +255,7 @@ func (e *executor) start(ctx context.Context, i int) {
 	if name == "BOOTSTRAP" && len(e.spec.Automators(node.Services)) == 0 {
 		// No automator to bootstrap: Coopr's worker would run nothing.
 		e.log.Info("task skipped: no automator to bootstrap", "node", t.Node)
+		e.observe(i, name, state.TaskDone, "")
 		ts.status = state.TaskDone
 		rec.Status = state.TaskDone
 		e.touch(i)
@@ -276,6 +289,7 @@ func (e *executor) start(ctx context.Context, i int) {
 		attrs = append(attrs, "attempt", a)
 	}
 	e.log.Info("task started", attrs...)
+	e.observe(i, name, state.TaskRunning, "")
 	e.launches = append(e.launches, launch{out: outcome{task: i, run: run, started: run.Started, err: err}, data: data})
 }
 
@@ -370,6 +384,7 @@ func (e *executor) finish(out outcome) {
 
 	if ok {
 		e.log.Info("task finished", attrs...)
+		e.observe(i, name, state.TaskDone, "")
 		ts.runs = ts.runs[1:]
 		if len(ts.runs) > 0 { // a DELETE or CREATE before a retry: go on
 			rec.Status = state.TaskPending
@@ -391,6 +406,7 @@ func (e *executor) finish(out outcome) {
 			attrs = append(attrs, "attempts", ts.attempts[name])
 		}
 		e.log.Error("task failed", attrs...)
+		e.observe(i, name, state.TaskFailed, run.Message)
 		e.fail(i, run.Message)
 		return
 	}
@@ -405,6 +421,7 @@ func (e *executor) finish(out outcome) {
 	}
 	attrs = append(attrs, "next", ts.runs)
 	e.log.Warn("task failed, retrying", attrs...)
+	e.observe(i, name, "retrying", run.Message)
 	rec.Status = state.TaskPending
 	ts.status = state.TaskPending
 	e.touch(i)
@@ -539,6 +556,12 @@ func (e *executor) plannedNodes() []string {
 		return e.job.PlannedNodes
 	}
 	return sortedKeys(e.cl.Nodes)
+}
+
+func (e *executor) observe(i int, run, status, msg string) {
+	if e.o.Observe != nil {
+		e.o.Observe(Event{Task: i, Run: run, Status: status, Message: msg, Time: e.o.Now()})
+	}
 }
 
 // touch marks task i's record (and the job) as changed.
