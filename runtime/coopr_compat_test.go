@@ -2,6 +2,8 @@ package runtime_test
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -187,5 +189,50 @@ func TestCooprProblems(t *testing.T) {
 	}
 	if p := runtime.CooprProblems("my type", json.RawMessage(`{"classname":"S"}`)); len(p) != 1 {
 		t.Errorf("a name with a space: %v", p)
+	}
+}
+
+// TestCooprSpecFixture runs Coopr's own rspec fixture (spec/task.json,
+// copied verbatim to testdata) the way its automator_spec and
+// provider_spec use it: as BOOTSTRAP, and with taskName replaced by the
+// lower-case names. The fixture is the older shape (a flat ipaddress,
+// nodenum as a string) that loomd accepts as it is.
+func TestCooprSpecFixture(t *testing.T) {
+	fixture, err := os.ReadFile(filepath.Join("testdata", "coopr-spec-task.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	code := `
+E = {}
+local function echo(self, input)
+  local r = self.result.result
+  r["ran_" .. self.env.type] = true
+  r.ipaddress = input.ipaddress
+  r.user = input.sshauth and input.sshauth.user
+  r.providerid = input.providerid
+end
+for _, h in ipairs({"create","confirm","delete","bootstrap"}) do E[h] = echo end
+`
+	for _, n := range []string{"shell", "chef"} {
+		luatest.WritePlugin(t, dir, luatest.Plugin{Name: n, Family: "automator", Classname: "E", Files: map[string]string{"e.lua": code}})
+	}
+	luatest.WritePlugin(t, dir, luatest.Plugin{Name: "rackspace", Family: "provider", Classname: "E", Files: map[string]string{"e.lua": code}})
+	rt := luatest.NewRuntime(t, runtime.Options{PluginsDir: dir, WorkDir: t.TempDir()})
+
+	r := luatest.Run(t, rt, fixture)
+	if r.Status != 0 || r.Result["ran_shell"] != true || r.Result["ran_chef"] != true || r.Result["ipaddress"] != "192.168.0.1" || r.Result["user"] != "root" {
+		t.Errorf("BOOTSTRAP: %+v", r)
+	}
+	for _, name := range []string{"bootstrap", "create", "confirm", "delete"} {
+		task := []byte(strings.Replace(string(fixture), "BOOTSTRAP", name, 1))
+		r := luatest.Run(t, rt, task)
+		if r.Status != 0 {
+			t.Errorf("%s: %+v", name, r)
+			continue
+		}
+		if name != "bootstrap" && (r.Result["ran_rackspace"] != true || (name != "create" && r.Result["providerid"] != "00000000-aaaa-1111-bbbb-123456789abc")) {
+			t.Errorf("%s: %+v", name, r.Result)
+		}
 	}
 }
