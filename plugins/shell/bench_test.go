@@ -78,12 +78,16 @@ ShellAutomator.install = ShellAutomator.run_script
 
 func BenchmarkShellBootstrapInstall(b *testing.B) {
 	for _, mode := range []struct {
-		name  string
-		extra map[string]string
+		name   string
+		extra  map[string]string
+		fields map[string]any
 	}{
-		{"pooled", nil},
-		{"conn-per-step", map[string]string{"zz_per_step_connection.lua": perStepConnection}},
-		{"coopr-flow", map[string]string{"zz_coopr_flow.lua": cooprFlow}},
+		{"pooled", nil, nil},
+		// Without reading the login environment for sudo (sudo -E): what
+		// that extra session costs.
+		{"pooled-no-sudo-env", nil, map[string]any{"sudo_env": "false"}},
+		{"conn-per-step", map[string]string{"zz_per_step_connection.lua": perStepConnection}, nil},
+		{"coopr-flow", map[string]string{"zz_coopr_flow.lua": cooprFlow}, nil},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			e := newEnv(b, mode.extra)
@@ -96,7 +100,11 @@ func BenchmarkShellBootstrapInstall(b *testing.B) {
 			for i := 0; i < 40; i++ {
 				e.writeWork(fmt.Sprintf("archives/app/files/f%02d.dat", i), strings.Repeat("x", 4096), 0o644)
 			}
-			boot, install := e.task("BOOTSTRAP", nil, nil), e.task("INSTALL", map[string]any{"script": "install.sh"}, nil)
+			fields := map[string]any{"script": "install.sh"}
+			for k, v := range mode.fields {
+				fields[k] = v
+			}
+			boot, install := e.task("BOOTSTRAP", nil, nil), e.task("INSTALL", fields, nil)
 			warm := e.task("INSTALL", map[string]any{"script": "install.sh", "cache_dir": "warm-up"}, nil)
 			before := e.srv.Accepted()
 			b.ResetTimer()

@@ -187,3 +187,15 @@ func TestCooprResourceLinks(t *testing.T) {
 		t.Errorf("hello.sh printed %q", r.Stdout)
 	}
 }
+
+// TestCooprSudoEnvOff: sudo_env false runs the script with sudo's own
+// environment (no SSH_CONNECTION).
+func TestCooprSudoEnvOff(t *testing.T) {
+	e := newEnv(t, nil)
+	e.writeWork("scripts/ssh.sh", "#!/bin/sh\necho \"ssh=${SSH_CONNECTION:+set}\"\n", 0o755)
+	r := e.script("ssh.sh", map[string]any{"sudo_env": "false"})
+	mustOK(t, "ssh.sh", r)
+	if r.Stdout != "ssh=\n" {
+		t.Errorf("with sudo_env false: %q", r.Stdout)
+	}
+}

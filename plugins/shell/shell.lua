@@ -413,7 +413,8 @@ function ShellAutomator:run_script(input)
   local cmd = command(cache, words, run_id, shell_args)
   local sudo = self:sudo(input)
   local login_env = nil
-  if sudo ~= nil then login_env = self:login_env(input) end
+  local off = { [false] = true, ["false"] = true, ["0"] = true, ["no"] = true, ["off"] = true }
+  if sudo ~= nil and not off[fields.sudo_env] then login_env = self:login_env(input) end
   local opts = {
     stdin = task_data(self.task, login_env),
     sudo = sudo,
