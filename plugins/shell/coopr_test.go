@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/loomrt/loom/internal/sshdtest"
 )
 
 // cooprLookupCases are the cases of Coopr's shell automator test suite
@@ -197,5 +199,18 @@ func TestCooprSudoEnvOff(t *testing.T) {
 	mustOK(t, "ssh.sh", r)
 	if r.Stdout != "ssh=\n" {
 		t.Errorf("with sudo_env false: %q", r.Stdout)
+	}
+}
+
+// TestCooprSudoEnvFiltered: the login environment comes back under sudo,
+// minus what sudo itself never passes on (LD_*, BASH_ENV, ...).
+func TestCooprSudoEnvFiltered(t *testing.T) {
+	e := newEnvWith(t, nil, sshdtest.Config{AllowRoot: true,
+		Extra: "SetEnv LOOM_KEPT=yes LD_LIBRARY_PATH=/nonexistent-loom BASH_ENV=/nonexistent-loom\n"})
+	e.writeWork("scripts/env.sh", "#!/bin/sh\necho \"kept=${LOOM_KEPT-} ld=${LD_LIBRARY_PATH-} bashenv=${BASH_ENV-} user=$(id -un)\"\n", 0o755)
+	r := e.script("env.sh", nil)
+	mustOK(t, "env.sh", r)
+	if r.Stdout != "kept=yes ld= bashenv= user=root\n" {
+		t.Errorf("env.sh printed %q", r.Stdout)
 	}
 }

@@ -49,7 +49,13 @@ type env struct {
 // given (name -> source), which load after shell.lua.
 func newEnv(t testing.TB, extra map[string]string) *env {
 	t.Helper()
-	srv := sshdtest.Start(t, sshdtest.Config{AllowRoot: true})
+	return newEnvWith(t, extra, sshdtest.Config{AllowRoot: true})
+}
+
+// newEnvWith is newEnv with an sshd configuration of the test's own.
+func newEnvWith(t testing.TB, extra map[string]string, cfg sshdtest.Config) *env {
+	t.Helper()
+	srv := sshdtest.Start(t, cfg)
 	root := t.TempDir()
 	e := &env{t: t, srv: srv, work: filepath.Join(root, "work")}
 	// A cache dir of its own, so tests (and packages tested in parallel)

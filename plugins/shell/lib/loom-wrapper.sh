@@ -100,6 +100,16 @@ if [ -s "$login_env" ]; then
 	PATH=$_p HOME=$_h USER=$_u LOGNAME=$_l SHELL=$_s PWD=$_w
 	export PATH HOME USER LOGNAME SHELL PWD
 	unset _p _h _u _l _s _w OLDPWD MAIL
+	# What sudo removes even with -E (its env_delete list): variables
+	# that change how programs load code or parse input.
+	unset IFS CDPATH ENV BASH_ENV PS4 GLOBIGNORE BASHOPTS SHELLOPTS LOCALDOMAIN RES_OPTIONS HOSTALIASES \
+		NLSPATH PATH_LOCALE TERMINFO TERMINFO_DIRS TERMPATH TERMCAP JAVA_TOOL_OPTIONS PERLIO_DEBUG PERLLIB \
+		PERL5LIB PERL5OPT PERL5DB FPATH NULLCMD READNULLCMD ZDOTDIR TMPPREFIX PYTHONHOME PYTHONPATH \
+		PYTHONINSPECT PYTHONUSERBASE RUBYLIB RUBYOPT 2>/dev/null
+	for _v in $(export -p | sed -n -e 's/^export \(LD_[A-Za-z0-9_]*\)=.*/\1/p' -e 's/^export \(_RLD[A-Za-z0-9_]*\)=.*/\1/p'); do
+		unset "$_v"
+	done
+	unset _v
 fi
 
 # Coopr's wrapper took the JSON path as its first argument; scripts that
