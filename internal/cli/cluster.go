@@ -137,13 +137,9 @@ func (a *App) newClusterCmd(g *globalOptions) *cobra.Command {
 		Short: "Print a cluster's state as JSON: nodes with their properties and results, jobs (secrets redacted)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := a.clusterStore(o)
+			cl, err := a.loadCluster(o, args[0])
 			if err != nil {
 				return err
-			}
-			cl, err := st.Get(args[0])
-			if err != nil {
-				return usageErr(err)
 			}
 			return a.printJSON(redactCluster(cl))
 		},
@@ -153,13 +149,9 @@ func (a *App) newClusterCmd(g *globalOptions) *cobra.Command {
 		Short: "List a cluster's jobs, one line each, oldest first",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := a.clusterStore(o)
+			cl, err := a.loadCluster(o, args[0])
 			if err != nil {
 				return err
-			}
-			cl, err := st.Get(args[0])
-			if err != nil {
-				return usageErr(err)
 			}
 			tw := tabwriter.NewWriter(a.Out, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "JOB\tACTION\tSTATUS\tSTARTED\tDURATION\tTASKS\tMESSAGE")
@@ -180,6 +172,19 @@ func (a *App) newClusterCmd(g *globalOptions) *cobra.Command {
 		},
 	})
 	return cmd
+}
+
+// loadCluster reads a cluster's state; an unknown name is a usage error.
+func (a *App) loadCluster(o *clusterOptions, name string) (*state.Cluster, error) {
+	st, err := a.clusterStore(o)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := st.Get(name)
+	if err != nil {
+		return nil, usageErr(fmt.Errorf("%w: 'loomd cluster list' shows the clusters this state dir knows", err))
+	}
+	return cl, nil
 }
 
 // redactCluster is a copy of the cluster for printing: without the spec

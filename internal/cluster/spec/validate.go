@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/loomrt/loom/runtime"
 )
 
 // MaxNodes is the largest cluster a spec may describe (Coopr's
@@ -289,36 +291,4 @@ func (d *decoder) checkConstraints(s *Spec, known func(string) bool, names []str
 }
 
 // suggest offers the closest known name when one is near.
-func suggest(name string, known []string) string {
-	best, bestD := "", 3
-	for _, k := range known {
-		if dd := distance(name, k); dd < bestD {
-			best, bestD = k, dd
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return fmt.Sprintf(" (did you mean %q?)", best)
-}
-
-// distance is the Levenshtein distance of a and b.
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
+func suggest(name string, known []string) string { return runtime.DidYouMean(name, known) }
