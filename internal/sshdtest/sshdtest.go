@@ -120,6 +120,13 @@ func Start(t testing.TB, cfg Config) *Server {
 		}
 		t.Skipf("sshdtest: %s; install with: apt-get install -y openssh-server sudo (needs root)", reason)
 	}
+	if len(cfg.PrivateDirs) > 0 {
+		// Mount namespaces need CAP_SYS_ADMIN, which some containers
+		// lack; nothing can be installed to fix that, so the test skips.
+		if out, err := exec.Command("unshare", "--mount", "--propagation", "private", "true").CombinedOutput(); err != nil {
+			t.Skipf("sshdtest: PrivateDirs need mount namespaces, and unshare --mount failed here: %v: %s", err, out)
+		}
+	}
 	s, err := start(cfg)
 	if err != nil {
 		t.Fatalf("sshdtest: %v", err)
