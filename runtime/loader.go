@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -128,6 +129,30 @@ func scanFolders(dirs []string) (plugins []*plugin, errs []*LoadError, broken ma
 		}
 	}
 	return plugins, errs, broken
+}
+
+// IsPluginFolder reports whether dir is a plugin folder rather than a
+// folder of them: it holds a JSON file with a kind's key (providertypes,
+// automatortypes...), or one too broken to tell, which loading it then
+// reports.
+func IsPluginFolder(dir string) bool {
+	jsons, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	for _, j := range jsons {
+		data, err := os.ReadFile(j)
+		if err != nil {
+			continue
+		}
+		var top map[string]json.RawMessage
+		if json.Unmarshal(data, &top) != nil {
+			return true
+		}
+		for _, k := range kindTable {
+			if _, ok := top[k.Key]; ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // IsTestFile reports whether a file in a plugin folder is a Lua test

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -57,7 +56,7 @@ the real hook, a field type a Coopr UI does not know) exit 0, or 1 with
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var folders []string
 			if len(args) == 1 {
-				if isPluginFolder(args[0]) {
+				if runtime.IsPluginFolder(args[0]) {
 					folders = []string{filepath.Clean(args[0])}
 					g.pluginsDir = filepath.Dir(filepath.Clean(args[0]))
 				} else {
@@ -175,26 +174,4 @@ func (a *App) runPluginsCheck(ctx context.Context, g *globalOptions, folders []s
 		return silentExit(ExitFailure)
 	}
 	return nil
-}
-
-// isPluginFolder reports whether dir holds a plugin definition (a JSON
-// file with a kind's key), rather than plugin folders.
-func isPluginFolder(dir string) bool {
-	jsons, _ := filepath.Glob(filepath.Join(dir, "*.json"))
-	for _, j := range jsons {
-		data, err := os.ReadFile(j)
-		if err != nil {
-			continue
-		}
-		var top map[string]json.RawMessage
-		if json.Unmarshal(data, &top) != nil {
-			continue
-		}
-		for _, k := range runtime.Kinds() {
-			if _, ok := top[k.Key]; ok {
-				return true
-			}
-		}
-	}
-	return false
 }

@@ -10,7 +10,6 @@ package plugtest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -204,7 +203,7 @@ func discover(dirs []string) ([]target, error) {
 // pluginFolders returns d when it is a plugin folder, else the plugin
 // folders under it (any depth, hidden folders skipped), sorted.
 func pluginFolders(d string) ([]string, error) {
-	if isPluginFolder(d) {
+	if runtime.IsPluginFolder(d) {
 		return []string{filepath.Clean(d)}, nil
 	}
 	var out []string
@@ -218,7 +217,7 @@ func pluginFolders(d string) ([]string, error) {
 		if p != d && strings.HasPrefix(e.Name(), ".") {
 			return filepath.SkipDir
 		}
-		if p != d && isPluginFolder(p) {
+		if p != d && runtime.IsPluginFolder(p) {
 			out = append(out, filepath.Clean(p))
 			return filepath.SkipDir
 		}
@@ -226,28 +225,6 @@ func pluginFolders(d string) ([]string, error) {
 	})
 	sort.Strings(out)
 	return out, err
-}
-
-// isPluginFolder reports whether d holds a JSON file that declares plugin
-// types (or one too broken to tell, which the loader then reports).
-func isPluginFolder(d string) bool {
-	jsons, _ := filepath.Glob(filepath.Join(d, "*.json"))
-	for _, j := range jsons {
-		data, err := os.ReadFile(j)
-		if err != nil {
-			continue
-		}
-		var top map[string]json.RawMessage
-		if err := json.Unmarshal(data, &top); err != nil {
-			return true
-		}
-		for _, k := range runtime.Kinds() {
-			if top[k.Key] != nil {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // testFiles lists the *_test.lua files of a plugin folder, recursively.
