@@ -202,6 +202,10 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	if err := api.CheckAddr(o.listen, o.token); err != nil {
 		return usageErr(err)
 	}
+	cooprTenants, err := o.coopr.parse()
+	if err != nil {
+		return usageErr(err)
+	}
 	var syncInterval time.Duration
 	if o.fsync != "always" {
 		d, err := time.ParseDuration(o.fsync)
@@ -335,7 +339,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 
 	var cp *coopr.Provisioner
 	if o.coopr.server != "" {
-		if cp, err = a.startCoopr(ctx, o, rt, runner, logger); err != nil {
+		if cp, err = a.startCoopr(ctx, o, cooprTenants, rt, runner, logger); err != nil {
 			return err
 		}
 	}
@@ -565,23 +569,41 @@ func retainString(d time.Duration) string {
 // startCoopr starts serving a Coopr server's tasks through the daemon's
 // runner: the provisioner API, registration, heartbeats and the tenants
 // of --coopr-tenants.
-func (a *App) startCoopr(ctx context.Context, o *serveOptions, rt *runtime.Runtime, runner queue.Runner, logger *slog.Logger) (*coopr.Provisioner, error) {
+// parse checks the --coopr-* flags before anything starts and returns
+// the tenants of --coopr-tenants (id -> workers).
+func (c *cooprOptions) parse() (map[string]int, error) {
+	if c.server == "" {
+		if len(c.tenants) > 0 {
+			return nil, fmt.Errorf("--coopr-tenants needs --coopr-server")
+		}
+		return nil, nil
+	}
+	if !strings.HasPrefix(c.server, "http://") && !strings.HasPrefix(c.server, "https://") {
+		return nil, fmt.Errorf("--coopr-server %q: want http://host:port (the Coopr server's internal port, 55055 by default)", c.server)
+	}
+	if c.capacity < 1 || c.heartbeat <= 0 || c.poll <= 0 {
+		return nil, fmt.Errorf("--coopr-capacity must be at least 1, --coopr-heartbeat and --coopr-poll positive")
+	}
 	tenants := map[string]int{}
-	for _, t := range o.coopr.tenants {
+	for _, t := range c.tenants {
 		id, n, hasN := strings.Cut(strings.TrimSpace(t), ":")
 		workers := 1
 		if hasN {
 			v, err := strconv.Atoi(n)
 			if err != nil || v < 0 {
-				return nil, usageErr(fmt.Errorf("--coopr-tenants %q: want ID[:WORKERS] with WORKERS a number, 0 or more", t))
+				return nil, fmt.Errorf("--coopr-tenants %q: want ID[:WORKERS] with WORKERS a number, 0 or more", t)
 			}
 			workers = v
 		}
 		if !runtime.ValidTenant(id) {
-			return nil, usageErr(fmt.Errorf("--coopr-tenants %q: a tenant id is 1 to 64 letters, digits, '.', '_' or '-'", t))
+			return nil, fmt.Errorf("--coopr-tenants %q: a tenant id is 1 to 64 letters, digits, '.', '_' or '-'", t)
 		}
 		tenants[id] = workers
 	}
+	return tenants, nil
+}
+
+func (a *App) startCoopr(ctx context.Context, o *serveOptions, tenants map[string]int, rt *runtime.Runtime, runner queue.Runner, logger *slog.Logger) (*coopr.Provisioner, error) {
 	types := cooprTypes(rt.Types())
 	cp, err := coopr.New(coopr.Config{
 		ServerURL: o.coopr.server, ID: o.coopr.id, Listen: o.coopr.listen, AdvertiseHost: o.coopr.advertise,

@@ -146,6 +146,10 @@ func TestServeFlagErrors(t *testing.T) {
 		{"serve", "--plugins", "../../examples/plugins", "--data", dir, "--fsync", "sometimes"},
 		{"serve", "--plugins", "../../examples/plugins", "--data", dir, "--listen", "0.0.0.0:0"},
 		{"serve", "--plugins", "../../examples/plugins", "--nats", "nats://127.0.0.1:1", "--nats-listen", "127.0.0.1:0"},
+		{"serve", "--plugins", "../../examples/plugins", "--data", dir, "--coopr-server", "coopr:55055"},
+		{"serve", "--plugins", "../../examples/plugins", "--data", dir, "--coopr-server", "http://127.0.0.1:1", "--coopr-tenants", "a:x"},
+		{"serve", "--plugins", "../../examples/plugins", "--data", dir, "--coopr-tenants", "a:1"},
+		{"serve", "--plugins", "../../examples/plugins", "--data", dir, "--coopr-server", "http://127.0.0.1:1", "--coopr-listen", "256.0.0.1:1"},
 	} {
 		var errb bytes.Buffer
 		if c := testApp(nil, &bytes.Buffer{}, &errb).Execute(args); c != ExitUsage || errb.Len() == 0 {
