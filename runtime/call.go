@@ -374,13 +374,7 @@ func (v *vm) callError(k *Kind, t *lua.LTable) *CallError {
 func (v *vm) newCallInstance(callID, hook string) *lua.LTable {
 	L := v.L
 	inst := L.CreateTable(0, 2)
-	env := L.CreateTable(0, 8)
-	env.RawSetString("work_dir", lua.LString(v.workDir))
-	env.RawSetString("work_root", lua.LString(v.rt.workRoot))
-	env.RawSetString("tenant", lua.LString(v.tenant))
-	env.RawSetString("type", lua.LString(v.pt.name))
-	env.RawSetString("family", lua.LString(string(v.pt.family)))
-	env.RawSetString("plugin_dir", lua.LString(v.pt.plugin.dir))
+	env := v.vmEnv()
 	env.RawSetString("hook", lua.LString(hook))
 	env.RawSetString("call_id", lua.LString(callID))
 	inst.RawSetString("env", env)
@@ -389,6 +383,24 @@ func (v *vm) newCallInstance(callID, hook string) *lua.LTable {
 	}
 	inst.Metatable = v.instMeta
 	return inst
+}
+
+// vmEnv is self.env, built once per VM: the hook and the task or call id
+// are set for each run. A VM serves one type, so one kind: a Coopr VM
+// never sees call_id, nor a call VM task_id.
+func (v *vm) vmEnv() *lua.LTable {
+	if v.env == nil {
+		L := v.L
+		env := L.CreateTable(0, 8)
+		env.RawSetString("work_dir", lua.LString(v.workDir))
+		env.RawSetString("work_root", lua.LString(v.rt.workRoot))
+		env.RawSetString("tenant", lua.LString(v.tenant))
+		env.RawSetString("type", lua.LString(v.pt.name))
+		env.RawSetString("family", lua.LString(string(v.pt.family)))
+		env.RawSetString("plugin_dir", lua.LString(v.pt.plugin.dir))
+		v.env = env
+	}
+	return v.env
 }
 
 // registerNamed registers, as field secrets, the values under any key in

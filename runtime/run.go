@@ -402,18 +402,7 @@ func (v *vm) newInstance(taskT *lua.LTable, task *Task, hook string) *lua.LTable
 	inst := L.CreateTable(0, 4)
 	inst.RawSetString("task", taskT)
 	inst.RawSetString("result", v.newAutoviv())
-	// self.env is built once per VM: only hook and task_id change.
-	env := v.env
-	if env == nil {
-		env = L.CreateTable(0, 8)
-		env.RawSetString("work_dir", lua.LString(v.workDir))
-		env.RawSetString("work_root", lua.LString(v.rt.workRoot))
-		env.RawSetString("tenant", lua.LString(v.tenant))
-		env.RawSetString("type", lua.LString(v.pt.name))
-		env.RawSetString("family", lua.LString(string(v.pt.family)))
-		env.RawSetString("plugin_dir", lua.LString(v.pt.plugin.dir))
-		v.env = env
-	}
+	env := v.vmEnv()
 	env.RawSetString("hook", lua.LString(hook))
 	env.RawSetString("task_id", lua.LString(task.TaskID))
 	inst.RawSetString("env", env)
