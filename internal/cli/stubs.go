@@ -59,6 +59,27 @@ your .luarc.json. With --markdown, print the binding reference instead.`,
 	return cmd
 }
 
+// luaKeywords cannot name a parameter in the stubs (a spec's "local"
+// parameter would make the file a syntax error).
+var luaKeywords = map[string]bool{
+	"and": true, "break": true, "do": true, "else": true, "elseif": true, "end": true, "false": true,
+	"for": true, "function": true, "if": true, "in": true, "local": true, "nil": true, "not": true,
+	"or": true, "repeat": true, "return": true, "then": true, "true": true, "until": true, "while": true,
+}
+
+// luaParamName is name, with "_" appended to a Lua keyword ("local?"
+// becomes "local_?").
+func luaParamName(name string) string {
+	base, opt := strings.CutSuffix(name, "?")
+	if luaKeywords[base] {
+		base += "_"
+	}
+	if opt {
+		return base + "?"
+	}
+	return base
+}
+
 // renderStub renders one module as a LuaLS definition file.
 func renderStub(s bindings.ModuleSpec) string {
 	var b strings.Builder
@@ -85,6 +106,7 @@ func renderStub(s bindings.ModuleSpec) string {
 				names = append(names, "...")
 				continue
 			}
+			name = luaParamName(name)
 			fmt.Fprintf(&b, "---@param %s %s\n", name, typ)
 			names = append(names, strings.TrimSuffix(name, "?"))
 		}

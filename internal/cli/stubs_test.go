@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/yuin/gopher-lua/parse"
 
 	"github.com/loomrt/loom/runtime"
 )
@@ -48,5 +51,27 @@ func TestKindDocsAreCurrent(t *testing.T) {
 		if err != nil || string(got) != runtime.KindMarkdown(k) {
 			t.Errorf("%s is missing or stale: run make stubs", path)
 		}
+	}
+}
+
+// TestStubsParse parses every committed stub file with a Lua parser: a
+// stub with a syntax error (a parameter named after a keyword) is useless
+// to a language server.
+func TestStubsParse(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "stdlib", "types", "*.lua"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no stub files: %v", err)
+	}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := parse.Parse(bytes.NewReader(src), f); err != nil {
+			t.Errorf("%s does not parse: %v", f, err)
+		}
+	}
+	if got := luaParamName("local?"); got != "local_?" {
+		t.Errorf(`luaParamName("local?") = %q`, got)
 	}
 }

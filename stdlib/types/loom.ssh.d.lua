@@ -73,11 +73,11 @@ function loom_ssh_conn:exec(cmd, opts) end
 --- ("0640"; default: the existing file's, else 0644), owner, group, sudo (true | {user=,
 --- password=}: stage in a private temp file, then a root shell installs it), atomic (true: temp
 --- file in the same dir, chmod/chown, then rename over the target).
----@param local string
+---@param local_ string
 ---@param remote string
 ---@param opts? table
 ---@return table
-function loom_ssh_conn:upload(local, remote, opts) end
+function loom_ssh_conn:upload(local_, remote, opts) end
 
 --- Copies a local directory tree into a remote directory (created if missing) and returns {files,
 --- dirs, links, bytes, method, duration_ms}. local may be a table {name = local dir, ...}: every
@@ -89,19 +89,19 @@ function loom_ssh_conn:upload(local, remote, opts) end
 --- group (chown -R afterwards), sudo (tar only), after (shell code run once the trees are in place,
 --- in the same exec and as the same user, stdin /dev/null; a non-zero exit raises "command" with
 --- its stdout, stderr and exit_code).
----@param local string|table
+---@param local_ string|table
 ---@param remote string
 ---@param opts? table
 ---@return table
-function loom_ssh_conn:upload_dir(local, remote, opts) end
+function loom_ssh_conn:upload_dir(local_, remote, opts) end
 
 --- Copies a remote file to a local path (created atomically, parent dirs made, inside the hook's
 --- own work dir only) and returns {bytes, duration_ms}. opts: max_size ("1GiB"), mode ("0644").
 ---@param remote string
----@param local string
+---@param local_ string
 ---@param opts? table
 ---@return table
-function loom_ssh_conn:download(remote, local, opts) end
+function loom_ssh_conn:download(remote, local_, opts) end
 
 --- Writes a string to a remote file; same options and result as conn:upload.
 ---@param remote string
