@@ -170,6 +170,19 @@ func (m *module) fromInput(L *lua.LState) int {
 		// identity file counts.
 		auth.ForEach(func(k, v lua.LValue) {
 			name := strings.ToLower(k.String())
+			if name == "port" {
+				// A provider may hand out a non-standard port (a static
+				// inventory host on 2222): a number, or a string of one.
+				switch p := v.(type) {
+				case lua.LNumber:
+					t.RawSetString("port", p)
+				case lua.LString:
+					if n, err := strconv.Atoi(strings.TrimSpace(string(p))); err == nil {
+						t.RawSetString("port", lua.LNumber(n))
+					}
+				}
+				return
+			}
 			val, ok := v.(lua.LString)
 			if !ok || val == "" {
 				return

@@ -230,6 +230,14 @@ func TestKeyscanAndFromInput(t *testing.T) {
 	if got := e.str("r.stdout"); got != e.srv.User+"\n" {
 		t.Fatalf("from_input exec: %q", got)
 	}
+	// The port a provider handed out in ssh-auth (a number, or a string
+	// of one) is used without opts.port.
+	e.run(`c = ssh.from_input({ipaddress=HOST, sshauth={user=USER, identityfile=KEYFILE, port=PORT}},
+			{config={ssh_host_keys={rsa=keys.rsa}}})
+		assert(c:exec("true").ok)
+		c = ssh.from_input({ipaddress=HOST, sshauth={user=USER, identityfile=KEYFILE, port=tostring(PORT)}},
+			{config={ssh_host_keys={rsa=keys.rsa}}})
+		assert(c:exec("true").ok)`)
 	// Password auth from sshauth, pinned ed25519 key.
 	e.run(`c = ssh.from_input({ipaddress=HOST, sshauth={user=USER, password=PASSWORD}},
 			{config={ssh_host_keys={ed25519=keys.ed25519}}}, {port=PORT})

@@ -29,7 +29,7 @@ var moduleSpec = bindings.ModuleSpec{
 			Params:  []string{"input table", "task? table", "opts? table"},
 			Returns: []string{"ssh.conn"},
 			Doc: "Connects to an automator hook's host the Coopr way: host from input.ipaddress (else task.config.ipaddresses.access_v4), " +
-				"user/password/identityfile from input.sshauth (else task.config[\"ssh-auth\"]; user defaults to task.config.sshuser, " +
+				"user/password/identityfile/port from input.sshauth (else task.config[\"ssh-auth\"]; user defaults to task.config.sshuser, " +
 				"then root), and host keys pinned from task.config.ssh_host_keys ({rsa=, ed25519=, ecdsa=} base64 blobs). opts may " +
 				"override any ssh.connect field; its host_key is merged with the task's pins.",
 		},
