@@ -147,6 +147,15 @@ func TestREPLPipedExpressions(t *testing.T) {
 	}
 }
 
+// Without a plugins folder the REPL starts bare, with the loom modules,
+// and says so, instead of refusing to start.
+func TestREPLWithoutPluginsFolder(t *testing.T) {
+	p := runPiped(t, "=require(\"loom.json\").encode({a = 1})\n", "--plugins", filepath.Join(t.TempDir(), "absent"))
+	if p.code != 0 || !strings.Contains(p.stdout, `{\"a\":1}`) || !strings.Contains(p.stderr, "a bare sandbox") {
+		t.Fatalf("want a bare sandbox answering:\n%s", p)
+	}
+}
+
 func TestREPLPipedErrorKeepsSession(t *testing.T) {
 	p := runPiped(t, "x = 5\nerror(\"boom\")\n=x + 1\nlocal y = \n")
 	if p.code != 1 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -59,6 +60,19 @@ func (a *App) runRepl(ctx context.Context, o *replOptions) error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.g.log.level)); err != nil {
 		return usageErr(fmt.Errorf("--log-level %q: want debug, info, warn or error", o.g.log.level))
+	}
+	// No plugins folder (the default "plugins" in some other directory):
+	// start a bare sandbox to try the bindings in, rather than refuse.
+	if _, err := os.Stat(o.g.pluginsDir); errors.Is(err, fs.ErrNotExist) && o.typeName == "" {
+		empty, err := os.MkdirTemp("", "loomd-repl-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(empty)
+		fmt.Fprintf(a.Err, "loomd: no plugins folder at %s: a bare sandbox with the loom modules (set --plugins to load plugins)\n", o.g.pluginsDir)
+		g := *o.g
+		g.pluginsDir = empty
+		o.g = &g
 	}
 	// Load problems are shown by the REPL (banner, :plugins, :reload).
 	rt, err := a.newRuntime(ctx, o.g, runtimeConfig{timeout: o.timeout, logger: discardLogger()})
