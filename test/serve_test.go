@@ -403,3 +403,18 @@ func TestServeGracefulShutdown(t *testing.T) {
 		}
 	}
 }
+
+// Results name who ran them, as a Coopr worker's did: provisionerId and
+// workerId, set by the daemon for its worker processes too.
+func TestServeResultNamesProvisionerAndWorker(t *testing.T) {
+	dir := serveDir(t, "noop")
+	d := startDaemon(t, dir, "d.log", nil)
+	d.submit(noopTask("ids-1", "noop", 0))
+	task := d.wait("ids-1")
+	if p := gjson(t, task.Result, "provisionerId"); !strings.HasPrefix(p, "loom-") {
+		t.Errorf("provisionerId = %q, want loom-<host>: %s", p, task.Result)
+	}
+	if w := gjson(t, task.Result, "workerId"); w == "" || w != task.Owner {
+		t.Errorf("workerId = %q, want the daemon's owner name %q", w, task.Owner)
+	}
+}

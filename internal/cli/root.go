@@ -25,6 +25,9 @@ type globalOptions struct {
 	// httpDeny are loomd's own listeners (serve's API) that loom.http
 	// never reaches; serve sets them, and passes them to its workers.
 	httpDeny []string
+	// provisionerID and workerID go into every result (provisionerId,
+	// workerId, as a Coopr worker's): serve sets them, for its workers too.
+	provisionerID, workerID string
 }
 
 // Main runs loomd with the process's arguments and returns the exit code.

@@ -175,6 +175,9 @@ func (a *App) newRuntime(ctx context.Context, g *globalOptions, rc runtimeConfig
 		Timeout:    rc.timeout,
 		PoolSize:   rc.poolSize,
 		Folders:    rc.folders,
+
+		ProvisionerID: g.provisionerID,
+		WorkerID:      g.workerID,
 	})
 	if err != nil {
 		return nil, usageErr(err)

@@ -290,6 +290,19 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	// Plugins never call the daemon that runs them: without --token they
 	// could read every task's record.
 	o.g.httpDeny = append(o.g.httpDeny, o.listen)
+	// Results name who ran them, as a Coopr worker's did: the provisioner
+	// (this daemon, or its id at a Coopr server) and the worker (host and
+	// pid, the queue's owner name).
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "localhost"
+	}
+	short, _, _ := strings.Cut(host, ".")
+	o.g.provisionerID = o.coopr.id
+	if o.g.provisionerID == "" {
+		o.g.provisionerID = "loom-" + short
+	}
+	o.g.workerID = fmt.Sprintf("%s-%d", host, os.Getpid())
 	rt, err := a.newRuntime(ctx, o.g, runtimeConfig{timeout: o.timeout, logger: logger.With("component", "runtime")})
 	if err != nil {
 		return err

@@ -53,6 +53,8 @@ func (a *App) newWorkerCmd(g *globalOptions) *cobra.Command {
 	f.StringVar(&o.limitMode, "limit-mode", "auto", "OS memory limit: auto, cgroup, rlimit or none")
 	f.DurationVar(&o.timeout, "timeout", 0, "deadline for each hook, overriding the plugin definitions' timeouts")
 	f.StringSliceVar(&g.httpDeny, "http-deny", nil, "loomd's own listeners (host:port) that loom.http never reaches")
+	f.StringVar(&g.provisionerID, "provisioner-id", "", "provisionerId put in every result")
+	f.StringVar(&g.workerID, "worker-id", "", "workerId put in every result")
 	return cmd
 }
 
@@ -115,6 +117,9 @@ func workerArgs(g *globalOptions, o *serveOptions, spec worker.TypeSpec) []strin
 	}
 	if len(g.httpDeny) > 0 {
 		args = append(args, "--http-deny", strings.Join(g.httpDeny, ","))
+	}
+	if g.provisionerID != "" {
+		args = append(args, "--provisioner-id", g.provisionerID, "--worker-id", g.workerID)
 	}
 	return args
 }
