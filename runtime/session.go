@@ -3,6 +3,7 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	lua "github.com/yuin/gopher-lua"
 	"github.com/yuin/gopher-lua/parse"
 
+	"github.com/loomrt/loom/bindings/luaval"
 	"github.com/loomrt/loom/bindings/redact"
 )
 
@@ -290,7 +292,30 @@ func (s *Session) Run(ctx context.Context, hook string, logger *slog.Logger) (*R
 	} else {
 		s.refreshSelf()
 	}
+	s.keepResult(res)
 	return res, err
+}
+
+// keepResult makes the last run's result visible to Lua: as the global _,
+// and as self.result of the fresh self, so an author can inspect what the
+// hook returned (self.result.result.providerid) right after :run.
+func (s *Session) keepResult(res *Result) {
+	if res == nil {
+		return
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return
+	}
+	L := s.v.L
+	v, err := luaval.Decode(L, b, luaval.Limits{})
+	if err != nil {
+		return
+	}
+	L.SetGlobal("_", v)
+	if self, ok := L.GetGlobal("self").(*lua.LTable); ok {
+		self.RawSetString("result", v)
+	}
 }
 
 // Reload re-reads the plugins from disk and reopens the session's type on

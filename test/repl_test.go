@@ -183,6 +183,8 @@ func TestREPLPipedTaskAndRun(t *testing.T) {
 		`:set config.service.action.fields.service_port 9090`,
 		`:run install`,
 		`:result`,
+		`=_.status .. "/" .. tostring(_.result.hello.web.port)`,
+		`=self.result.status`,
 		`:task`,
 	}, "\n") + "\n"
 	p := runPiped(t, in)
@@ -200,6 +202,9 @@ func TestREPLPipedTaskAndRun(t *testing.T) {
 		"config.service.action.fields.service_port = 9090",
 		"\"port\": 9090",
 		"-- install: status 0 in ",
+		// the last result, visible to Lua as _ and as self.result
+		"\"0/9090\"\n",
+		"0\n",
 		"\"service_port\": 9090",
 	} {
 		if !strings.Contains(p.stdout, w) {
