@@ -78,6 +78,12 @@ func newSessionVM(rt *Runtime, pt *pluginType) (*vm, error) {
 		v.entry = v.L.CreateTable(0, 0)
 		v.instMeta = v.L.CreateTable(0, 1)
 		v.instMeta.RawSetString("__index", v.entry)
+		// The bare sandbox has loom loaded, as a plugin would after
+		// require("loom"): loom.<Tab> completes at once.
+		if err := v.L.CallByParam(lua.P{Fn: v.L.GetGlobal("require"), NRet: 1, Protect: true}, lua.LString("loom")); err == nil {
+			v.L.SetGlobal("loom", v.L.Get(-1))
+			v.L.Pop(1)
+		}
 		return v, nil
 	}
 	return newVM(rt, pt, rt.opts.Tenant)
