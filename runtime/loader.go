@@ -43,6 +43,8 @@ type LoadError struct {
 	// queue, so these are warnings; loomd plugins check counts them as
 	// errors.
 	Coopr bool `json:"coopr,omitempty"`
+	// Hook names the hook a missing-hook warning is about.
+	Hook string `json:"hook,omitempty"`
 }
 
 // Location is "file:line", or the file alone when the line is unknown.

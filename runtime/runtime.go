@@ -55,6 +55,10 @@ type Options struct {
 	PoolSize int
 	// Limits bound each VM; zero fields take DefaultLimits.
 	Limits Limits
+	// QuietMissingHooks logs the hooks plugins do not define at debug
+	// level instead of warn: loomd run runs one task, and a task for an
+	// undefined hook fails with its own clear message anyway.
+	QuietMissingHooks bool
 	// Expose, when non-nil, makes these Go values available to plugins as
 	// require("loom.host").<name>, through gopher-luar. It is an explicit
 	// opt-in for trusted embedders: every exported method and field of
@@ -320,7 +324,7 @@ func (rt *Runtime) Reload(ctx context.Context) (ReloadReport, error) {
 				continue // a called kind's absent hooks are answered by the host
 			}
 			for _, h := range pt.missing {
-				errs = append(errs, &LoadError{Plugin: p.def.Name, Type: name, File: p.defFile, Warning: true,
+				errs = append(errs, &LoadError{Plugin: p.def.Name, Type: name, File: p.defFile, Warning: true, Hook: h,
 					Message: fmt.Sprintf("%s does not define hook %q; %s tasks for this type will fail with \"unimplemented %s in %s\"",
 						pt.def.Classname, h, taskNameOf(h), h, pt.def.Classname)})
 			}
@@ -358,7 +362,10 @@ func (rt *Runtime) Reload(ctx context.Context) (ReloadReport, error) {
 	rep.Errors = errs
 	for _, e := range errs {
 		level := slog.LevelError
-		if e.Warning {
+		switch {
+		case e.Warning && e.Hook != "" && rt.opts.QuietMissingHooks:
+			level = slog.LevelDebug
+		case e.Warning:
 			level = slog.LevelWarn
 		}
 		rt.logger.Log(ctx, level, "plugin load problem", "at", e.Location(), "plugin", e.Plugin, "type", e.Type, "error", e.Message)

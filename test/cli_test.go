@@ -219,3 +219,34 @@ func writeFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// loomd run does not warn about hooks that plugins leave undefined: the
+// task's own undefined hook fails it with its own message, and the others
+// are not this run's business (loomd serve and plugins check still say).
+func TestRunQuietAboutOtherHooks(t *testing.T) {
+	dir := t.TempDir()
+	for path, content := range map[string]string{
+		"p/p.json": `{"name":"p","providertypes":["p"],"p":{"name":"p","classname":"P"}}`,
+		"p/p.lua":  `local loom = require("loom"); P = loom.Provider:extend("P"); function P:create() end; return P`,
+		"a/a.json": `{"name":"a","automatortypes":["a"],"a":{"name":"a","classname":"A"}}`,
+		"a/a.lua":  `local loom = require("loom"); A = loom.Automator:extend("A"); function A:install() end; return A`,
+		"t.json":   `{"taskId":"t1","taskName":"INSTALL","config":{"service":{"name":"s","action":{"type":"a"}}}}`,
+		"s.json":   `{"taskId":"t2","taskName":"START","config":{"service":{"name":"s","action":{"type":"a"}}}}`,
+	} {
+		p := filepath.Join(dir, path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := loomd(t, "", "run", filepath.Join(dir, "t.json"), "--plugins", dir, "--work-dir", filepath.Join(dir, "work"))
+	if r.code != 0 || strings.Contains(r.stderr, "does not define hook") {
+		t.Errorf("INSTALL: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	r = loomd(t, "", "run", filepath.Join(dir, "s.json"), "--plugins", dir, "--work-dir", filepath.Join(dir, "work"))
+	if r.code != 1 || !strings.Contains(r.stdout, "unimplemented start in A") {
+		t.Errorf("START of an undefined hook: exit %d, stdout:\n%s", r.code, r.stdout)
+	}
+}

@@ -65,7 +65,9 @@ func (a *App) runRun(ctx context.Context, o *runOptions) error {
 	if err != nil {
 		return usageErr(fmt.Errorf("%s: %w", o.file, err))
 	}
-	rt, err := a.newRuntime(ctx, o.g, runtimeConfig{timeout: o.timeout, logger: logger})
+	// One task: the hooks other types (or this one) leave undefined are
+	// not this run's business; a task for one fails with its own message.
+	rt, err := a.newRuntime(ctx, o.g, runtimeConfig{timeout: o.timeout, logger: logger, quietMissingHooks: true})
 	if err != nil {
 		return err
 	}

@@ -159,6 +159,8 @@ type runtimeConfig struct {
 	poolSize int
 	// folders, when set, are the only plugin folders loaded.
 	folders []string
+	// quietMissingHooks logs undefined hooks at debug level (loomd run).
+	quietMissingHooks bool
 }
 
 // newRuntime builds and loads a runtime from the global options.
@@ -178,6 +180,8 @@ func (a *App) newRuntime(ctx context.Context, g *globalOptions, rc runtimeConfig
 
 		ProvisionerID: g.provisionerID,
 		WorkerID:      g.workerID,
+
+		QuietMissingHooks: rc.quietMissingHooks,
 	})
 	if err != nil {
 		return nil, usageErr(err)
