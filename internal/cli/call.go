@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -93,7 +92,8 @@ func (a *App) runCall(ctx context.Context, o *callOptions) error {
 		jerr := json.Unmarshal(input, &v)
 		return usageErr(fmt.Errorf("%s: the input is not valid JSON: %v", o.file, jerr))
 	}
-	rt, err := a.newRuntime(ctx, o.g, runtimeConfig{timeout: o.timeout, logger: logger})
+	// One call: hooks other types leave undefined are not its business.
+	rt, err := a.newRuntime(ctx, o.g, runtimeConfig{timeout: o.timeout, logger: logger, quietMissingHooks: true})
 	if err != nil {
 		return err
 	}
@@ -102,17 +102,9 @@ func (a *App) runCall(ctx context.Context, o *callOptions) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := rt.Call(ctx, req)
-	if err != nil {
-		if errors.Is(err, runtime.ErrCancelled) {
-			return &exitError{code: 130, err: err}
-		}
-		return usageErr(err)
+	if err := a.printOneShot(res, err); err != nil {
+		return err
 	}
-	out, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encoding the result: %w", err)
-	}
-	fmt.Fprintf(a.Out, "%s\n", out)
 	if res.Status != 0 {
 		logger.Error("call failed", "call", id, "type", o.typ, "hook", o.hook, "class", res.Error.Class, "message", res.Message)
 		return silentExit(ExitFailure)

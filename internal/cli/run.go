@@ -77,6 +77,20 @@ func (a *App) runRun(ctx context.Context, o *runOptions) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := rt.RunTask(ctx, task)
+	if err := a.printOneShot(res, err); err != nil {
+		return err
+	}
+	if res.Status != 0 {
+		logger.Error("task failed", "task", task.TaskID, "status", res.Status, "message", res.Message)
+		return silentExit(ExitFailure)
+	}
+	return nil
+}
+
+// printOneShot ends a one-shot run (loomd run, loomd call): a run that
+// could not happen maps to exit 130 (interrupted) or 2, and a result is
+// printed as indented JSON on stdout, whatever its status.
+func (a *App) printOneShot(res any, err error) error {
 	if err != nil {
 		if errors.Is(err, runtime.ErrCancelled) {
 			return &exitError{code: 130, err: err}
@@ -88,9 +102,5 @@ func (a *App) runRun(ctx context.Context, o *runOptions) error {
 		return fmt.Errorf("encoding the result: %w", err)
 	}
 	fmt.Fprintf(a.Out, "%s\n", out)
-	if res.Status != 0 {
-		logger.Error("task failed", "task", task.TaskID, "status", res.Status, "message", res.Message)
-		return silentExit(ExitFailure)
-	}
 	return nil
 }
