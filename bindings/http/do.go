@@ -100,7 +100,7 @@ func (b *Binding) do(h bindings.Host, r *request) (*response, error) {
 			}
 			wait = o.retryAfter
 		}
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= wait {
+		if dl, ok := ctx.Deadline(); ok && dl.Sub(b.opts.Clock.Now()) <= wait {
 			log.Debug("http: not retrying, the wait would pass the hook deadline",
 				slog.String("method", r.method), slog.String("url", r.displayURL), slog.Duration("wait", wait))
 			return o.final(r, attempt)
@@ -108,11 +108,7 @@ func (b *Binding) do(h bindings.Host, r *request) (*response, error) {
 		log.Debug("http retry", slog.String("method", r.method), slog.String("url", r.displayURL),
 			slog.Int("attempt", attempt+1), slog.Duration("wait", wait))
 		b.retries.Add(1)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if err := b.opts.Clock.Sleep(ctx, wait); err != nil {
 			return nil, r.hookDone(ctx, attempt, "waiting to retry")
 		}
 	}
@@ -204,7 +200,7 @@ func (b *Binding) attempt(ctx context.Context, log *slog.Logger, client *nethttp
 	o := outcome{res: &response{status: resp.StatusCode, header: resp.Header, body: data, url: finalURL}}
 	if resp.StatusCode == nethttp.StatusTooManyRequests || resp.StatusCode >= 500 {
 		o.retryable = true
-		o.retryAfter, o.hasAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		o.retryAfter, o.hasAfter = parseRetryAfter(resp.Header.Get("Retry-After"), b.opts.Clock.Now())
 	}
 	return o
 }

@@ -93,6 +93,9 @@ type Options struct {
 	// net/http.ProxyFromEnvironment (HTTP_PROXY, HTTPS_PROXY, NO_PROXY).
 	// It is ignored when Transport is set.
 	Proxy func(*nethttp.Request) (*url.URL, error)
+	// Clock times the waits between retries and reads Retry-After dates
+	// against; nil means the wall clock. loomd test gives a virtual one.
+	Clock bindings.Clock
 }
 
 // Binding is the loom.http module. It is safe for concurrent use by many
@@ -131,6 +134,7 @@ func New(opts Options) *Binding {
 	if opts.DefaultTimeout <= 0 {
 		opts.DefaultTimeout = DefaultTimeout
 	}
+	opts.Clock = bindings.ClockOrReal(opts.Clock)
 	if opts.RetryDelay <= 0 {
 		opts.RetryDelay = DefaultRetryDelay
 	}

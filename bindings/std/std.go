@@ -18,10 +18,16 @@ import (
 type Options struct {
 	HTTP httpb.Options
 	SSH  sshb.Options
+	// Clock is loom.time's clock and, unless HTTP.Clock is set, the one
+	// loom.http's retries wait on; nil means the wall clock.
+	Clock bindings.Clock
 }
 
 // New returns a registry holding loomd's standard bindings.
 func New(o Options) *bindings.Registry {
-	return bindings.NewRegistry(logb.New(), jsonb.New(), fsb.New(), timeb.New(),
+	if o.HTTP.Clock == nil {
+		o.HTTP.Clock = o.Clock
+	}
+	return bindings.NewRegistry(logb.New(), jsonb.New(), fsb.New(), timeb.NewWithClock(o.Clock),
 		httpb.New(o.HTTP), sshb.New(o.SSH))
 }

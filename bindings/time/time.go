@@ -35,11 +35,15 @@ import (
 // deadlines are minutes, not days).
 const maxSleep = 24 * stdtime.Hour
 
-// Binding is the loom.time module. It holds no state.
-type Binding struct{}
+// Binding is the loom.time module. It holds no state but its clock.
+type Binding struct{ clock bindings.Clock }
 
-// New returns the time binding.
-func New() *Binding { return &Binding{} }
+// New returns the time binding on the wall clock.
+func New() *Binding { return &Binding{clock: bindings.RealClock{}} }
+
+// NewWithClock returns the time binding on clock c (loomd test gives a
+// virtual one); nil means the wall clock.
+func NewWithClock(c bindings.Clock) *Binding { return &Binding{clock: bindings.ClockOrReal(c)} }
 
 // Spec implements bindings.Binding.
 func (b *Binding) Spec() bindings.ModuleSpec {
@@ -62,26 +66,20 @@ func (b *Binding) Spec() bindings.ModuleSpec {
 // Open implements bindings.Binding.
 func (b *Binding) Open(L *lua.LState, h bindings.Host) lua.LValue {
 	return L.SetFuncs(L.CreateTable(0, 3), map[string]lua.LGFunction{
-		"sleep":     func(L *lua.LState) int { return sleep(L, h) },
-		"now":       now,
-		"remaining": func(L *lua.LState) int { return remaining(L, h) },
+		"sleep":     func(L *lua.LState) int { return sleep(L, h, b.clock) },
+		"now":       func(L *lua.LState) int { return now(L, b.clock) },
+		"remaining": func(L *lua.LState) int { return remaining(L, h, b.clock) },
 	})
 }
 
-func sleep(L *lua.LState, h bindings.Host) int {
+func sleep(L *lua.LState, h bindings.Host, c bindings.Clock) int {
 	d := duration(L, 1)
 	if d == 0 {
 		return 0
 	}
-	ctx := h.Context()
-	t := stdtime.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return 0
-	case <-ctx.Done():
+	if err := c.Sleep(h.Context(), d); err != nil {
 		what := "the hook deadline passed"
-		if errors.Is(ctx.Err(), context.Canceled) {
+		if errors.Is(err, context.Canceled) {
 			what = "the task was cancelled"
 		}
 		e := bindings.Errorf("timeout", "time.sleep(%s): %s", d, what)
@@ -113,17 +111,17 @@ func duration(L *lua.LState, n int) stdtime.Duration {
 	return d
 }
 
-func now(L *lua.LState) int {
-	L.Push(lua.LNumber(float64(stdtime.Now().UnixNano()) / 1e9))
+func now(L *lua.LState, c bindings.Clock) int {
+	L.Push(lua.LNumber(float64(c.Now().UnixNano()) / 1e9))
 	return 1
 }
 
-func remaining(L *lua.LState, h bindings.Host) int {
+func remaining(L *lua.LState, h bindings.Host, c bindings.Clock) int {
 	dl, ok := h.Context().Deadline()
 	if !ok {
 		L.Push(lua.LNil)
 		return 1
 	}
-	L.Push(lua.LNumber(max(stdtime.Until(dl), 0).Seconds()))
+	L.Push(lua.LNumber(max(dl.Sub(c.Now()), 0).Seconds()))
 	return 1
 }

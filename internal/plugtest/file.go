@@ -65,6 +65,7 @@ type fileRun struct {
 	taskSeq    int
 	fileFakes  []*fake
 	testFakes  []*fake
+	clock      *vclock
 }
 
 // logCapture collects the runtime's log lines for the running test.
@@ -100,7 +101,7 @@ func (c *logCapture) take() []string {
 func runFile(ctx context.Context, opts Options, dir, file string, tap *tapWriter) *FileReport {
 	start := time.Now()
 	fr := &FileReport{File: file, Plugin: filepath.Base(dir), Tests: []*TestResult{}}
-	f := &fileRun{opts: opts, file: file, dir: dir, logs: &logCapture{}, router: newRouter(), pump: &pump{}}
+	f := &fileRun{opts: opts, file: file, dir: dir, logs: &logCapture{}, router: newRouter(), pump: &pump{}, clock: &vclock{}}
 	tap.file(file)
 	defer func() {
 		fr.DurationMS = ms(time.Since(start))
@@ -192,6 +193,7 @@ func (f *fileRun) open(ctx context.Context, tmp string) *Failure {
 		return &Failure{Message: err.Error()}
 	}
 	reg := std.New(std.Options{
+		Clock: f.clock,
 		HTTP: httpb.Options{UserAgent: "loomd-test", Transport: f.router, RetryDelay: 10 * time.Millisecond},
 		SSH:  sshb.Options{KnownHosts: []string{known}, DialRetries: -1, Logger: f.logger.With("component", "ssh")},
 	})
@@ -278,6 +280,7 @@ func (f *fileRun) runTest(tc *testCase) *TestResult {
 	f.ctx = ctx
 	f.sess.SetContext(ctx)
 	f.inTest = true
+	f.clock.reset()
 	f.logs.take()
 	var blocks []*block
 	for b := tc.block; b != nil; b = b.parent {

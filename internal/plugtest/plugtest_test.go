@@ -107,6 +107,15 @@ func TestFailures(t *testing.T) {
 	}
 }
 
+// TestClock runs a polling plugin on the virtual clock: waits are
+// recorded and cost nothing, deadlines still hold.
+func TestClock(t *testing.T) {
+	rep, out := run(t, Options{Dirs: []string{"testdata/clock"}})
+	if !rep.OK() || rep.Passed != 5 {
+		t.Fatalf("%d passed, %d failed\n%s", rep.Passed, rep.Failed, out)
+	}
+}
+
 // TestMatch runs only the tests whose name matches.
 func TestMatch(t *testing.T) {
 	rep, _ := run(t, Options{Dirs: []string{"testdata/failing"}, Match: regexpMust("^equals$")})

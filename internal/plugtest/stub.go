@@ -150,7 +150,23 @@ function HTTPFake:assert_not_called(method, path) end
 function HTTPFake:reset() end
 function HTTPFake:close() end
 
+---@class loomtest.Clock
+local Clock = {}
+---@return number[] seconds
+function Clock.sleeps() end
+---@return number seconds
+function Clock.slept() end
+---@return number epoch_seconds
+function Clock.now() end
+---@param seconds number
+---@return number epoch_seconds
+function Clock.advance(seconds) end
+---@param epoch_seconds number
+function Clock.set(epoch_seconds) end
+function Clock.real() end
+
 ---@class loomtest
+---@field clock loomtest.Clock
 ---@field type string
 ---@field family string
 ---@field plugin string
