@@ -194,8 +194,8 @@ func (f *fileRun) open(ctx context.Context, tmp string) *Failure {
 	}
 	reg := std.New(std.Options{
 		Clock: f.clock,
-		HTTP: httpb.Options{UserAgent: "loomd-test", Transport: f.router, RetryDelay: 10 * time.Millisecond},
-		SSH:  sshb.Options{KnownHosts: []string{known}, DialRetries: -1, Logger: f.logger.With("component", "ssh")},
+		HTTP:  httpb.Options{UserAgent: "loomd-test", Transport: f.router, RetryDelay: 10 * time.Millisecond},
+		SSH:   sshb.Options{KnownHosts: []string{known}, DialRetries: -1, Logger: f.logger.With("component", "ssh")},
 	})
 	rt, err := runtime.New(runtime.Options{
 		PluginsDir: filepath.Dir(f.dir),
