@@ -70,6 +70,12 @@ type Grant struct {
 	Path string
 	// Denied, when set, is why the task's path is refused.
 	Denied string
+	// Root, when set, is the work dir of the type that owns Path: symlinks
+	// in Path resolve within Root, never outside it. Resource versions
+	// synced from a Coopr server are activated by links from the resource
+	// folder into <type work dir>/.resources. Empty keeps them within
+	// Path's own folder.
+	Root string
 }
 
 // Permissions lists what a plugin definition grants. The zero value grants

@@ -101,6 +101,10 @@ func (rt *Runtime) grantsFor(snap *snapshot, task *Task, tenant, workDir, plugin
 				"resource folder its type declares (resourceTypes), of a type the task names, in the task's tenant", n, why)
 		} else {
 			g.Path = path
+			// The owner's work dir: <work>/<tenant>/<family>types/<type>.
+			rel, _ := filepath.Rel(rt.workRoot, path)
+			segs := strings.SplitN(rel, string(filepath.Separator), 4)
+			g.Root = filepath.Join(rt.workRoot, segs[0], segs[1], segs[2])
 		}
 		out = append(out, g)
 	}

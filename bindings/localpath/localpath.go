@@ -86,6 +86,12 @@ func Resolve(h bindings.Host, what, p string, write bool) (Area, string, error) 
 		if write {
 			return Area{}, "", bindings.Errorf("permission", "%s: %s is another plugin's resource, which this task may read but never write", what, p)
 		}
+		if g.Root != "" && within(g.Root, g.Path) {
+			// Only the named path is reachable; its links may lead
+			// anywhere in the owner's work dir (activated versions).
+			rel, _ := filepath.Rel(g.Root, filepath.Join(g.Path, below))
+			return Area{Dir: g.Root, What: "a resource the task names"}, rel, nil
+		}
 		if below == "" {
 			return Area{Dir: filepath.Dir(g.Path), What: "a resource the task names"}, filepath.Base(g.Path), nil
 		}

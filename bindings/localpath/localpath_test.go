@@ -85,3 +85,38 @@ func TestResolveRefusals(t *testing.T) {
 		}
 	}
 }
+
+// A granted file that is a link into its owner's work dir (a resource
+// version a Coopr server synced, activated through .resources) resolves
+// when the grant names the owner's work dir as Root; a link leaving the
+// owner's work dir does not, and neither does a sibling the task did not
+// name.
+func TestGrantLinksWithinOwner(t *testing.T) {
+	h := bindingstest.NewHost(t)
+	owner := filepath.Join(t.TempDir(), "t1", "providertypes", "aws")
+	version := filepath.Join(owner, ".resources", "ssh_keys", "k.pem", "2")
+	os.MkdirAll(version, 0o755)
+	os.MkdirAll(filepath.Join(owner, "ssh_keys"), 0o755)
+	os.WriteFile(filepath.Join(version, "k.pem"), []byte("k"), 0o400)
+	os.WriteFile(filepath.Join(owner, "claims.json"), []byte("{}"), 0o600)
+	os.Symlink("../.resources/ssh_keys/k.pem/2/k.pem", filepath.Join(owner, "ssh_keys", "k.pem"))
+	outside := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(outside, []byte("s"), 0o600)
+	os.Symlink(outside, filepath.Join(owner, "ssh_keys", "out.pem"))
+	grant := func(name string) bindings.Grant {
+		return bindings.Grant{Named: "/var/coopr/work/t1/providertypes/aws/ssh_keys/" + name, Path: filepath.Join(owner, "ssh_keys", name), Root: owner}
+	}
+	h.Granted = []bindings.Grant{grant("k.pem"), grant("out.pem")}
+	realVersion, _ := filepath.EvalSymlinks(version)
+	if got, err := localpath.Real(h, "test", "/var/coopr/work/t1/providertypes/aws/ssh_keys/k.pem", false); err != nil || got != filepath.Join(realVersion, "k.pem") {
+		t.Errorf("a granted link into .resources: %q %v", got, err)
+	}
+	if _, err := localpath.Real(h, "test", "/var/coopr/work/t1/providertypes/aws/ssh_keys/out.pem", false); kindOf(err) != "permission" {
+		t.Errorf("a granted link out of the owner's work dir: %v", err)
+	}
+	for _, p := range []string{filepath.Join(owner, "claims.json"), filepath.Join(owner, ".resources", "ssh_keys", "k.pem", "2", "k.pem")} {
+		if _, err := localpath.Real(h, "test", p, false); kindOf(err) != "permission" {
+			t.Errorf("%s is not named by the task but resolved: %v", p, err)
+		}
+	}
+}

@@ -387,7 +387,9 @@ end
 -- run_script is every service action: INSTALL through REMOVE.
 function ShellAutomator:run_script(input)
   local fields = input.fields
-  local cache = self:try(input, "checking the cache dir", check_cache_dir, fields.cache_dir)
+  -- A definition without cache_dir (Coopr's own shell_automator.json)
+  -- gets the default BOOTSTRAP used.
+  local cache = self:try(input, "checking the cache dir", check_cache_dir, fields.cache_dir or DEFAULT_CACHE_DIR)
   local words = self:try(input, "reading fields.script", split_words, fields.script, "fields.script")
   local args = fields.args
   local shell_args = nil
