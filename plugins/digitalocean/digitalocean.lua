@@ -27,16 +27,12 @@ if not have_time then time = nil end
 
 DigitalOcean = loom.Provider:extend("DigitalOcean")
 
--- Seconds kept back from the hook deadline for the last API call and for
--- reporting a clear error before the runtime's own timeout fires.
-local DEADLINE_MARGIN = 5
-
 -- How often CONFIRM asks whether the create action failed, in seconds:
 -- only a slow droplet needs the question, and each one costs a request.
 local ACTION_CHECK_EVERY = 30
 
 -- How many times CREATE sends the droplet POST when DigitalOcean answers
--- 429 or 5xx, or the connection drops.
+-- 5xx, or the connection drops (429s are waited out by lib/api.lua).
 local CREATE_ATTEMPTS = 5
 
 -- Helpers ----------------------------------------------------------------
@@ -106,12 +102,9 @@ local function client(fields)
   return api.new({ url = fields.api_url, token = fields.api_token, timeout = fields.api_timeout })
 end
 
--- remaining is the time left before the hook deadline, minus the margin.
-local function remaining()
-  local r = time and time.remaining()
-  if r == nil then return math.huge end
-  return r - DEADLINE_MARGIN
-end
+-- remaining is the time left before the hook deadline, minus the margin
+-- kept for the last API call and a clear error.
+local remaining = api.remaining
 
 -- pause waits `seconds`, or fails with `why` when that would overrun the
 -- hook deadline (or when this loomd has no loom.time to wait with).
@@ -136,17 +129,39 @@ local function credential_status(http_status)
   return 1
 end
 
--- find_droplet returns the droplet tagged for this node, if any.
-local function find_droplet(self, do_api, node)
-  local ok, found = pcall(do_api.list, do_api, "/droplets", "droplets", { tag_name = node },
-    "looking for a droplet tagged " .. node)
-  if not ok then
-    fail(self, found, type(found) == "table" and credential_status(found.http_status) or 1)
+local function has_tag(d, t)
+  for _, x in ipairs(type(d.tags) == "table" and d.tags or {}) do
+    if x == t then return true end
   end
-  local live = {}
+  return false
+end
+
+-- find_droplet returns the droplet tagged for this node, if any. Listings
+-- leave GPU droplets out unless asked with type=gpus, which DigitalOcean
+-- does not combine with tag_name: GPU droplets are looked up by the name
+-- CREATE gives them (an exact, case-insensitive match) and kept only when
+-- they carry the node tag.
+local function find_droplet(self, do_api, node, name)
+  local function lookup(query, what)
+    local ok, found = pcall(do_api.list, do_api, "/droplets", "droplets", query, what)
+    if not ok then
+      fail(self, found, type(found) == "table" and credential_status(found.http_status) or 1)
+    end
+    return found
+  end
+  local found = lookup({ tag_name = node }, "looking for a droplet tagged " .. node)
+  if name and name ~= "" then
+    for _, d in ipairs(lookup({ type = "gpus", name = name }, ("looking for a GPU droplet named %s tagged %s"):format(name, node))) do
+      if has_tag(d, node) then found[#found + 1] = d end
+    end
+  end
+  local live, seen = {}, {}
   for _, d in ipairs(found) do
     -- An archived droplet is on its way out; never hand it back.
-    if d.status ~= "archive" then live[#live + 1] = d end
+    if d.status ~= "archive" and not seen[d.id] then
+      seen[d.id] = true
+      live[#live + 1] = d
+    end
   end
   if #live > 1 then
     -- Two droplets for one node: a concurrent CREATE raced this one. Keep
@@ -160,23 +175,35 @@ local function find_droplet(self, do_api, node)
   return live[1]
 end
 
+local function find_key(keys, w)
+  for _, k in ipairs(keys) do
+    if k.name == w or (type(k.fingerprint) == "string" and k.fingerprint:lower() == w:lower())
+      or (tonumber(k.id) and id_string(k.id) == w) then
+      return k
+    end
+  end
+  return nil
+end
+
 -- resolve_keys maps the ssh_keys field (names, MD5 fingerprints or ids of
--- keys in the account) to fingerprints, which the create call accepts.
+-- keys in the account) to fingerprints, which the create call accepts. The
+-- account's key listing is cached (lib/api.lua: GET /v2/account/keys
+-- allows 10 requests a minute); the second result says where it came from.
 local function resolve_keys(self, do_api, wanted)
-  if #wanted == 0 then return {} end
-  local ok, keys = pcall(do_api.list, do_api, "/account/keys", "ssh_keys", nil, "listing the account's SSH keys")
+  if #wanted == 0 then return {}, "none" end
+  local function has_all(keys)
+    for _, w in ipairs(wanted) do
+      if not find_key(keys, w) then return false end
+    end
+    return true
+  end
+  local ok, keys, from = pcall(do_api.account_keys, do_api, has_all)
   if not ok then
     fail(self, keys, type(keys) == "table" and credential_status(keys.http_status) or 1)
   end
   local out, names = {}, {}
   for _, w in ipairs(wanted) do
-    local hit
-    for _, k in ipairs(keys) do
-      if k.name == w or (k.fingerprint and k.fingerprint:lower() == w:lower()) or id_string(k.id) == w then
-        hit = k
-        break
-      end
-    end
+    local hit = find_key(keys, w)
     if not hit then
       for _, k in ipairs(keys) do names[#names + 1] = ("%s (%s)"):format(tostring(k.name), tostring(k.fingerprint)) end
       fail(self, ("no SSH key %q in the DigitalOcean account (field ssh_keys); the account has: %s")
@@ -184,13 +211,14 @@ local function resolve_keys(self, do_api, wanted)
     end
     out[#out + 1] = hit.fingerprint
   end
-  return out
+  return out, from
 end
 
--- post_droplet creates the droplet. A 429 is retried after the wait
--- DigitalOcean asks for. A 5xx or a lost connection is ambiguous (the
--- droplet may exist), so the node tag is checked before trying again:
--- a retry must never make a second droplet.
+-- post_droplet creates the droplet, or returns nil and the error of a
+-- refused request. 429s are waited out by lib/api.lua, within the hook
+-- deadline. A 5xx or a lost connection is ambiguous (the droplet may
+-- exist), so the node tag is checked before trying again: a retry must
+-- never make a second droplet.
 local function post_droplet(self, do_api, body, node)
   local what = "creating droplet " .. body.name
   for attempt = 1, CREATE_ATTEMPTS do
@@ -199,21 +227,14 @@ local function post_droplet(self, do_api, body, node)
       return resp:json().droplet
     end
     if ok and resp.status == 429 then
-      local err = do_api:api_error(resp, what)
-      if attempt == CREATE_ATTEMPTS then fail(self, err) end
-      local wait = tonumber(resp.headers["retry-after"])
-      if wait == nil then
-        local reset = tonumber(resp.headers["ratelimit-reset"])
-        wait = reset and math.max(reset - os.time(), 1) or 2 ^ attempt
-      end
-      log.warn("%s; retrying in %ds", err.message, wait)
-      pause(self, wait, err.message)
+      -- lib/api.lua waited out 429s as long as the deadline allowed.
+      fail(self, do_api:api_error(resp, what))
     elseif not ok or resp.status >= 500 then
       local why = ok and do_api:api_error(resp, what) or resp
       if not ok and (type(resp) ~= "table" or (resp.kind ~= "connect" and resp.kind ~= "timeout")) then
         fail(self, resp) -- permission, config, a bug: retrying cannot help
       end
-      local d = find_droplet(self, do_api, node)
+      local d = find_droplet(self, do_api, node, body.name)
       if d then
         log.info("%s failed (%s), but droplet %s exists: using it", what, tostring(why.message), id_string(d.id))
         return d
@@ -224,7 +245,7 @@ local function post_droplet(self, do_api, body, node)
       pause(self, wait, tostring(why.message))
     else
       local err = do_api:api_error(resp, what)
-      fail(self, err, credential_status(resp.status))
+      return nil, err
     end
   end
 end
@@ -237,7 +258,8 @@ function DigitalOcean:create(input)
   local do_api = client(f)
   local node = node_tag(self.task)
 
-  local droplet = find_droplet(self, do_api, node)
+  local name = droplet_name(input.hostname)
+  local droplet = find_droplet(self, do_api, node, name)
   if droplet then
     log.info("droplet %s (%s) already exists for this node (tag %s): reusing it",
       id_string(droplet.id), tostring(droplet.name), node)
@@ -247,7 +269,7 @@ function DigitalOcean:create(input)
     -- Image ids are numbers in the API; slugs ("debian-12-x64") strings.
     local image = tostring(input.image)
     local body = {
-      name = droplet_name(input.hostname),
+      name = name,
       region = f.region,
       size = input.flavor,
       image = image:match("^%d+$") and tonumber(image) or image,
@@ -256,7 +278,8 @@ function DigitalOcean:create(input)
       monitoring = truthy(f.monitoring, false),
       backups = truthy(f.backups, false),
     }
-    local keys = resolve_keys(self, do_api, split_list(f.ssh_keys))
+    local wanted = split_list(f.ssh_keys)
+    local keys, keys_from = resolve_keys(self, do_api, wanted)
     if #keys > 0 then
       body.ssh_keys = keys
     else
@@ -265,7 +288,22 @@ function DigitalOcean:create(input)
     if f.vpc_uuid and f.vpc_uuid ~= "" then body.vpc_uuid = f.vpc_uuid end
     if f.user_data and f.user_data ~= "" then body.user_data = f.user_data end
     log.info("creating droplet %s: size %s, image %s, region %s", body.name, body.size, image, tostring(body.region))
-    droplet = post_droplet(self, do_api, body, node)
+    local err
+    droplet, err = post_droplet(self, do_api, body, node)
+    if not droplet and err.http_status == 422 and (keys_from == "vm" or keys_from == "shared") then
+      -- The cached key listing may be stale (a key deleted or replaced
+      -- since): list again, and post again if the fingerprints changed.
+      do_api:forget_keys()
+      local again = resolve_keys(self, do_api, wanted)
+      if table.concat(again, ",") ~= table.concat(keys, ",") then
+        log.info("%s; the account's SSH keys changed since they were cached: posting again", err.message)
+        body.ssh_keys = again
+        droplet, err = post_droplet(self, do_api, body, node)
+      end
+    end
+    if not droplet then
+      fail(self, err, credential_status(err.http_status))
+    end
     log.info("created droplet %s (%s)", id_string(droplet.id), tostring(droplet.name))
   end
 
@@ -417,6 +455,34 @@ end
 
 -- DELETE -----------------------------------------------------------------
 
+-- delete_gpu_droplets deletes the GPU droplets named for the node and
+-- tagged for it: whether a delete by tag reaches GPU droplets is not
+-- documented, and listings leave them out unless asked (type=gpus).
+-- Failures are warnings, as for the delete by tag.
+local function delete_gpu_droplets(do_api, node, hostname)
+  if hostname == nil or hostname == "" then return end
+  local name = droplet_name(hostname)
+  local ok, found = pcall(do_api.list, do_api, "/droplets", "droplets", { type = "gpus", name = name },
+    "looking for a GPU droplet named " .. name)
+  if not ok then
+    log.warn("no providerid, and looking for GPU droplets named %s failed: %s", name,
+      type(found) == "table" and tostring(found.message) or tostring(found))
+    return
+  end
+  for _, d in ipairs(found) do
+    if has_tag(d, node) then
+      local id = id_string(d.id)
+      local dok, resp = pcall(do_api.request, do_api, "DELETE", "/droplets/" .. id, { retries = 4 })
+      if dok and (resp.status == 204 or resp.status == 404) then
+        log.info("no providerid: deleted GPU droplet %s tagged %s", id, node)
+      else
+        local err = dok and do_api:api_error(resp, "deleting GPU droplet " .. id) or resp
+        log.warn("no providerid, and deleting GPU droplet %s failed: %s", id, tostring(err.message))
+      end
+    end
+  end
+end
+
 function DigitalOcean:delete(input)
   local do_api = client(input.fields)
   local providerid = input.providerid
@@ -434,6 +500,7 @@ function DigitalOcean:delete(input)
       local err = ok and do_api:api_error(resp, "deleting droplets tagged " .. node) or resp
       log.warn("no providerid, and deleting by tag failed: %s", tostring(err.message))
     end
+    delete_gpu_droplets(do_api, node, self.task.config.hostname)
     self.result.status = 0
     return
   end

@@ -358,13 +358,16 @@ func TestCreateRetriesRateLimitedRequests(t *testing.T) {
 	if n := len(e.fake.calls("POST /v2/droplets")); n != 3 {
 		t.Errorf("%d POSTs, want 3 (two rate limited)", n)
 	}
-	if n := len(e.fake.calls("GET /v2/droplets")); n != 2 {
-		t.Errorf("%d lookups, want 2 (one rate limited)", n)
+	if n := len(e.fake.callsWith("GET /v2/droplets", "tag_name", nodeTag)); n != 2 {
+		t.Errorf("%d lookups by tag, want 2 (one rate limited)", n)
+	}
+	if n := len(e.fake.callsWith("GET /v2/droplets", "type", "gpus")); n != 1 {
+		t.Errorf("%d lookups of GPU droplets, want 1", n)
 	}
 	if e.fake.dropletCount() != 1 {
 		t.Errorf("%d droplets, want 1", e.fake.dropletCount())
 	}
-	if !e.logged("WARN", "DigitalOcean API quota low: 12 of 5000") {
+	if !e.logged("WARN", "DigitalOcean API quota low: 11 of 5000") {
 		t.Errorf("no warning about the low quota in the logs:\n%s", e.logs.String())
 	}
 }

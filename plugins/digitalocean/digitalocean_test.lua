@@ -111,8 +111,15 @@ describe("CREATE", function()
     local res = loom.test.run("CREATE", { fields = fields })
     assert.equals(0, res.status)
     assert.equals(1, count(droplets))
-    -- one lookup before the first POST, one after the 500
-    api:assert_called("GET", "/v2/droplets", 2)
+    -- one tag lookup before the first POST, one after the 500 (each with
+    -- its GPU lookup by name, which listings by tag leave out)
+    local by_tag, gpus = 0, 0
+    for _, call in ipairs(api:assert_called("GET", "/v2/droplets", 4)) do
+      if call.query.tag_name == "coopr-node-node-1" then by_tag = by_tag + 1 end
+      if call.query.type == "gpus" and call.query.name == "node1.example.com" then gpus = gpus + 1 end
+    end
+    assert.equals(2, by_tag)
+    assert.equals(2, gpus)
   end)
 
   it("returns 201 (nothing created) for a token DigitalOcean refuses", function()

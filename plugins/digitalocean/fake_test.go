@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -40,8 +41,19 @@ type fakeDO struct {
 	networks []network
 	// createErrors makes every create action end "errored".
 	createErrors bool
-	// quotaLeft is the ratelimit-remaining header.
-	quotaLeft int
+	// quotaLeft is the account's request quota left (ratelimit-remaining):
+	// every request spends one, and at 0 requests get 429 (without
+	// retry-after, as for the hourly quota) until quotaReset, when the
+	// quota is back to quotaRefill.
+	quotaLeft   int
+	quotaReset  time.Time
+	quotaRefill int
+	// keyListings are the times of the GET /v2/account/keys requests in
+	// the last minute: DigitalOcean allows 10 a minute, and the fake
+	// answers the 11th with 429 and retry-after.
+	keyListings []time.Time
+	// throttled counts the 429s the fake answered of its own accord.
+	throttled int
 	// canned are responses served instead of the route, first in first
 	// out, keyed by "METHOD /path".
 	canned map[string][]canned
@@ -76,6 +88,7 @@ type droplet struct {
 	Tags     []string
 	SSHKeys  []string
 	Status   string
+	GPU      bool // a GPU droplet: listed only with type=gpus
 	gets     int
 	actionID int
 }
@@ -106,7 +119,9 @@ func newFakeDO(t *testing.T, token string) *fakeDO {
 			{IPAddress: "203.0.113.10", Netmask: "255.255.255.0", Gateway: "203.0.113.1", Type: "public"},
 			{IPAddress: "10.108.0.2", Netmask: "255.255.240.0", Gateway: "10.108.0.1", Type: "private"},
 		},
-		quotaLeft: 4999,
+		quotaLeft:   4999,
+		quotaReset:  time.Now().Add(time.Minute),
+		quotaRefill: 5000,
 		canned:    map[string][]canned{},
 	}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
@@ -205,9 +220,9 @@ func (f *fakeDO) serve(w http.ResponseWriter, r *http.Request) {
 	defer f.mu.Unlock()
 	f.requests = append(f.requests, rec)
 
-	w.Header().Set("Ratelimit-Limit", "5000")
-	w.Header().Set("Ratelimit-Remaining", strconv.Itoa(f.quotaLeft))
-	w.Header().Set("Ratelimit-Reset", strconv.FormatInt(time.Now().Add(time.Minute).Unix(), 10))
+	if f.throttle(w, r) {
+		return
+	}
 
 	if r.Host != apiHost {
 		f.t.Errorf("%s %s: Host %q, want %q", r.Method, r.URL.Path, r.Host, apiHost)
@@ -250,7 +265,9 @@ func (f *fakeDO) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for id, d := range f.droplets {
-			if slices.Contains(d.Tags, tag) {
+			// Whether this reaches GPU droplets is not documented: the fake
+			// assumes the worst, so the plugin must delete those itself.
+			if slices.Contains(d.Tags, tag) && !d.GPU {
 				delete(f.droplets, id)
 			}
 		}
@@ -271,6 +288,47 @@ func (f *fakeDO) serve(w http.ResponseWriter, r *http.Request) {
 		f.t.Errorf("unexpected request %s %s", r.Method, r.URL)
 		f.notFound(w)
 	}
+}
+
+// throttle spends one request of the quota and sets the ratelimit
+// headers; it answers 429 and reports true when the quota is used up or
+// the request is the 11th key listing within a minute.
+func (f *fakeDO) throttle(w http.ResponseWriter, r *http.Request) bool {
+	now := time.Now()
+	if !now.Before(f.quotaReset) {
+		f.quotaLeft = f.quotaRefill
+		f.quotaReset = now.Add(time.Minute)
+	}
+	exhausted := f.quotaLeft <= 0
+	if !exhausted {
+		f.quotaLeft--
+	}
+	w.Header().Set("Ratelimit-Limit", "5000")
+	w.Header().Set("Ratelimit-Remaining", strconv.Itoa(f.quotaLeft))
+	w.Header().Set("Ratelimit-Reset", strconv.FormatInt(f.quotaReset.Unix(), 10))
+	if exhausted {
+		f.throttled++
+		f.fail(w, http.StatusTooManyRequests, "too_many_requests", "API Rate limit exceeded.")
+		return true
+	}
+	if r.Method == http.MethodGet && r.URL.Path == "/v2/account/keys" {
+		kept := f.keyListings[:0]
+		for _, t := range f.keyListings {
+			if now.Sub(t) < time.Minute {
+				kept = append(kept, t)
+			}
+		}
+		f.keyListings = kept
+		if len(kept) >= 10 {
+			f.throttled++
+			wait := kept[len(kept)-10].Add(time.Minute).Sub(now)
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+			f.fail(w, http.StatusTooManyRequests, "too_many_requests", "API Rate limit exceeded.")
+			return true
+		}
+		f.keyListings = append(f.keyListings, now)
+	}
+	return false
 }
 
 func (f *fakeDO) fail(w http.ResponseWriter, status int, id, message string) {
@@ -323,17 +381,34 @@ func (f *fakeDO) listKeys(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// listDroplets serves GET /v2/droplets as documented: tag_name filters by
+// tag and cannot be combined with name or type; name is an exact,
+// case-insensitive match; GPU droplets are left out unless type=gpus.
 func (f *fakeDO) listDroplets(w http.ResponseWriter, r *http.Request) {
-	tag := r.URL.Query().Get("tag_name")
-	if tag == "" {
-		f.t.Errorf("GET /v2/droplets without tag_name: the plugin must not list the whole account")
+	q := r.URL.Query()
+	tag, name, typ := q.Get("tag_name"), q.Get("name"), q.Get("type")
+	if tag == "" && name == "" {
+		f.t.Errorf("GET /v2/droplets without tag_name or name: the plugin must not list the whole account")
+	}
+	if tag != "" && (q.Has("name") || q.Has("type")) {
+		f.fail(w, http.StatusUnprocessableEntity, "unprocessable_entity", "tag_name can not be combined with name or type")
+		return
+	}
+	if typ != "" && typ != "droplets" && typ != "gpus" {
+		f.fail(w, http.StatusUnprocessableEntity, "unprocessable_entity", "type must be droplets or gpus")
+		return
 	}
 	f.page(r)
 	list := []any{}
-	for _, d := range f.droplets {
-		if slices.Contains(d.Tags, tag) {
-			list = append(list, f.dropletJSON(d))
+	for _, id := range slices.Sorted(maps.Keys(f.droplets)) {
+		d := f.droplets[id]
+		if d.GPU != (typ == "gpus") {
+			continue
 		}
+		if (tag != "" && !slices.Contains(d.Tags, tag)) || (name != "" && !strings.EqualFold(d.Name, name)) {
+			continue
+		}
+		list = append(list, f.dropletJSON(d))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"droplets": list, "links": map[string]any{}, "meta": map[string]any{"total": len(list)}})
 }
@@ -474,4 +549,21 @@ func (f *fakeDO) dropletJSON(d *droplet) map[string]any {
 		"networks": map[string]any{"v4": v4, "v6": []any{}},
 		"tags":     d.Tags, "features": []string{}, "volume_ids": []int{},
 	}
+}
+
+// callsWith returns the recorded requests to route whose query has key=value.
+func (f *fakeDO) callsWith(route, key, value string) []request {
+	var out []request
+	for _, r := range f.calls(route) {
+		if slices.Contains(r.Query[key], value) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (f *fakeDO) throttledCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.throttled
 }

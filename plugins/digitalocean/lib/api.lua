@@ -10,6 +10,13 @@
 -- binding's error table (kind "connect", "timeout", "permission").
 
 local http = require("loom.http")
+local limits = require("lib.limits")
+
+-- loom.time gives sub-second clocks and waits bounded by the hook
+-- deadline; without it (an old host) the client cannot wait out a rate
+-- limit and says so.
+local have_time, time = pcall(require, "loom.time")
+if not have_time then time = nil end
 
 local api = {}
 
@@ -28,39 +35,120 @@ local PER_PAGE = 200
 -- something to walk for the rest of the hook's deadline.
 local MAX_PAGES = 50
 
+-- Seconds kept back from the hook deadline: a wait never eats the time the
+-- hook needs to report a clear error before the runtime's timeout fires.
+api.DEADLINE_MARGIN = 5
+
+-- The most times one call is sent again after a 429 (the request was not
+-- processed, so any method may be repeated). Each wait is bounded by the
+-- hook deadline; this only stops a server that answers 429 forever.
+local MAX_429_RETRIES = 8
+
+local IDEMPOTENT = { GET = true, HEAD = true, PUT = true, DELETE = true, OPTIONS = true }
+
+--- Returns the seconds left before the hook deadline, minus the margin
+--- (math.huge when the hook has no deadline, as in the REPL).
+function api.remaining()
+  local r = time and time.remaining()
+  if r == nil then return math.huge end
+  return r - api.DEADLINE_MARGIN
+end
+
+--- The wall clock in seconds, with sub-second precision when loom.time is
+--- there.
+function api.now()
+  return time and time.now() or os.time()
+end
+
 --- Builds a client. opts.url is the API root without /v2 (default
 --- https://api.digitalocean.com), opts.token the bearer token, and
 --- opts.timeout the per-attempt timeout in seconds (default 30: one slow
 --- call should not use up the whole hook deadline).
 function api.new(opts)
   local root = tostring(opts.url or "https://api.digitalocean.com"):gsub("/+$", "")
-  return setmetatable({
+  local c = setmetatable({
     base = root .. "/v2",
     token = opts.token,
     timeout = tonumber(opts.timeout) or 30,
     quota_warned = false,
   }, Client)
+  -- The account (API root and token) names the shared rate-limit state
+  -- and caches; a digest, so the token itself is never written down.
+  c.account = limits.account(root, opts.token)
+  c.limits = limits.new(c.account, { now = api.now, remaining = api.remaining, sleep = time and time.sleep })
+  return c
 end
 
---- Sends one request and returns the binding's response table.
---- opts: query, json, retries. Retries cover connection errors, 429 (with
---- Retry-After) and 5xx, and the binding applies them to idempotent methods
---- only (GET, DELETE), which is exactly what is safe to repeat here.
-function Client:request(method, path, opts)
-  opts = opts or {}
-  local resp = http.request(method, self.base .. path, {
+-- send is one attempt: the binding's response, or its error table.
+function Client:send(method, path, opts)
+  return pcall(http.request, method, self.base .. path, {
     bearer = self.token,
     headers = { Accept = "application/json" },
     query = opts.query,
     json = opts.json,
     timeout = self.timeout,
-    retries = opts.retries or 0,
-    -- DigitalOcean's per-minute window resets within a minute; waiting
-    -- that long is better than failing a cluster.
-    retry_max_delay = 60,
+    -- Retries are this client's: it shares what a 429 or the quota
+    -- headers say with every other task of this account.
+    retries = 0,
   })
-  self:watch_quota(resp)
-  return resp
+end
+
+--- Sends one request and returns the binding's response table.
+--- opts: query, json, retries (default 0).
+---
+--- Before each attempt the client waits its turn in the account's shared
+--- rate-limit budget (lib/limits.lua): a 429's retry-after, an exhausted
+--- ratelimit-remaining until ratelimit-reset, and per-endpoint limits
+--- (10 key listings a minute). Waits are bounded by the hook deadline; a
+--- wait that would pass it raises a "digitalocean" error with http_status
+--- 429 instead. A 429 is always tried again (DigitalOcean did not process
+--- the request). opts.retries more attempts cover 5xx and lost
+--- connections, for idempotent methods only: a POST that may have
+--- reached the server is the caller's to check.
+function Client:request(method, path, opts)
+  opts = opts or {}
+  local retries = opts.retries or 0
+  local failures, throttled = 0, 0
+  while true do
+    self.limits:wait_turn(method, path)
+    local ok, resp = self:send(method, path, opts)
+    if ok then
+      self.limits:observe(method, path, resp)
+      self:watch_quota(resp)
+    end
+    if ok and resp.status == 429 then
+      throttled = throttled + 1
+      if throttled > MAX_429_RETRIES then
+        return resp
+      end
+      log.warn("DigitalOcean API: %s %s: HTTP 429 (rate limited); retrying when the limit allows",
+        method, path)
+    elseif ok and (resp.status < 500 or not IDEMPOTENT[method]) then
+      return resp
+    else
+      -- A 5xx or a broken connection: the request may have been done. Only
+      -- an idempotent method is safe to send again; a POST is the caller's
+      -- to check (CREATE looks its node tag up first).
+      local transient = ok or (type(resp) == "table" and (resp.kind == "connect" or resp.kind == "timeout"))
+      if not transient or not IDEMPOTENT[method] then
+        if ok then return resp end
+        error(resp, 0)
+      end
+      failures = failures + 1
+      if failures > retries then
+        if ok then return resp end
+        error(resp, 0)
+      end
+      local wait = ok and tonumber(resp.headers["retry-after"]) or math.min(0.5 * 2 ^ (failures - 1), 30)
+      local why = ok and ("HTTP " .. resp.status) or tostring(resp.message)
+      if wait > api.remaining() or not time then
+        if ok then return resp end
+        error(resp, 0)
+      end
+      log.debug("DigitalOcean API: %s %s: %s; retrying in %.1fs", method, path, why, wait)
+      time.sleep(wait)
+    end
+  end
 end
 
 -- watch_quota logs (once per client) when the hourly request quota runs
@@ -118,6 +206,12 @@ function Client:list(path, key, query, what)
   for page = 1, MAX_PAGES do
     q.page = page
     local resp = self:request("GET", path, { query = q, retries = 4 })
+    if resp.status == 429 then
+      -- The client gave up on the 429s: say what the limit costs.
+      local err = self:api_error(resp, what)
+      err.message = err.message .. "; DigitalOcean keeps answering 429 (rate limited): run the task again later"
+      error(err, 0)
+    end
     if not resp.ok then
       error(self:api_error(resp, what), 0)
     end
@@ -132,6 +226,68 @@ function Client:list(path, key, query, what)
   end
   log.warn("%s: stopped after %d pages of %d", what, MAX_PAGES, PER_PAGE)
   return items
+end
+
+-- Account keys ------------------------------------------------------------
+
+-- Per VM (module state lives as long as the pooled VM, which only ever
+-- serves one tenant): account digest -> {keys = {...}, fetched = seconds}.
+local key_cache = {}
+
+-- How long a listing of the account's SSH keys is used before it is
+-- listed again. Keys change rarely; a CREATE naming a key the listing
+-- lacks lists again (MISS_RELIST_AFTER), so a new key is seen at once.
+api.KEYS_TTL = 300
+
+-- A listing younger than this is trusted even when it lacks a key: tasks
+-- failing over a misspelt key name must not spend the 10-a-minute budget.
+api.MISS_RELIST_AFTER = 10
+
+local function fresh(entry, now, ttl)
+  local t = entry and tonumber(entry.fetched)
+  return t ~= nil and type(entry.keys) == "table" and t <= now + 1 and now - t < ttl
+end
+
+--- Returns the account's SSH keys ({id, name, fingerprint} each) and
+--- where they came from ("vm", "shared" or "api"). GET /v2/account/keys
+--- allows 10 requests a minute per token, so a listing is kept in this VM
+--- and in the account's shared state (lib/limits.lua) for KEYS_TTL
+--- seconds, and concurrent tasks wait for the one listing in progress
+--- instead of each listing. has(keys) says whether a listing holds what
+--- the caller needs; one that does not is refreshed once it is older than
+--- MISS_RELIST_AFTER seconds.
+function Client:account_keys(has)
+  local now = api.now()
+  local mem = key_cache[self.account]
+  if fresh(mem, now, api.KEYS_TTL) and (has(mem.keys) or fresh(mem, now, api.MISS_RELIST_AFTER)) then
+    return mem.keys, "vm"
+  end
+  local got = self.limits:with_doc("account_keys", function(doc)
+    local t = api.now()
+    if fresh(doc, t, api.KEYS_TTL) and (has(doc.keys) or fresh(doc, t, api.MISS_RELIST_AFTER)) then
+      return { keys = doc.keys, fetched = tonumber(doc.fetched), from = "shared" }
+    end
+    local listed = self:list("/account/keys", "ssh_keys", nil, "listing the account's SSH keys")
+    local keys = {}
+    for _, k in ipairs(listed) do
+      -- Only what CREATE uses: public key material stays out of the file.
+      keys[#keys + 1] = { id = k.id, name = k.name, fingerprint = k.fingerprint }
+    end
+    doc.keys, doc.fetched = keys, api.now()
+    return { keys = keys, fetched = doc.fetched, from = "api" }, true
+  end)
+  key_cache[self.account] = { keys = got.keys, fetched = got.fetched }
+  return got.keys, got.from
+end
+
+--- Forgets the account's cached SSH keys, here and in the shared state
+--- (DigitalOcean refused a fingerprint that the cache still had).
+function Client:forget_keys()
+  key_cache[self.account] = nil
+  self.limits:with_doc("account_keys", function(doc)
+    doc.keys, doc.fetched = nil, nil
+    return nil, true
+  end)
 end
 
 return api
