@@ -122,7 +122,7 @@ func newFakeDO(t *testing.T, token string) *fakeDO {
 		quotaLeft:   4999,
 		quotaReset:  time.Now().Add(time.Minute),
 		quotaRefill: 5000,
-		canned:    map[string][]canned{},
+		canned:      map[string][]canned{},
 	}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
