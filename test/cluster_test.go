@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -53,6 +54,9 @@ type clusterEnv struct {
 	spec                             string
 	hosts                            []*sshdtest.Server
 	byPort                           map[int]*sshdtest.Server
+	// server, when set, is the loomd whose store keeps the state
+	// (commands without --local get --server instead of --state-dir).
+	server string
 }
 
 func newClusterEnv(t *testing.T, nhosts int) *clusterEnv {
@@ -133,8 +137,12 @@ services:
 }
 
 func (e *clusterEnv) cmd(ctx context.Context, args ...string) *exec.Cmd {
-	full := append(args, "--plugins", e.plugins, "--work-dir", e.work, "--tenant", clTenant, "--known-hosts", e.known,
-		"--state-dir", e.state)
+	full := append(args, "--plugins", e.plugins, "--work-dir", e.work, "--tenant", clTenant, "--known-hosts", e.known)
+	if e.server == "" || slices.Contains(args, "--local") {
+		full = append(full, "--state-dir", e.state)
+	} else if !slices.Contains(args, "--server") {
+		full = append(full, "--server", e.server)
+	}
 	cmd := exec.CommandContext(ctx, loomdBin, full...)
 	cmd.Env = []string{"HOME=" + e.dir, "PATH=" + os.Getenv("PATH")}
 	return cmd
@@ -450,10 +458,13 @@ func TestClusterLifecycle(t *testing.T) {
 	}
 }
 
-// TestClusterDaemon: loomd apply against a running daemon's API; the
-// daemon is killed -9 mid-apply and restarted, and the apply resumes:
-// tasks that had finished are not run again, the one the daemon lost is
-// picked up by its id. Then destroy through the daemon.
+// TestClusterDaemon: loomd apply against a running daemon's API, with the
+// cluster state in the daemon's JetStream store. The apply is killed -9
+// mid-way and run again (it takes over the dead apply's lock and picks up
+// the running task by its id); then the daemon is killed -9 and restarted,
+// and the apply resumes: tasks that had finished are not run again. The
+// daemon shows the job's live progress (GET /v1/clusters/shop) and the
+// cluster commands read its store. Then destroy through the daemon.
 func TestClusterDaemon(t *testing.T) {
 	e := newClusterEnv(t, 3)
 	e.writeSpec(2, "hello")
@@ -462,19 +473,58 @@ func TestClusterDaemon(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	create := e.plan()
 	serveArgs := []string{"--tenant", clTenant, "--ack-wait", "2s"}
 	d := startDaemon(t, e.dir, "serve1.log", nil, serveArgs...)
+	e.server = d.url()
+	create := e.plan()
 
-	cmd := e.cmd(context.Background(), "apply", e.spec, "--server", d.url(), "--log-format", "json")
-	var applyErr bytes.Buffer
-	cmd.Stderr = &applyErr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	startApply := func() (*exec.Cmd, chan struct{}, *syncBuffer) {
+		cmd := e.cmd(context.Background(), "apply", e.spec, "--log-format", "json")
+		applyErr := &syncBuffer{}
+		cmd.Stderr = applyErr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		return cmd, exited, applyErr
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	doneBefore := e.waitRunning(create, "START", "db", exited, &applyErr)
+	// Kill the apply itself while START db runs on the daemon.
+	cmd, exited, applyErr := startApply()
+	doneBefore := e.waitRunning(create, "START", "db", exited, applyErr)
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-exited
+
+	// The daemon's view of the job: running, START db among its tasks.
+	code, body := d.call("GET", "/v1/clusters/shop", "")
+	var rep struct {
+		Status  string `json:"status"`
+		LastJob struct {
+			Status   string `json:"status"`
+			Progress struct{ Total, Done, Running int }
+			Running  []struct {
+				TaskName, Node, Service, TaskID string
+			} `json:"running"`
+		} `json:"lastJob"`
+		NodeList []struct{ ID string } `json:"nodeList"`
+	}
+	if code != 200 || json.Unmarshal(body, &rep) != nil || rep.Status != "pending" || rep.LastJob.Status != "running" ||
+		rep.LastJob.Progress.Total != len(create[0].Plan.Tasks) || rep.LastJob.Progress.Done == 0 || len(rep.NodeList) != 3 ||
+		!slices.ContainsFunc(rep.LastJob.Running, func(r struct{ TaskName, Node, Service, TaskID string }) bool {
+			return r.TaskName == "START" && r.Service == "db" && r.TaskID != ""
+		}) {
+		t.Fatalf("GET /v1/clusters/shop mid-apply: %d %s", code, body)
+	}
+
+	// Again: the new apply takes over the dead one's lock and waits for
+	// the START db the daemon still runs. Then the daemon dies.
+	cmd, exited, applyErr = startApply()
+	wctx, wcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer wcancel()
+	if !applyErr.waitFor(wctx, `"msg":"task started"`) {
+		t.Fatalf("the second apply did not start:\n%s", applyErr.String())
+	}
 	d.kill9()
 	select {
 	case <-exited:
@@ -482,7 +532,8 @@ func TestClusterDaemon(t *testing.T) {
 		cmd.Process.Kill()
 		t.Fatalf("apply did not end after the daemon died:\n%s", applyErr.String())
 	}
-	if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(applyErr.String(), "calling loomd") {
+	if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(applyErr.String(), "calling loomd") ||
+		!strings.Contains(applyErr.String(), "taking the lock over") {
 		t.Errorf("apply after the daemon died: exit %d\n%s", code, applyErr.String())
 	}
 	for _, h := range e.hosts {
@@ -490,16 +541,36 @@ func TestClusterDaemon(t *testing.T) {
 		os.Remove(h.HostPath(fxHold))
 	}
 	d = startDaemon(t, e.dir, "serve2.log", nil, serveArgs...)
-	out, _ := e.loomd(0, "apply", e.spec, "--server", d.url())
+	e.server = d.url()
+	out, _ := e.loomd(0, "apply", e.spec)
 	fx := e.effects()
 	e.checkOrder(create, fx, func(k string) bool { return !doneBefore[k] })
 	e.onceEach(fx, doneBefore)
 	if !strings.Contains(out, "Cluster shop: active") {
 		t.Errorf("summary:\n%s", out)
 	}
-	e.loomd(0, "destroy", e.spec, "--server", d.url())
+	// The store is the daemon's: the commands and the API read it.
+	if out, _ := e.loomd(0, "cluster", "list"); !strings.Contains(out, "shop") || !strings.Contains(out, "active") {
+		t.Errorf("cluster list:\n%s", out)
+	}
+	if out, _ := e.loomd(0, "cluster", "history", "shop"); !strings.Contains(out, "shop-001") || !strings.Contains(out, "complete") {
+		t.Errorf("cluster history:\n%s", out)
+	}
+	if _, errs := e.loomd(2, "cluster", "get", "nosuch"); !strings.Contains(errs, "the loomd at "+d.url()) {
+		t.Errorf("cluster get of an unknown cluster: %s", errs)
+	}
+	if code, body := d.call("GET", "/v1/clusters", ""); code != 200 || !strings.Contains(string(body), `"name":"shop","status":"active","nodes":3`) {
+		t.Errorf("GET /v1/clusters: %d %s", code, body)
+	}
+	if code, body := d.call("GET", "/v1/clusters/shop/history", ""); code != 200 || !strings.Contains(string(body), `"id":"shop-001","action":"create","status":"complete"`) {
+		t.Errorf("GET /v1/clusters/shop/history: %d %s", code, body)
+	}
+	e.loomd(0, "destroy", "shop")
 	if c := e.claims(); len(c) != 0 {
 		t.Errorf("claims after destroy: %v", c)
+	}
+	if out, _ := e.loomd(0, "cluster", "list"); !strings.Contains(out, "terminated") {
+		t.Errorf("cluster list after destroy:\n%s", out)
 	}
 }
 
@@ -543,7 +614,7 @@ func (e *clusterEnv) onceEach(fx []effect, done map[string]bool) {
 // waitRunning polls the cluster state (through loomd cluster get, which
 // replays the running apply's journal) until the task is running, and
 // returns the service tasks finished by then.
-func (e *clusterEnv) waitRunning(steps []planStep, task, service string, exited chan struct{}, stderr *bytes.Buffer) map[string]bool {
+func (e *clusterEnv) waitRunning(steps []planStep, task, service string, exited chan struct{}, stderr fmt.Stringer) map[string]bool {
 	e.t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {

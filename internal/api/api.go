@@ -96,6 +96,8 @@ type Server struct {
 	mu  sync.Mutex
 	srv *http.Server
 	ln  net.Listener
+
+	clusters clusterBucket // /v1/clusters (clusters.go)
 }
 
 // New checks the configuration and builds the server. It refuses an
@@ -233,6 +235,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/v1/tasks/{id}/cancel", s.route("cancel", map[string]http.HandlerFunc{"POST": s.cancel}))
 	mux.Handle("/v1/calls", s.route("calls", map[string]http.HandlerFunc{"POST": s.submitCall}))
 	mux.Handle("/v1/plugins", s.route("plugins", map[string]http.HandlerFunc{"GET": s.plugins}))
+	s.clusterRoutes(mux)
 	mux.Handle("/healthz", s.route("healthz", map[string]http.HandlerFunc{"GET": s.health}))
 	metrics := promhttp.HandlerFor(s.cfg.Metrics.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
 	mux.Handle("/metrics", s.route("metrics", map[string]http.HandlerFunc{"GET": metrics.ServeHTTP}))
@@ -358,7 +361,12 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 // readBody reads a request body within MaxBody; on failure it has
 // answered and ok is false.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, what string) (body []byte, ok bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+	return readBodyLimit(w, r, what, s.cfg.MaxBody)
+}
+
+// readBodyLimit is readBody with its own size cap.
+func readBodyLimit(w http.ResponseWriter, r *http.Request, what string, limit int64) (body []byte, ok bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -36,31 +35,16 @@ type clusterOptions struct {
 }
 
 func (o *clusterOptions) addFlags(fs *pflag.FlagSet, run bool) {
-	fs.StringVar(&o.stateDir, "state-dir", "", "directory of the cluster state files (default $XDG_STATE_HOME/loomd/clusters, ~/.local/state/loomd/clusters)")
+	fs.StringVar(&o.stateDir, "state-dir", "", "keep the cluster state in files in this directory instead of the loomd's store (default with --local: $XDG_STATE_HOME/loomd/clusters, ~/.local/state/loomd/clusters)")
+	o.client.addFlags(fs)
 	if !run {
+		fs.BoolVar(&o.local, "local", false, "read the cluster state from --state-dir (where 'loomd apply --local' keeps it) instead of the loomd at --server")
 		return
 	}
-	fs.BoolVar(&o.local, "local", false, "run the tasks in this process (plugins from --plugins) instead of on the loomd at --server")
+	fs.BoolVar(&o.local, "local", false, "run the tasks in this process (plugins from --plugins) and keep the state in --state-dir, instead of on the loomd at --server and in its store")
 	fs.IntVar(&o.parallelism, "parallelism", 16, "most tasks running at once (never more than one per node)")
 	fs.BoolVar(&o.live, "live", true, "on a terminal, show a live view (stages, running tasks, failures) instead of log lines; --live=false or --log-format json keeps the log lines")
 	fs.DurationVar(&o.taskTimeout, "task-timeout", 0, "without --local, give up waiting for one task after this long (0: the daemon's own deadlines)")
-	o.client.addFlags(fs)
-}
-
-// store opens the cluster state store.
-func (a *App) clusterStore(o *clusterOptions) (*state.FileStore, error) {
-	dir := o.stateDir
-	if dir == "" {
-		switch {
-		case a.Getenv("XDG_STATE_HOME") != "":
-			dir = filepath.Join(a.Getenv("XDG_STATE_HOME"), "loomd", "clusters")
-		case a.Getenv("HOME") != "":
-			dir = filepath.Join(a.Getenv("HOME"), ".local", "state", "loomd", "clusters")
-		default:
-			return nil, usageErr(errors.New("no --state-dir, and neither XDG_STATE_HOME nor HOME is set"))
-		}
-	}
-	return &state.FileStore{Dir: dir}, nil
 }
 
 // getCluster returns the cluster's state, or nil when there is none.
@@ -125,7 +109,7 @@ func (a *App) runApply(ctx context.Context, o *applyOptions) error {
 	if err != nil {
 		return usageErr(err)
 	}
-	st, err := a.clusterStore(&o.cluster)
+	st, err := a.clusterStore(ctx, &o.cluster)
 	if err != nil {
 		return err
 	}
@@ -150,7 +134,7 @@ func (a *App) runApply(ctx context.Context, o *applyOptions) error {
 }
 
 // runSteps runs the jobs in order, stopping at the first that fails.
-func (a *App) runSteps(ctx context.Context, g *globalOptions, o *clusterOptions, st state.Store, cl *state.Cluster, steps []apply.Step, rollback bool) error {
+func (a *App) runSteps(ctx context.Context, g *globalOptions, o *clusterOptions, st clusterStore, cl *state.Cluster, steps []apply.Step, rollback bool) error {
 	logger, err := a.newLogger(g.log)
 	if err != nil {
 		return err
@@ -172,10 +156,7 @@ func (a *App) runSteps(ctx context.Context, g *globalOptions, o *clusterOptions,
 			return usageErr(fmt.Errorf("planning %s of cluster %s: %w", step.Action, cl.Name, err))
 		}
 		logger.Info("applying", "cluster", cl.Name, "job", job.ID, "why", step.Reason, "plan", p.Summary())
-		opts := apply.Options{Runner: runner, Parallelism: o.parallelism, Logger: logger, Save: st.Put}
-		if j, ok := st.(state.Journal); ok {
-			opts.Journal = j.Append
-		}
+		opts := apply.Options{Runner: runner, Parallelism: o.parallelism, Logger: logger, Save: st.Put, Journal: st.Append}
 		if live {
 			// On a terminal the live view is the progress; the log
 			// lines would scroll it away (warnings and errors stay

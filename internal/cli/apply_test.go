@@ -127,7 +127,7 @@ func TestRedactCluster(t *testing.T) {
 		"n": {ID: "n", Results: map[string]any{"providerid": "m1", "ssh-auth": map[string]any{"user": "root", "password": "hunter2"},
 			"api_token": "t0k", "ssh_host_keys": map[string]any{"ed25519": "AAAA"}}}},
 		Jobs: []*state.Job{{ID: "c-001", Spec: "ssh_password: hunter2"}}}
-	data, _ := json.Marshal(redactCluster(cl))
+	data, _ := json.Marshal(cl.Redacted())
 	out := string(data)
 	if strings.Contains(out, "hunter2") || strings.Contains(out, "t0k") || !strings.Contains(out, "AAAA") || !strings.Contains(out, "m1") {
 		t.Errorf("redacted: %s", out)

@@ -2,10 +2,9 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -67,7 +66,7 @@ func (a *App) runDestroy(ctx context.Context, o *destroyOptions) error {
 	if err != nil {
 		return err
 	}
-	st, err := a.clusterStore(&o.cluster)
+	st, err := a.clusterStore(ctx, &o.cluster)
 	if err != nil {
 		return err
 	}
@@ -78,7 +77,7 @@ func (a *App) runDestroy(ctx context.Context, o *destroyOptions) error {
 	defer unlock()
 	cl, err := st.Get(name)
 	if err != nil {
-		return usageErr(fmt.Errorf("%w: 'loomd cluster list' shows the clusters this state dir knows", err))
+		return clusterGetErr(st, err)
 	}
 	if len(cl.Nodes) == 0 {
 		fmt.Fprintf(a.Out, "Cluster %s has no nodes: nothing to destroy.\n", name)
@@ -108,7 +107,7 @@ func (a *App) newClusterCmd(g *globalOptions) *cobra.Command {
 		Short: "List the clusters with their status and node count",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := a.clusterStore(o)
+			st, err := a.clusterStore(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
@@ -137,11 +136,11 @@ func (a *App) newClusterCmd(g *globalOptions) *cobra.Command {
 		Short: "Print a cluster's state as JSON: nodes with their properties and results, jobs (secrets redacted)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := a.loadCluster(o, args[0])
+			cl, err := a.loadCluster(cmd.Context(), o, args[0])
 			if err != nil {
 				return err
 			}
-			return a.printJSON(redactCluster(cl))
+			return a.printJSON(cl.Redacted())
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
@@ -149,7 +148,7 @@ func (a *App) newClusterCmd(g *globalOptions) *cobra.Command {
 		Short: "List a cluster's jobs, one line each, oldest first",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := a.loadCluster(o, args[0])
+			cl, err := a.loadCluster(cmd.Context(), o, args[0])
 			if err != nil {
 				return err
 			}
@@ -175,47 +174,23 @@ func (a *App) newClusterCmd(g *globalOptions) *cobra.Command {
 }
 
 // loadCluster reads a cluster's state; an unknown name is a usage error.
-func (a *App) loadCluster(o *clusterOptions, name string) (*state.Cluster, error) {
-	st, err := a.clusterStore(o)
+func (a *App) loadCluster(ctx context.Context, o *clusterOptions, name string) (*state.Cluster, error) {
+	st, err := a.clusterStore(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	cl, err := st.Get(name)
 	if err != nil {
-		return nil, usageErr(fmt.Errorf("%w: 'loomd cluster list' shows the clusters this state dir knows", err))
+		return nil, clusterGetErr(st, err)
 	}
 	return cl, nil
 }
 
-// redactCluster is a copy of the cluster for printing: without the spec
-// text (it may hold provider secrets; the file is the operator's) and with
-// secret-looking result keys replaced.
-func redactCluster(cl *state.Cluster) *state.Cluster {
-	data, _ := json.Marshal(cl)
-	var c state.Cluster
-	_ = json.Unmarshal(data, &c)
-	c.Spec = ""
-	for _, j := range c.Jobs {
-		j.Spec = ""
+// clusterGetErr says where an unknown cluster was looked for (a usage
+// error); other errors pass.
+func clusterGetErr(st clusterStore, err error) error {
+	if errors.Is(err, state.ErrNotFound) || errors.Is(err, state.ErrBadName) {
+		return usageErr(fmt.Errorf("%w: 'loomd cluster list' shows the clusters %s knows", err, st.Where()))
 	}
-	for _, n := range c.Nodes {
-		n.Results = redactMap(n.Results)
-	}
-	return &c
-}
-
-func redactMap(m map[string]any) map[string]any {
-	for k, v := range m {
-		lk := strings.ToLower(k)
-		if sub, ok := v.(map[string]any); ok {
-			m[k] = redactMap(sub)
-			continue
-		}
-		// Host keys are public; private keys, passwords and tokens are not.
-		if strings.Contains(lk, "password") || strings.Contains(lk, "secret") || strings.Contains(lk, "token") ||
-			lk == "key" || strings.HasSuffix(lk, "_key") || strings.HasSuffix(lk, "-key") {
-			m[k] = "[redacted]"
-		}
-	}
-	return m
+	return err
 }

@@ -67,7 +67,7 @@ A spec error is reported as file:line with exit status 2.`,
 	return cmd
 }
 
-func (a *App) runPlan(_ context.Context, o *planOptions) error {
+func (a *App) runPlan(ctx context.Context, o *planOptions) error {
 	if o.json && o.dot {
 		return usageErr(errors.New("--json and --dot exclude each other"))
 	}
@@ -75,7 +75,7 @@ func (a *App) runPlan(_ context.Context, o *planOptions) error {
 	if err != nil {
 		return usageErr(err)
 	}
-	st, err := a.clusterStore(&o.cluster)
+	st, err := a.clusterStore(ctx, &o.cluster)
 	if err != nil {
 		return err
 	}

@@ -54,6 +54,7 @@ func (o *clientOptions) client() (*apiClient, error) {
 type apiError struct {
 	code int
 	msg  string
+	body []byte // the answer as sent (a 409 of /v1/clusters/{name}/lock names the holder)
 }
 
 func (e *apiError) Error() string { return fmt.Sprintf("loomd answered %d: %s", e.code, e.msg) }
@@ -88,7 +89,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, body []byte, ou
 		if json.Unmarshal(data, &e) != nil || e.Error == "" {
 			e.Error = strings.TrimSpace(string(data))
 		}
-		return &apiError{code: resp.StatusCode, msg: e.Error}
+		return &apiError{code: resp.StatusCode, msg: e.Error, body: data}
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {

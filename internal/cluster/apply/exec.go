@@ -162,8 +162,10 @@ func (e *executor) run(ctx context.Context) error {
 		case rec != nil:
 			rec.Status = state.TaskPending // failed or cut short: run again
 		default:
-			e.job.Tasks[i] = &state.Task{Status: state.TaskPending}
+			rec = &state.Task{Status: state.TaskPending}
+			e.job.Tasks[i] = rec
 		}
+		rec.Name, rec.Node, rec.Service, rec.Stage = t.Name, t.Node, t.Service, t.Stage
 		e.tasks[i] = ts
 	}
 	for g, mem := range e.plan.Groups {

@@ -25,7 +25,7 @@ var validName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)
 
 func (s *FileStore) path(name string) (string, error) {
 	if !validName.MatchString(name) {
-		return "", fmt.Errorf("cluster name %q is not a lower-case DNS label", name)
+		return "", fmt.Errorf("cluster name %q: %w", name, ErrBadName)
 	}
 	return filepath.Join(s.Dir, name+".json"), nil
 }

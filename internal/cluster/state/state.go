@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -124,7 +125,14 @@ const (
 // the daemon how a run it lost track of ended.
 type Task struct {
 	Status string `json:"status"` // pending, running, done, failed, skipped
-	Runs   []Run  `json:"runs,omitempty"`
+	// Name, Node, Service and Stage are the plan task's (INSTALL of
+	// service db on node shop-db-1, stage 4), so the job's progress can be
+	// shown without the plan.
+	Name    string `json:"taskName,omitempty"`
+	Node    string `json:"node,omitempty"`
+	Service string `json:"service,omitempty"`
+	Stage   int    `json:"stage,omitempty"`
+	Runs    []Run  `json:"runs,omitempty"`
 }
 
 // Task statuses.
@@ -183,6 +191,43 @@ type Store interface {
 
 // ErrNotFound is returned for a cluster the store does not hold.
 var ErrNotFound = errors.New("no such cluster")
+
+// ErrBadName is returned for a cluster name that is not a lower-case DNS
+// label of at most 32 characters.
+var ErrBadName = errors.New("not a lower-case DNS label of at most 32 characters (a-z, 0-9, -)")
+
+// Redacted is a copy of the cluster for showing: without the spec text
+// (it may hold provider secrets; the file is the operator's) and with
+// secret-looking result keys replaced.
+func (c *Cluster) Redacted() *Cluster {
+	data, _ := json.Marshal(c)
+	var out Cluster
+	_ = json.Unmarshal(data, &out)
+	out.Spec = ""
+	for _, j := range out.Jobs {
+		j.Spec = ""
+	}
+	for _, n := range out.Nodes {
+		n.Results = redactMap(n.Results)
+	}
+	return &out
+}
+
+func redactMap(m map[string]any) map[string]any {
+	for k, v := range m {
+		lk := strings.ToLower(k)
+		if sub, ok := v.(map[string]any); ok {
+			m[k] = redactMap(sub)
+			continue
+		}
+		// Host keys are public; private keys, passwords and tokens are not.
+		if strings.Contains(lk, "password") || strings.Contains(lk, "secret") || strings.Contains(lk, "token") ||
+			lk == "key" || strings.HasSuffix(lk, "_key") || strings.HasSuffix(lk, "-key") {
+			m[k] = "[redacted]"
+		}
+	}
+	return m
+}
 
 // Marshal encodes a cluster.
 func Marshal(c *Cluster) ([]byte, error) { return json.Marshal(c) }

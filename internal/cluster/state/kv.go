@@ -1,0 +1,562 @@
+package state
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Bucket is the JetStream key-value bucket that holds cluster state, beside
+// the task queue's buckets.
+const Bucket = "LOOM_CLUSTERS"
+
+// KVStore keeps clusters in a JetStream key-value bucket, one key per
+// record, so no value grows with the cluster's size (NATS caps a message
+// at 1 MiB by default) and a round of changes writes only what changed:
+//
+//	<name>.c                  the cluster (status, spec, counters, job ids)
+//	<name>.n.<node id>        a node
+//	<name>.j.<job id>         a job, without its tasks
+//	<name>.t.<job id>.<index> a task of a job (plan index)
+//	<name>.lock               who is applying the cluster, until when
+//
+// Cluster names, node ids and job ids are lower-case DNS labels, valid in
+// keys. Writes within a round go out together and are all acknowledged
+// before the round is done; nodes are written before tasks, so a crash in
+// between leaves a finished task "running" (asked for again by its id,
+// its result merged again) rather than "done" with its result lost.
+type KVStore struct {
+	kv jetstream.KeyValue
+	js jetstream.JetStream
+	// Timeout bounds each call (default 30 s).
+	Timeout time.Duration
+	// Now is the clock of lock leases (tests).
+	Now func() time.Time
+}
+
+// OpenKV creates (or opens) the cluster bucket on js.
+func OpenKV(ctx context.Context, js jetstream.JetStream, replicas int) (*KVStore, error) {
+	if replicas < 1 {
+		replicas = 1
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      Bucket,
+		Description: "loomd cluster state: clusters, nodes, jobs and their tasks (loomd apply)",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating kv bucket %s: %w", Bucket, err)
+	}
+	return &KVStore{kv: kv, js: js}, nil
+}
+
+// meta is what <name>.c holds: the cluster without its nodes and jobs.
+type meta struct {
+	Cluster
+	JobIDs []string `json:"jobIds"`
+}
+
+func (s *KVStore) ctx() (context.Context, context.CancelFunc) {
+	d := s.Timeout
+	if d <= 0 {
+		d = 30 * time.Second
+	}
+	return context.WithTimeout(context.Background(), d)
+}
+
+func checkName(name string) error {
+	if !validName.MatchString(name) {
+		return fmt.Errorf("cluster name %q: %w", name, ErrBadName)
+	}
+	return nil
+}
+
+// read returns every key of the cluster with its value (lock excluded).
+func (s *KVStore) read(ctx context.Context, name string) (map[string][]byte, error) {
+	w, err := s.kv.Watch(ctx, name+".>", jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: reading its state from bucket %s: %w", name, Bucket, err)
+	}
+	defer w.Stop()
+	out := map[string][]byte{}
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("cluster %s: reading its state from bucket %s: the watch ended early", name, Bucket)
+			}
+			if e == nil {
+				return out, nil
+			}
+			if e.Key() != name+".lock" {
+				out[e.Key()] = e.Value()
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("cluster %s: reading its state from bucket %s: %w", name, Bucket, ctx.Err())
+		}
+	}
+}
+
+// Get implements Store.
+func (s *KVStore) Get(name string) (*Cluster, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	vals, err := s.read(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	raw, ok := vals[name+".c"]
+	if !ok {
+		return nil, fmt.Errorf("cluster %s: %w (in bucket %s)", name, ErrNotFound, Bucket)
+	}
+	var m meta
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("cluster %s: decoding its state (key %s.c): %w", name, name, err)
+	}
+	c := m.Cluster
+	c.Nodes = map[string]*Node{}
+	jobs := map[string]*Job{}
+	for key, v := range vals {
+		kind, rest, _ := strings.Cut(strings.TrimPrefix(key, name+"."), ".")
+		var err error
+		switch kind {
+		case "n":
+			var n Node
+			if err = json.Unmarshal(v, &n); err == nil {
+				c.Nodes[n.ID] = &n
+			}
+		case "j":
+			var j Job
+			if err = json.Unmarshal(v, &j); err == nil {
+				if prev := jobs[j.ID]; prev != nil {
+					j.Tasks = prev.Tasks
+				}
+				jobs[j.ID] = &j
+			}
+		case "t":
+			jid, idx, _ := strings.Cut(rest, ".")
+			var t Task
+			i, aerr := strconv.Atoi(idx)
+			if err = errors.Join(aerr, json.Unmarshal(v, &t)); err == nil {
+				j := jobs[jid]
+				if j == nil {
+					j = &Job{ID: jid}
+					jobs[jid] = j
+				}
+				if j.Tasks == nil {
+					j.Tasks = map[int]*Task{}
+				}
+				j.Tasks[i] = &t
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cluster %s: decoding key %s: %w", name, key, err)
+		}
+	}
+	for _, id := range m.JobIDs {
+		if j := jobs[id]; j != nil && j.Action != "" {
+			if j.Tasks == nil {
+				j.Tasks = map[int]*Task{}
+			}
+			c.Jobs = append(c.Jobs, j)
+		}
+	}
+	return &c, nil
+}
+
+// encode is every key of the cluster with its value.
+func encode(c *Cluster) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	put := func(key string, v any) error {
+		data, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("cluster %s: encoding %s: %w", c.Name, key, err)
+		}
+		out[key] = data
+		return nil
+	}
+	m := meta{Cluster: *c}
+	m.Nodes, m.Jobs = nil, nil
+	for _, j := range c.Jobs {
+		m.JobIDs = append(m.JobIDs, j.ID)
+	}
+	if err := put(c.Name+".c", m); err != nil {
+		return nil, err
+	}
+	for id, n := range c.Nodes {
+		if err := put(c.Name+".n."+id, n); err != nil {
+			return nil, err
+		}
+	}
+	for _, j := range c.Jobs {
+		h := *j
+		h.Tasks = nil
+		if err := put(c.Name+".j."+j.ID, h); err != nil {
+			return nil, err
+		}
+		for i, t := range j.Tasks {
+			if err := put(taskKey(c.Name, j.ID, i), t); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+func taskKey(name, job string, i int) string { return name + ".t." + job + "." + strconv.Itoa(i) }
+
+// Put implements Store: it writes the keys whose value changed and
+// deletes those the cluster no longer has (removed nodes).
+func (s *KVStore) Put(c *Cluster) error {
+	if err := checkName(c.Name); err != nil {
+		return err
+	}
+	want, err := encode(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	have, err := s.read(ctx, c.Name)
+	if err != nil {
+		return err
+	}
+	var puts, dels []string
+	for k, v := range want {
+		if old, ok := have[k]; !ok || hash(old) != hash(v) {
+			puts = append(puts, k)
+		}
+	}
+	for k := range have {
+		if _, ok := want[k]; !ok {
+			dels = append(dels, k)
+		}
+	}
+	// The cluster record last: a reader that sees it sees the rest.
+	sort.Slice(puts, func(i, j int) bool { return puts[j] == c.Name+".c" || (puts[i] != c.Name+".c" && puts[i] < puts[j]) })
+	if err := s.write(ctx, c.Name, puts, want, dels); err != nil {
+		return fmt.Errorf("cluster %s: saving its state: %w", c.Name, err)
+	}
+	return nil
+}
+
+func hash(b []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(b)
+	return h.Sum64()
+}
+
+// write publishes puts (values from vals) and delete markers for dels at
+// once, and waits for every acknowledgement.
+func (s *KVStore) write(ctx context.Context, name string, puts []string, vals map[string][]byte, dels []string) error {
+	var futs []jetstream.PubAckFuture
+	var keys []string
+	pub := func(key string, msg *nats.Msg) error {
+		f, err := s.js.PublishMsgAsync(msg)
+		if err != nil {
+			return fmt.Errorf("writing key %s: %w", key, err)
+		}
+		futs = append(futs, f)
+		keys = append(keys, key)
+		return nil
+	}
+	var err error
+	for _, k := range puts {
+		if err = pub(k, &nats.Msg{Subject: "$KV." + Bucket + "." + k, Data: vals[k]}); err != nil {
+			break
+		}
+	}
+	for _, k := range dels {
+		if err != nil {
+			break
+		}
+		m := nats.NewMsg("$KV." + Bucket + "." + k)
+		m.Header.Set("KV-Operation", "PURGE")
+		m.Header.Set("Nats-Rollup", "sub")
+		err = pub(k, m)
+	}
+	// Wait for what went out even after an error, so nothing is left
+	// in flight behind the caller's back.
+	for i, f := range futs {
+		select {
+		case <-f.Ok():
+		case e := <-f.Err():
+			err = errors.Join(err, fmt.Errorf("writing key %s: %w", keys[i], e))
+		case <-ctx.Done():
+			return errors.Join(err, fmt.Errorf("writing key %s of bucket %s: %w", keys[i], Bucket, ctx.Err()))
+		}
+	}
+	return err
+}
+
+// Append implements Journal: each change is written to the key it
+// changes (nodes first, then tasks, then job and cluster records).
+func (s *KVStore) Append(c *Cluster, changes []Change) error {
+	return s.AppendChanges(c.Name, changes)
+}
+
+// AppendChanges writes changes to cluster name's keys; it is Append for a
+// caller that does not hold the whole cluster (the API).
+func (s *KVStore) AppendChanges(name string, changes []Change) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	vals := map[string][]byte{}
+	var nodes, dels, tasks []string
+	jobStatus := map[string]Change{}
+	status := ""
+	for _, ch := range changes {
+		if ch.Node != nil {
+			data, err := json.Marshal(ch.Node)
+			if err != nil {
+				return fmt.Errorf("cluster %s: encoding node %s: %w", name, ch.Node.ID, err)
+			}
+			k := name + ".n." + ch.Node.ID
+			vals[k] = data
+			nodes = append(nodes, k)
+		}
+		if ch.DeleteNode != "" {
+			dels = append(dels, name+".n."+ch.DeleteNode)
+		}
+		if ch.Status != "" {
+			status = ch.Status
+		}
+		if ch.Job == "" {
+			continue
+		}
+		if ch.Task != nil && ch.Rec != nil {
+			data, err := json.Marshal(ch.Rec)
+			if err != nil {
+				return fmt.Errorf("cluster %s: encoding task %d of job %s: %w", name, *ch.Task, ch.Job, err)
+			}
+			k := taskKey(name, ch.Job, *ch.Task)
+			vals[k] = data
+			tasks = append(tasks, k)
+		}
+		if ch.JobStatus != "" {
+			jobStatus[ch.Job] = ch
+		}
+	}
+	if err := s.write(ctx, name, nodes, vals, dels); err != nil {
+		return fmt.Errorf("cluster %s: saving its state: %w", name, err)
+	}
+	if err := s.write(ctx, name, tasks, vals, nil); err != nil {
+		return fmt.Errorf("cluster %s: saving its state: %w", name, err)
+	}
+	for id, ch := range jobStatus {
+		err := s.update(ctx, name+".j."+id, func(v []byte) ([]byte, error) {
+			var j Job
+			if err := json.Unmarshal(v, &j); err != nil {
+				return nil, err
+			}
+			if j.Status == ch.JobStatus && j.Message == ch.Message {
+				return nil, nil
+			}
+			j.Status, j.Message = ch.JobStatus, ch.Message
+			return json.Marshal(j)
+		})
+		if err != nil {
+			return fmt.Errorf("cluster %s: saving job %s: %w", name, id, err)
+		}
+	}
+	if status != "" {
+		err := s.update(ctx, name+".c", func(v []byte) ([]byte, error) {
+			var m meta
+			if err := json.Unmarshal(v, &m); err != nil {
+				return nil, err
+			}
+			m.Status = status
+			return json.Marshal(m)
+		})
+		if err != nil {
+			return fmt.Errorf("cluster %s: saving its status: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// update rewrites a key's value through f (nil: unchanged), checking its
+// revision so a concurrent writer is noticed rather than overwritten.
+func (s *KVStore) update(ctx context.Context, key string, f func([]byte) ([]byte, error)) error {
+	e, err := s.kv.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("reading key %s: %w", key, err)
+	}
+	v, err := f(e.Value())
+	if err != nil || v == nil || bytes.Equal(v, e.Value()) {
+		return err
+	}
+	if _, err := s.kv.Update(ctx, key, v, e.Revision()); err != nil {
+		return fmt.Errorf("writing key %s: %w", key, err)
+	}
+	return nil
+}
+
+// List implements Store.
+func (s *KVStore) List() ([]string, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	w, err := s.kv.Watch(ctx, "*.c", jetstream.IgnoreDeletes(), jetstream.MetaOnly())
+	if err != nil {
+		return nil, fmt.Errorf("listing clusters in bucket %s: %w", Bucket, err)
+	}
+	defer w.Stop()
+	var out []string
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok || e == nil {
+				sort.Strings(out)
+				return out, nil
+			}
+			out = append(out, strings.TrimSuffix(e.Key(), ".c"))
+		case <-ctx.Done():
+			return nil, fmt.Errorf("listing clusters in bucket %s: %w", Bucket, ctx.Err())
+		}
+	}
+}
+
+// Delete implements Store.
+func (s *KVStore) Delete(name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	have, err := s.read(ctx, name)
+	if err != nil {
+		return err
+	}
+	dels := make([]string, 0, len(have))
+	for k := range have {
+		dels = append(dels, k)
+	}
+	if err := s.write(ctx, name, nil, nil, dels); err != nil {
+		return fmt.Errorf("cluster %s: removing its state: %w", name, err)
+	}
+	return nil
+}
+
+// Holder is who holds a cluster's apply lock.
+type Holder struct {
+	// Owner identifies the holder (unique per loomd apply run).
+	Owner string `json:"owner"`
+	// Host and PID say where it runs, for the operator and for a
+	// process on the same host to see the holder died.
+	Host string `json:"host,omitempty"`
+	PID  int    `json:"pid,omitempty"`
+	// Expires is when the lease ends unless renewed.
+	Expires time.Time `json:"expires"`
+}
+
+// LockedError is returned when another holder has the lock.
+type LockedError struct {
+	Cluster string
+	Holder  Holder
+}
+
+func (e *LockedError) Error() string {
+	return fmt.Sprintf("cluster %s is being applied by another loomd process (%s pid %d, lease until %s); wait for it to finish",
+		e.Cluster, e.Holder.Host, e.Holder.PID, e.Holder.Expires.UTC().Format(time.RFC3339))
+}
+
+// Lock takes or renews the cluster's apply lock for h.Owner for ttl. It
+// takes over a lease that expired, or one held by takeover (an owner the
+// caller knows is dead). It returns the lease as stored, or a
+// *LockedError naming the holder.
+func (s *KVStore) Lock(name string, h Holder, ttl time.Duration, takeover string) (Holder, error) {
+	if err := checkName(name); err != nil {
+		return Holder{}, err
+	}
+	if h.Owner == "" {
+		return Holder{}, errors.New("lock: no owner")
+	}
+	now := time.Now
+	if s.Now != nil {
+		now = s.Now
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	key := name + ".lock"
+	h.Expires = now().Add(ttl)
+	data, err := json.Marshal(h)
+	if err != nil {
+		return Holder{}, err
+	}
+	for range 3 {
+		_, err := s.kv.Create(ctx, key, data)
+		if err == nil {
+			return h, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return Holder{}, fmt.Errorf("cluster %s: taking its lock: %w", name, err)
+		}
+		e, err := s.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return Holder{}, fmt.Errorf("cluster %s: reading its lock: %w", name, err)
+		}
+		var cur Holder
+		if json.Unmarshal(e.Value(), &cur) != nil {
+			cur = Holder{}
+		}
+		if cur.Owner != h.Owner && now().Before(cur.Expires) && (takeover == "" || takeover != cur.Owner) {
+			return cur, &LockedError{Cluster: name, Holder: cur}
+		}
+		if _, err := s.kv.Update(ctx, key, data, e.Revision()); err == nil {
+			return h, nil
+		} else if !errors.Is(err, jetstream.ErrKeyExists) && !isRevMismatch(err) {
+			return Holder{}, fmt.Errorf("cluster %s: taking its lock: %w", name, err)
+		}
+	}
+	return Holder{}, fmt.Errorf("cluster %s: taking its lock: another process keeps taking it; try again", name)
+}
+
+func isRevMismatch(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// Unlock releases the lock if owner holds it.
+func (s *KVStore) Unlock(name, owner string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	key := name + ".lock"
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cluster %s: reading its lock: %w", name, err)
+	}
+	var cur Holder
+	if json.Unmarshal(e.Value(), &cur) == nil && cur.Owner != owner {
+		return nil
+	}
+	if err := s.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil && !isRevMismatch(err) {
+		return fmt.Errorf("cluster %s: releasing its lock: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,133 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/loomrt/loom/internal/queue"
+)
+
+// openKV opens the cluster bucket beside a real embedded queue.
+func openKV(t *testing.T) *KVStore {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	q, err := queue.Open(ctx, queue.Config{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	s, err := OpenKV(ctx, q.JetStream(), q.Replicas())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestKVStore: a cluster round-trips through the bucket key by key; changes
+// land on their keys; a Put drops the keys of removed nodes; List and
+// Delete.
+func TestKVStore(t *testing.T) {
+	s := openKV(t)
+	if _, err := s.Get("shop"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("get of an unknown cluster: %v", err)
+	}
+	c := &Cluster{Name: "shop", Status: Pending, Spec: "name: shop\n", NextJob: 2, NextNum: 1002,
+		Nodes: map[string]*Node{
+			"shop-a-1": {ID: "shop-a-1", Num: 1000, State: NodeNew, Services: []string{"db"}},
+			"shop-a-2": {ID: "shop-a-2", Num: 1001, State: NodeNew},
+		},
+		Jobs: []*Job{{ID: "shop-001", Action: "create", Status: JobRunning, Tasks: map[int]*Task{
+			0: {Status: TaskPending, Name: "CREATE", Node: "shop-a-1"}, 1: {Status: TaskPending, Name: "CREATE", Node: "shop-a-2"}}}}}
+	if err := s.Put(c); err != nil {
+		t.Fatal(err)
+	}
+	zero := 0
+	err := s.Append(c, []Change{
+		{Node: &Node{ID: "shop-a-1", Num: 1000, State: NodeCreated, Results: map[string]any{"providerid": "p1"}}},
+		{Job: "shop-001", Task: &zero, Rec: &Task{Status: TaskDone, Name: "CREATE", Node: "shop-a-1", Runs: []Run{{ID: "shop-001-0001-1", Status: TaskDone}}}},
+		{Job: "shop-001", JobStatus: JobFailed, Message: "CREATE on shop-a-2 failed: quota"},
+		{Status: Incomplete},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get("shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := got.LastJob()
+	if got.Status != Incomplete || got.Spec != c.Spec || got.NextNum != 1002 || len(got.Nodes) != 2 ||
+		got.Nodes["shop-a-1"].ProviderID() != "p1" || j == nil || j.Status != JobFailed || j.Tasks[0].Status != TaskDone ||
+		j.Tasks[0].Runs[0].ID != "shop-001-0001-1" || j.Tasks[1].Status != TaskPending || j.Action != "create" {
+		t.Fatalf("read back: %+v job %+v", got, j)
+	}
+	// A second job, and a node removed: Put writes the one, drops the other.
+	delete(got.Nodes, "shop-a-2")
+	got.Jobs = append(got.Jobs, &Job{ID: "shop-002", Action: "destroy", Status: JobRunning, Tasks: map[int]*Task{0: {Status: TaskRunning}}})
+	if err := s.Put(got); err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.Get("shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again.Nodes) != 1 || len(again.Jobs) != 2 || again.Jobs[0].ID != "shop-001" || again.LastJob().Tasks[0].Status != TaskRunning {
+		t.Fatalf("after the second put: nodes %v jobs %+v", again.Nodes, again.Jobs)
+	}
+	if err := s.Put(&Cluster{Name: "blog", Status: Active}); err != nil {
+		t.Fatal(err)
+	}
+	names, err := s.List()
+	if err != nil || len(names) != 2 || names[0] != "blog" || names[1] != "shop" {
+		t.Fatalf("list: %v %v", names, err)
+	}
+	if err := s.Delete("shop"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get("shop"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("get after delete: %v", err)
+	}
+}
+
+// TestKVLock: one holder at a time; renewal; takeover of a dead holder's
+// lease; an expired lease is free; unlock only by the holder.
+func TestKVLock(t *testing.T) {
+	s := openKV(t)
+	now := time.Unix(1_700_000_000, 0)
+	s.Now = func() time.Time { return now }
+	a := Holder{Owner: "a", Host: "h1", PID: 10}
+	b := Holder{Owner: "b", Host: "h2", PID: 20}
+	if _, err := s.Lock("shop", a, 15*time.Second, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Lock("shop", a, 15*time.Second, ""); err != nil {
+		t.Fatalf("renewal: %v", err)
+	}
+	var le *LockedError
+	if _, err := s.Lock("shop", b, 15*time.Second, ""); !errors.As(err, &le) || le.Holder.Owner != "a" || le.Holder.PID != 10 {
+		t.Fatalf("second holder: %v", err)
+	}
+	if _, err := s.Lock("shop", b, 15*time.Second, "a"); err != nil {
+		t.Fatalf("takeover: %v", err)
+	}
+	if err := s.Unlock("shop", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Lock("shop", a, 15*time.Second, ""); !errors.As(err, &le) || le.Holder.Owner != "b" {
+		t.Fatalf("unlock by a non-holder released the lock: %v", err)
+	}
+	now = now.Add(16 * time.Second)
+	if _, err := s.Lock("shop", a, 15*time.Second, ""); err != nil {
+		t.Fatalf("expired lease: %v", err)
+	}
+	if err := s.Unlock("shop", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Lock("shop", b, 15*time.Second, ""); err != nil {
+		t.Fatalf("after unlock: %v", err)
+	}
+}
