@@ -71,10 +71,7 @@ func newSessionVM(rt *Runtime, pt *pluginType) (*vm, error) {
 		v.ctx = context.Background()
 		v.logger = rt.logger
 		v.workDir = rt.workDirFor(pt, rt.opts.Tenant)
-		v.loaded = v.L.CreateTable(0, 8)
-		v.L.G.Global.RawSetString("require", v.L.NewFunction(v.require))
-		v.L.G.Global.RawSetString("log", v.openBinding("log"))
-		v.autoviv = newAutovivMeta(v.L)
+		v.openGlobals()
 		v.entry = v.L.CreateTable(0, 0)
 		v.instMeta = v.L.CreateTable(0, 1)
 		v.instMeta.RawSetString("__index", v.entry)
@@ -138,7 +135,14 @@ func (s *Session) refreshSelf() {
 // ("1+1", "self.task") returns its values; a statement returns none.
 // Errors carry the message and a traceback.
 func (s *Session) Eval(ctx context.Context, code string, logger *slog.Logger) ([]lua.LValue, error) {
-	proto, err := compileREPL(code)
+	return s.EvalAt(ctx, code, "repl", 1, logger)
+}
+
+// EvalAt is Eval for code read from source starting at line firstLine:
+// errors and tracebacks name "source:line" of the input ("stdin:12"),
+// for a script piped into the REPL.
+func (s *Session) EvalAt(ctx context.Context, code, source string, firstLine int, logger *slog.Logger) ([]lua.LValue, error) {
+	proto, err := compileREPL(code, source, firstLine)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +209,7 @@ func (e *EvalError) Error() string { return e.Message }
 // IsIncomplete reports whether code is a prefix of a valid chunk (an open
 // function, if, table or string), so the REPL should read another line.
 func IsIncomplete(code string) bool {
-	if _, err := compileREPL(code); err == nil {
+	if _, err := compileREPL(code, "repl", 1); err == nil {
 		return false
 	}
 	_, err := parse.Parse(bytes.NewReader([]byte(code)), "repl")
@@ -227,20 +231,31 @@ func isUnfinishedString(msg string) bool {
 // function f") declares a global instead: each line is its own chunk, so a
 // local would vanish before the next prompt, which is never what an author
 // debugging a plugin wants.
-func compileREPL(code string) (*lua.FunctionProto, error) {
+//
+// The chunk is named source and its lines are numbered from firstLine
+// (the code is compiled after firstLine-1 empty lines, so every line
+// number the compiler records, nested functions included, is the input's).
+func compileREPL(code, source string, firstLine int) (*lua.FunctionProto, error) {
 	if len(code) > 0 && code[0] == '=' {
 		code = code[1:]
 	}
+	pad := ""
+	if firstLine > 1 {
+		pad = strings.Repeat("\n", firstLine-1)
+	}
 	if g := globalizeLocal(code); g != code {
-		if proto, lerr := compileChunk([]byte(g), "repl"); lerr == nil {
+		if proto, lerr := compileChunk([]byte(pad+g), source); lerr == nil {
 			return proto, nil
 		}
 	}
-	if proto, lerr := compileChunk([]byte("return "+code), "repl"); lerr == nil {
+	if proto, lerr := compileChunk([]byte(pad+"return "+code), source); lerr == nil {
 		return proto, nil
 	}
-	proto, lerr := compileChunk([]byte(code), "repl")
+	proto, lerr := compileChunk([]byte(pad+code), source)
 	if lerr != nil {
+		if lerr.Line > 0 {
+			return nil, fmt.Errorf("%s:%d: %s", source, lerr.Line, lerr.Message)
+		}
 		return nil, fmt.Errorf("%s", lerr.Message)
 	}
 	return proto, nil

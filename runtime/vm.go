@@ -59,25 +59,7 @@ func newVM(rt *Runtime, pt *pluginType, tenant string) (*vm, error) {
 	v.logger = rt.logger.With("plugin", pt.name)
 	v.workDir = rt.workDirFor(pt, tenant)
 	L := v.L
-	g := L.G.Global
-	v.loaded = L.CreateTable(0, 8)
-	g.RawSetString("require", L.NewFunction(v.require))
-	logT := v.openBinding("log")
-	g.RawSetString("log", logT)
-	if t, ok := logT.(*lua.LTable); ok {
-		info := t.RawGetString("info")
-		g.RawSetString("print", L.NewFunction(func(L *lua.LState) int {
-			parts := make([]string, L.GetTop())
-			for i := range parts {
-				parts[i] = L.ToStringMeta(L.Get(i + 1)).String()
-			}
-			L.Push(info)
-			L.Push(lua.LString(strings.Join(parts, "\t")))
-			L.Call(1, 0)
-			return 0
-		}))
-	}
-	v.autoviv = newAutovivMeta(L)
+	v.openGlobals()
 
 	// Load-time code runs under a deadline too: a plugin that loops at its
 	// top level must not hang Load or a hot reload.
@@ -97,6 +79,32 @@ func newVM(rt *Runtime, pt *pluginType, tenant string) (*vm, error) {
 	v.instMeta = L.CreateTable(0, 1)
 	v.instMeta.RawSetString("__index", v.entry)
 	return v, nil
+}
+
+// openGlobals sets what every plugin VM has before plugin code runs:
+// require, log, print (a log.info line) and the result metatable.
+func (v *vm) openGlobals() {
+	L := v.L
+	g := L.G.Global
+	v.L.Options.FuncName = v.funcName
+	v.loaded = L.CreateTable(0, 8)
+	g.RawSetString("require", L.NewFunction(v.require))
+	logT := v.openBinding("log")
+	g.RawSetString("log", logT)
+	if t, ok := logT.(*lua.LTable); ok {
+		info := t.RawGetString("info")
+		g.RawSetString("print", L.NewFunction(func(L *lua.LState) int {
+			parts := make([]string, L.GetTop())
+			for i := range parts {
+				parts[i] = L.ToStringMeta(L.Get(i + 1)).String()
+			}
+			L.Push(info)
+			L.Push(lua.LString(strings.Join(parts, "\t")))
+			L.Call(1, 0)
+			return 0
+		}))
+	}
+	v.autoviv = newAutovivMeta(L)
 }
 
 // provision runs the plugin's code and finds its entry table.

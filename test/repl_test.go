@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -165,13 +166,61 @@ func TestREPLPipedErrorKeepsSession(t *testing.T) {
 	if !strings.Contains(p.stdout, "6\n") {
 		t.Errorf("the session did not survive the error (no 6 on stdout):\n%s", p)
 	}
-	for _, w := range []string{"error: repl:1: boom", "stack traceback:", "unexpected end of file"} {
+	for _, w := range []string{"error: stdin:2: boom", "stack traceback:", "stdin:4: unexpected end of file"} {
 		if !strings.Contains(p.stderr, w) {
 			t.Errorf("stderr lacks %q:\n%s", w, p)
 		}
 	}
 	if strings.Contains(p.stdout, "boom") {
 		t.Errorf("errors must go to stderr, not stdout:\n%s", p)
+	}
+}
+
+// Piped errors name the input line of the statement (stdin:N, counting
+// command, blank and continuation lines), tracebacks name the plugin's
+// methods, and self:fail blames the line that called it.
+func TestREPLPipedErrorLocations(t *testing.T) {
+	in := strings.Join([]string{
+		`:load skeleton`, // 1
+		`:task ` + examples("tasks", "confirm.json"),
+		``,
+		`function nested()`, // 4
+		`  local t = nil`,
+		`  return t.x`, // 6
+		`end`,
+		`nested()`, // 8
+		`:run`,     // 9: the example's own error, in its confirm method
+		`function SkeletonProvider:confirm(input)`, // 10
+		`  self:fail("refused " .. tostring(input.providerid))`,
+		`end`,
+		`:run`,
+		`error("last")`, // 14
+	}, "\n") + "\n"
+	p := runPiped(t, in)
+	if p.code != 1 {
+		t.Fatalf("want exit 1:\n%s", p)
+	}
+	for _, w := range []string{
+		"error: stdin:6: attempt to index a non-table object(nil) with key 'x'",
+		"stdin:6: in function 'nested'",
+		"skeleton-provider.lua:51: in function 'SkeletonProvider:confirm'",
+		// self:fail's message and traceback point at the prompt's line 11.
+		"failed with status 1: stdin:11: refused skel-",
+		"stdin:11: in function 'SkeletonProvider:confirm'",
+		"error: stdin:14: last",
+	} {
+		if !strings.Contains(p.stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, p)
+		}
+	}
+	for _, bad := range []string{"repl:1", "stdlib/loom.lua:45: refused"} {
+		if strings.Contains(p.stderr, bad) {
+			t.Errorf("stderr has %q:\n%s", bad, p)
+		}
+	}
+	// Only the last statement's own chunk is a main chunk.
+	if n := strings.Count(p.stderr, "in main chunk"); n != 1 {
+		t.Errorf("want one main chunk in the tracebacks (error(\"last\")), got %d:\n%s", n, p)
 	}
 }
 
@@ -456,6 +505,16 @@ func (tm *term) waitFor(want string, limit time.Duration, every func()) bool {
 	return false
 }
 
+// bareLF is a newline not preceded by a carriage return.
+var bareLF = regexp.MustCompile(`(^|[^\r])\n`)
+
+// all is everything the terminal showed.
+func (tm *term) all() string {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	return tm.buf.String()
+}
+
 func (tm *term) since() string {
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
@@ -490,7 +549,17 @@ func TestREPLTerminalPromptAndHistory(t *testing.T) {
 	tm.send("=2000+448\r")
 	tm.expect("2448")
 	tm.expect("loom> ")
+	tm.send("log.\t") // a completion list, written in raw mode too
+	tm.expect("log.warn")
+	tm.send("\x03\x03")
+	tm.expect("loom> ")
 	tm.exit()
+	// The line editor writes in raw mode, where a bare LF moves down
+	// without returning to column 0: the first line of output would start
+	// at the cursor's column. Every newline on the terminal is CRLF.
+	if out := tm.all(); bareLF.MatchString(out) {
+		t.Errorf("bare LF on the terminal at %q", out[max(0, bareLF.FindStringIndex(out)[0]-40):bareLF.FindStringIndex(out)[1]])
+	}
 
 	data, err := os.ReadFile(history)
 	if err != nil {
@@ -543,8 +612,8 @@ func TestREPLTerminalMultilineAndCompletion(t *testing.T) {
 	tm.send("\x03\x03")
 	tm.expect("^C")
 	tm.expect("hello> ")
-	// loom.<module>. documents a binding before it is required.
-	tm.send("loom.log.\t")
+	// The log global's functions (completion reads the live state).
+	tm.send("log.\t")
 	tm.expect("debug")
 	tm.send("\x03\x03")
 	tm.expect("^C")

@@ -34,9 +34,9 @@ var requireOpen = regexp.MustCompile(`require\s*\(?\s*["']([A-Za-z0-9_.]*)$`)
 // Complete returns the candidates that complete head, the text before the
 // cursor, and the word of head they extend (every candidate starts with
 // it). It completes :commands and their arguments, require("...") module
-// names, and dotted Lua names: globals, fields of tables and of their
-// __index tables, loom.* module functions. It walks tables raw and never
-// calls a metamethod or any Lua function.
+// names, and dotted Lua names as the live Lua state holds them: globals,
+// fields of tables and of their __index tables. It walks tables raw and
+// never calls a metamethod or any Lua function.
 func (r *REPL) Complete(head string) ([]string, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -119,12 +119,12 @@ func (r *REPL) completeName(token string) []string {
 	if strings.Contains(base, ":") {
 		return nil
 	}
+	// Only what the live state holds: offering loom.log.info while loom
+	// (or loom.log) is nil would complete code that fails. :help
+	// loom.log.info documents a binding before it is required.
 	var keys []string
 	if v, ok := resolve(L, parts); ok {
 		keys = tableKeys(L, v, sep == ':')
-	} else if len(parts) == 2 && parts[0] == "loom" {
-		// loom.ssh.<Tab> documents the binding even before it is required.
-		keys = r.specFuncs(parts[1])
 	}
 	prefix := token[:cut+1]
 	var out []string
@@ -132,22 +132,6 @@ func (r *REPL) completeName(token string) []string {
 		out = append(out, prefix+k)
 	}
 	return out
-}
-
-func (r *REPL) specFuncs(module string) []string {
-	for _, m := range r.opts.Modules {
-		if m.Name != module {
-			continue
-		}
-		var out []string
-		for _, f := range m.Funcs {
-			if !strings.Contains(f.Name, ":") {
-				out = append(out, f.Name)
-			}
-		}
-		return out
-	}
-	return nil
 }
 
 // resolve walks a dotted path from the globals, raw, following __index

@@ -171,6 +171,7 @@ func (r *REPL) Run(ctx context.Context) error {
 		r.banner()
 	}
 	var pending []string
+	lineNo, startLine := 0, 0 // input lines read; the pending statement's first
 	for {
 		prompt := r.prompt()
 		if len(pending) > 0 {
@@ -187,11 +188,13 @@ func (r *REPL) Run(ctx context.Context) error {
 			}
 			if len(pending) > 0 && !r.opts.Interactive {
 				// The input ended inside a statement: report its error.
-				r.evalAndPrint(ctx, strings.Join(pending, "\n"))
+				r.evalAndPrint(ctx, strings.Join(pending, "\n"), startLine)
 			}
 			return r.result()
 		}
+		lineNo++
 		if len(pending) == 0 {
+			startLine = lineNo
 			trimmed := strings.TrimSpace(line)
 			if trimmed == "" {
 				continue
@@ -214,7 +217,7 @@ func (r *REPL) Run(ctx context.Context) error {
 		}
 		saveStatement(src, pending)
 		pending = nil
-		r.evalAndPrint(ctx, code)
+		r.evalAndPrint(ctx, code, startLine)
 		if r.quitRequested() {
 			return ErrInterrupted
 		}
@@ -353,11 +356,18 @@ func (r *REPL) begin(parent context.Context) (context.Context, func()) {
 }
 
 // evalAndPrint runs one Lua statement or expression and prints its values.
-func (r *REPL) evalAndPrint(parent context.Context, code string) {
+// line is the statement's first input line: piped input names its errors
+// stdin:LINE, counting every line read; at a terminal each statement is
+// its own chunk, repl:1 onwards.
+func (r *REPL) evalAndPrint(parent context.Context, code string, line int) {
 	ctx, done := r.begin(parent)
 	defer done()
+	source := "stdin"
+	if r.opts.Interactive {
+		source, line = "repl", 1
+	}
 	r.mu.Lock()
-	vals, err := r.s.Eval(ctx, code, r.logger)
+	vals, err := r.s.EvalAt(ctx, code, source, line, r.logger)
 	var b strings.Builder
 	if err == nil {
 		for _, v := range vals {

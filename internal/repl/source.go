@@ -2,6 +2,7 @@ package repl
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -57,8 +58,8 @@ func newTermSource(o Options, c readline.AutoCompleter) (*termSource, error) {
 		HistorySearchFold:      true,
 		AutoComplete:           c,
 		Stdin:                  readline.NewCancelableStdin(o.In),
-		Stdout:                 o.Out,
-		Stderr:                 o.Err,
+		Stdout:                 &crlfWriter{w: o.Out},
+		Stderr:                 &crlfWriter{w: o.Err},
 		FuncIsTerminal:         func() bool { return true },
 		FuncMakeRaw: func() error {
 			if fd < 0 {
@@ -165,4 +166,44 @@ func (p *pipedSource) SaveHistory(string) {}
 func (p *pipedSource) Close() error {
 	p.once.Do(func() { close(p.stop) })
 	return nil
+}
+
+// crlfWriter writes readline's output with every bare "\n" as "\r\n".
+// readline writes while the terminal is raw (no output processing), so a
+// bare LF moves down without returning to column 0: the newline it echoes
+// for Enter left the first line of a statement's output starting at the
+// cursor's column, and completion lists indented under the cursor. The
+// REPL's own output is written after readline restores the terminal,
+// whose output processing turns "\n" into "\r\n" itself.
+type crlfWriter struct {
+	w      io.Writer
+	lastCR bool // the last byte written was '\r'
+}
+
+// Write implements io.Writer; it reports len(p) written when all of the
+// converted output was.
+func (c *crlfWriter) Write(p []byte) (int, error) {
+	if bytes.IndexByte(p, '\n') < 0 {
+		if _, err := c.w.Write(p); err != nil {
+			return 0, err
+		}
+		if len(p) > 0 {
+			c.lastCR = p[len(p)-1] == '\r'
+		}
+		return len(p), nil
+	}
+	out := make([]byte, 0, len(p)+8)
+	prevCR := c.lastCR
+	for _, b := range p {
+		if b == '\n' && !prevCR {
+			out = append(out, '\r')
+		}
+		out = append(out, b)
+		prevCR = b == '\r'
+	}
+	if _, err := c.w.Write(out); err != nil {
+		return 0, err
+	}
+	c.lastCR = prevCR
+	return len(p), nil
 }

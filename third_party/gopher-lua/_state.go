@@ -110,6 +110,11 @@ type Options struct {
 	// when a concatenation would pass it (nil: a plain RaiseError).
 	MaxConcatSize    int
 	ConcatLimitError func(L *LState, size, limit int)
+	// loom: FuncName names a Lua function for tracebacks when its call
+	// site does not ("" when it cannot): a function called from Go, such
+	// as a hook the host calls, which upstream calls "main chunk", or one
+	// that replaced its caller by a tail call.
+	FuncName func(L *LState, fn *LFunction) string
 }
 
 /* }}} */
@@ -646,7 +651,12 @@ func (ls *LState) raiseError(level int, format string, args ...interface{}) {
 		message = fmt.Sprintf(format, args...)
 	}
 	if level > 0 {
-		message = fmt.Sprintf("%v %v", ls.where(level-1, true), message)
+		// loom: no position when the level is past the outermost frame
+		// (error(msg, 2) in a function called from Go), as in Lua 5.1,
+		// instead of a message starting with a space.
+		if where := ls.where(level-1, true); where != "" {
+			message = fmt.Sprintf("%v %v", where, message)
+		}
 	}
 	if ls.reg.IsFull() {
 		// if the registry is full then it won't be possible to push a value, in this case, force a larger size
@@ -790,6 +800,11 @@ func (ls *LState) rawFrameFuncName(fr *callFrame) string {
 func (ls *LState) frameFuncName(fr *callFrame) (string, bool) {
 	frame := fr.Parent
 	if frame == nil {
+		// loom: only a chunk is a "main chunk"; a function called from Go
+		// (LineDefined > 0) gets a name.
+		if !fr.Fn.IsG && fr.Fn.Proto.LineDefined > 0 {
+			return ls.unnamedFuncName(fr.Fn), false
+		}
 		if ls.Parent == nil {
 			return "main chunk", true
 		} else {
@@ -802,16 +817,27 @@ func (ls *LState) frameFuncName(fr *callFrame) (string, bool) {
 			if call.Pc == pc {
 				name := call.Name
 				if (name == "?" || fr.TailCall > 0) && !fr.Fn.IsG {
-					name = fmt.Sprintf("<%v:%v>", fr.Fn.Proto.SourceName, fr.Fn.Proto.LineDefined)
+					name = ls.unnamedFuncName(fr.Fn)
 				}
 				return name, false
 			}
 		}
 	}
 	if !fr.Fn.IsG {
-		return fmt.Sprintf("<%v:%v>", fr.Fn.Proto.SourceName, fr.Fn.Proto.LineDefined), false
+		return ls.unnamedFuncName(fr.Fn), false
 	}
 	return "(anonymous)", false
+}
+
+// loom: unnamedFuncName names a Lua function its call site does not
+// name: Options.FuncName's answer, else <source:line defined>.
+func (ls *LState) unnamedFuncName(fn *LFunction) string {
+	if ls.Options.FuncName != nil {
+		if name := ls.Options.FuncName(ls, fn); name != "" {
+			return name
+		}
+	}
+	return fmt.Sprintf("<%v:%v>", fn.Proto.SourceName, fn.Proto.LineDefined)
 }
 
 func (ls *LState) isStarted() bool {

@@ -84,6 +84,13 @@ func baseDoFile(L *LState) int {
 func baseError(L *LState) int {
 	obj := L.CheckAny(1)
 	level := L.OptInt(2, 1)
+	// loom: level N names the function N frames above error itself, as
+	// in Lua 5.1 (frame 0 is error). raiseError counts from the frame
+	// below and skips Go frames, so levels 1 and 2 both named error's
+	// caller: a helper's error(msg, 2) blamed the helper, not its caller.
+	if level > 1 {
+		level++
+	}
 	L.Error(obj, level)
 	return 0
 }
