@@ -6,7 +6,8 @@ package test
 // in its folder layout, its shell automator's scripts and archive synced
 // by the server as resources, its rspec task fixture, and Coopr-format
 // tasks issued by a Coopr server (coopfake) to `loomd serve
-// --coopr-server`, against a real sshd: a new node's whole life, and a
+// --coopr-server` over TLS with Coopr's client certificate file, against
+// a real sshd: a new node's whole life, and a
 // node created by the Ruby provisioner (its ssh-auth naming Coopr's work
 // dir) continued by loomd.
 
@@ -99,7 +100,20 @@ func TestCooprMigration(t *testing.T) {
 		"id": "i-0123456789abcdef0", "address": srv.Host, "port": srv.Port, "user": srv.NoPasswdUser, "rsa": rsa}}})
 	writeFile(t, filepath.Join(root, "work", tenant, "providertypes", "aws", "cloud.json"), string(cloud))
 
-	coopr, err := coopfake.Start()
+	// The server verifies provisioners by client certificate; loomd gets
+	// Coopr's trust.cert.path file (certificate and key in one PEM) as it
+	// is, and the CA that signs the server's certificate.
+	ca, err := coopfake.NewCA("coopr-migration-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCert, clientKey, err := ca.Issue("loom-migrated", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(root, "tls", "ca.pem"), string(ca.PEM))
+	writeFile(t, filepath.Join(root, "tls", "provisioner.pem"), string(clientCert)+string(clientKey))
+	coopr, err := coopfake.StartRequiringClientCerts(ca)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +149,8 @@ func TestCooprMigration(t *testing.T) {
 
 	apiAddr := freeAddr(t)
 	d := startDaemon(t, root, "loomd.log", nil, "--coopr-server", coopr.URL(), "--coopr-listen", apiAddr,
-		"--coopr-poll", "50ms", "--tenant", "default")
+		"--coopr-poll", "50ms", "--tenant", "default",
+		"--coopr-ca", filepath.Join(root, "tls", "ca.pem"), "--coopr-cert", filepath.Join(root, "tls", "provisioner.pem"))
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	if _, err := coopfake.PutTenant(ctx, "http://"+apiAddr, tenant, 1, resources); err != nil {
@@ -144,9 +159,7 @@ func TestCooprMigration(t *testing.T) {
 	// The server learned every type from loomd's registration, with the
 	// definition's object as Coopr's --register sent it.
 	for _, key := range []string{"automatortypes/shell", "providertypes/aws", "providertypes/rackspace"} {
-		if _, ok := coopr.Plugin(key); !ok {
-			t.Errorf("the server has no plugin type %s", key)
-		}
+		d.waitFor("the server to know plugin type "+key, func() bool { _, ok := coopr.Plugin(key); return ok })
 	}
 
 	run := func(node *cooprNode, name string, extra map[string]any) coopfake.Finish {
@@ -240,6 +253,9 @@ func TestCooprMigration(t *testing.T) {
 		t.Errorf("site_config.sh on the Ruby-era node wrote %q", data)
 	}
 
+	if !strings.Contains(strings.Join(coopr.Log(), "\n"), "POST /v2/tasks/finish -> 200 client=loom-migrated") {
+		t.Errorf("finishes did not come over TLS with the client certificate:\n%s", strings.Join(coopr.Log(), "\n"))
+	}
 	if n := coopr.Refused(400) + coopr.Refused(417); n != 0 {
 		t.Errorf("the server refused %d of loomd's requests:\n%s", n, strings.Join(coopr.Log(), "\n"))
 	}

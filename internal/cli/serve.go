@@ -73,6 +73,7 @@ type cooprOptions struct {
 	capacity  int
 	heartbeat time.Duration
 	poll      time.Duration
+	tls       coopr.TLS
 }
 
 func (a *App) newServeCmd(g *globalOptions) *cobra.Command {
@@ -149,6 +150,9 @@ running, interrupts them and exits 1; the interrupted tasks run again later.`,
 	f.IntVar(&o.coopr.capacity, "coopr-capacity", 10, "worker slots this provisioner offers the Coopr server (capacityTotal); each runs one task at a time")
 	f.DurationVar(&o.coopr.heartbeat, "coopr-heartbeat", 10*time.Second, "heartbeat interval to the Coopr server (it drops a provisioner silent for 120 s)")
 	f.DurationVar(&o.coopr.poll, "coopr-poll", time.Second, "wait after an empty take before asking the Coopr server again; errors back off from it up to 10 s")
+	f.StringVar(&o.coopr.tls.CAFile, "coopr-ca", "", "PEM file of CAs that sign an https:// --coopr-server's certificate (default: the system's roots)")
+	f.StringVar(&o.coopr.tls.CertFile, "coopr-cert", "", "TLS client certificate (PEM) for a Coopr server that verifies clients (trust.cert.path; the file may hold the key too); reloaded when it changes")
+	f.StringVar(&o.coopr.tls.KeyFile, "coopr-key", "", "unencrypted private key (PEM) of --coopr-cert, when not in the same file")
 	return cmd
 }
 
@@ -579,9 +583,6 @@ func retainString(d time.Duration) string {
 	return d.String()
 }
 
-// startCoopr starts serving a Coopr server's tasks through the daemon's
-// runner: the provisioner API, registration, heartbeats and the tenants
-// of --coopr-tenants.
 // parse checks the --coopr-* flags before anything starts and returns
 // the tenants of --coopr-tenants (id -> workers).
 func (c *cooprOptions) parse() (map[string]int, error) {
@@ -589,10 +590,21 @@ func (c *cooprOptions) parse() (map[string]int, error) {
 		if len(c.tenants) > 0 {
 			return nil, fmt.Errorf("--coopr-tenants needs --coopr-server")
 		}
+		if c.tls != (coopr.TLS{}) {
+			return nil, fmt.Errorf("--coopr-ca, --coopr-cert and --coopr-key need --coopr-server https://...")
+		}
 		return nil, nil
 	}
 	if !strings.HasPrefix(c.server, "http://") && !strings.HasPrefix(c.server, "https://") {
 		return nil, fmt.Errorf("--coopr-server %q: want http://host:port (the Coopr server's internal port, 55055 by default)", c.server)
+	}
+	if c.tls != (coopr.TLS{}) {
+		if !strings.HasPrefix(c.server, "https://") {
+			return nil, fmt.Errorf("--coopr-ca, --coopr-cert and --coopr-key apply to an https:// --coopr-server, not %s", c.server)
+		}
+		if err := c.tls.Check(); err != nil {
+			return nil, err
+		}
 	}
 	if c.capacity < 1 || c.heartbeat <= 0 || c.poll <= 0 {
 		return nil, fmt.Errorf("--coopr-capacity must be at least 1, --coopr-heartbeat and --coopr-poll positive")
@@ -616,12 +628,15 @@ func (c *cooprOptions) parse() (map[string]int, error) {
 	return tenants, nil
 }
 
+// startCoopr starts serving a Coopr server's tasks through the daemon's
+// runner: the provisioner API, registration, heartbeats and the tenants
+// of --coopr-tenants.
 func (a *App) startCoopr(ctx context.Context, o *serveOptions, tenants map[string]int, rt *runtime.Runtime, runner queue.Runner, logger *slog.Logger) (*coopr.Provisioner, error) {
 	types := cooprTypes(rt.Types())
 	cp, err := coopr.New(coopr.Config{
 		ServerURL: o.coopr.server, ID: o.coopr.id, Listen: o.coopr.listen, AdvertiseHost: o.coopr.advertise,
 		Capacity: o.coopr.capacity, Tenants: tenants, Types: types, Runner: runner,
-		WorkDir: o.g.workDir, StateDir: o.data, Heartbeat: o.coopr.heartbeat, Poll: o.coopr.poll,
+		WorkDir: o.g.workDir, StateDir: o.data, Heartbeat: o.coopr.heartbeat, Poll: o.coopr.poll, TLS: o.coopr.tls,
 		Logger: logger.With("component", "coopr"),
 	})
 	if err != nil {

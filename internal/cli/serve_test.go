@@ -150,6 +150,9 @@ func TestServeFlagErrors(t *testing.T) {
 		{"serve", "--plugins", "../../examples/plugins", "--data", dir, "--coopr-server", "http://127.0.0.1:1", "--coopr-tenants", "a:x"},
 		{"serve", "--plugins", "../../examples/plugins", "--data", dir, "--coopr-tenants", "a:1"},
 		{"serve", "--plugins", "../../examples/plugins", "--data", dir, "--coopr-server", "http://127.0.0.1:1", "--coopr-listen", "256.0.0.1:1"},
+		{"serve", "--plugins", "../../examples/plugins", "--data", dir, "--coopr-server", "http://127.0.0.1:1", "--coopr-ca", "/etc/hostname"},
+		{"serve", "--plugins", "../../examples/plugins", "--data", dir, "--coopr-server", "https://127.0.0.1:1", "--coopr-cert", filepath.Join(dir, "missing.pem")},
+		{"serve", "--plugins", "../../examples/plugins", "--data", dir, "--coopr-cert", filepath.Join(dir, "missing.pem")},
 	} {
 		var errb bytes.Buffer
 		if c := testApp(nil, &bytes.Buffer{}, &errb).Execute(args); c != ExitUsage || errb.Len() == 0 {

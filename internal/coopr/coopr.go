@@ -88,7 +88,10 @@ type Config struct {
 	Poll time.Duration
 	// MaxBackoff caps the wait between retries after errors. Default 10 s.
 	MaxBackoff time.Duration
-	// Client is the HTTP client for the server. Default: 30 s timeout.
+	// TLS sets the CAs and client certificate toward an https:// server.
+	TLS TLS
+	// Client is the HTTP client for the server. Default: 30 s timeout,
+	// with TLS. Tests set it.
 	Client *http.Client
 	// Logger receives the provisioner's logs.
 	Logger *slog.Logger
@@ -177,13 +180,19 @@ func New(cfg Config) (*Provisioner, error) {
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 10 * time.Second
 	}
-	client := cfg.Client
-	if client == nil {
-		client = &http.Client{Timeout: 30 * time.Second}
-	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if !cfg.TLS.empty() && !strings.HasPrefix(cfg.ServerURL, "https://") {
+		return nil, fmt.Errorf("coopr: --coopr-ca, --coopr-cert and --coopr-key apply to an https:// server; --coopr-server is %s", cfg.ServerURL)
+	}
+	client := cfg.Client
+	if client == nil {
+		var err error
+		if client, err = newClient(cfg.TLS, log); err != nil {
+			return nil, err
+		}
 	}
 	return &Provisioner{cfg: cfg, log: log.With("coopr_server", cfg.ServerURL, "provisioner", cfg.ID), client: client,
 		host: host, tenants: map[string]*tenant{}}, nil
@@ -455,6 +464,9 @@ func (p *Provisioner) do(ctx context.Context, method, path string, body any, h h
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
+		if hint := tlsHint(err); hint != "" {
+			return fmt.Errorf("%w (%s)", err, hint)
+		}
 		return err
 	}
 	defer resp.Body.Close()

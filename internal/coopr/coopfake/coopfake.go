@@ -12,10 +12,12 @@ package coopfake
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"strconv"
@@ -81,6 +83,7 @@ type Server struct {
 
 	mu           sync.Mutex
 	addr         string
+	tls          *tls.Config // nil: plain HTTP
 	ln           net.Listener
 	srv          *http.Server
 	provisioners map[string]*Provisioner
@@ -96,9 +99,16 @@ type Server struct {
 	conns        map[net.Conn]struct{}
 }
 
-// Start listens on a loopback port and serves.
-func Start() (*Server, error) {
+// Start listens on a loopback port and serves plain HTTP.
+func Start() (*Server, error) { return StartTLS(nil) }
+
+// StartTLS listens on a loopback port and serves HTTPS with cfg (its
+// certificate, and ClientAuth and ClientCAs for a server that requires
+// client certificates, as Coopr's could); a nil cfg serves plain HTTP.
+// Restarts keep serving TLS.
+func StartTLS(cfg *tls.Config) (*Server, error) {
 	s := &Server{
+		tls:          cfg,
 		provisioners: map[string]*Provisioner{},
 		queues:       map[string][]*task{},
 		inProgress:   map[string]*task{},
@@ -118,8 +128,12 @@ func Start() (*Server, error) {
 }
 
 func (s *Server) serve(ln net.Listener) {
+	if s.tls != nil {
+		ln = tls.NewListener(ln, s.tls)
+	}
 	s.ln = ln
-	s.srv = &http.Server{Handler: s, ConnState: func(c net.Conn, st http.ConnState) {
+	// Handshakes refused on purpose are test cases, not noise for stderr.
+	s.srv = &http.Server{Handler: s, ErrorLog: log.New(io.Discard, "", 0), ConnState: func(c net.Conn, st http.ConnState) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		switch st {
@@ -133,7 +147,12 @@ func (s *Server) serve(ln net.Listener) {
 }
 
 // URL is the server's base URL (provisioner.server.uri).
-func (s *Server) URL() string { return "http://" + s.addr }
+func (s *Server) URL() string {
+	if s.tls != nil {
+		return "https://" + s.addr
+	}
+	return "http://" + s.addr
+}
 
 // Close stops the server.
 func (s *Server) Close() { _ = s.srv.Close() }
@@ -356,6 +375,10 @@ func (s *Server) note(r *http.Request, status int, injected bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	line := fmt.Sprintf("%s %s -> %d", r.Method, r.URL.Path, status)
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		// Which client certificate made the request (rotation tests).
+		line += " client=" + r.TLS.PeerCertificates[0].Subject.CommonName
+	}
 	if injected {
 		line += " (fault)"
 	} else if status >= 400 {
