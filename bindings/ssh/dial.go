@@ -121,8 +121,7 @@ func (p *pool) dialOnce(ctx context.Context, cfg *connConfig, key string, b *Bin
 			return nil, &dialErr{err: cfg.connError(kind, "opening a tunnel through %s: %v", cfg.jump, err)}
 		}
 	} else {
-		d := net.Dialer{Timeout: cfg.connectTimeout}
-		conn, err = d.DialContext(ctx, "tcp", cfg.addr())
+		conn, err = p.opts.dialTCP(ctx, cfg.connectTimeout, cfg.addr())
 		if err != nil {
 			return nil, classifyTCP(ctx, cfg, err)
 		}

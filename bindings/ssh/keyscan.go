@@ -108,8 +108,7 @@ func (p *pool) scanOne(ctx context.Context, addr string, algos []string) (ssh.Pu
 		if err != nil {
 			return nil, err
 		}
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "tcp", addr)
+		conn, err := p.opts.dialTCP(ctx, 0, addr)
 		if err != nil {
 			release()
 			return nil, err

@@ -11,10 +11,12 @@
 package ssh
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"io"
 	"log/slog"
+	"net"
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
@@ -87,6 +89,25 @@ type Options struct {
 	// Logger receives pool events (evictions, TOFU, drain). Hook-level
 	// events go to the hook's logger. Default: discard.
 	Logger *slog.Logger
+	// Dial, when set, opens connections to hosts (and ssh.keyscan's)
+	// instead of a net.Dialer: loomd test routes them to in-process fake
+	// hosts. Tunnels through a jump host still go through the bastion.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// dialTCP opens the TCP connection to addr, within timeout when it is
+// positive.
+func (o Options) dialTCP(ctx context.Context, timeout time.Duration, addr string) (net.Conn, error) {
+	if o.Dial != nil {
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		return o.Dial(ctx, "tcp", addr)
+	}
+	d := net.Dialer{Timeout: timeout}
+	return d.DialContext(ctx, "tcp", addr)
 }
 
 func (o Options) withDefaults() Options {

@@ -24,16 +24,18 @@ func (a *App) newTestCmd(g *globalOptions) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "test [DIR...]",
-		Short: "Run a plugin's Lua tests (*_test.lua) in the real sandbox, against HTTP fakes",
+		Short: "Run a plugin's Lua tests (*_test.lua) in the real sandbox, against HTTP and SSH fakes",
 		Long: `Run the *_test.lua files of plugin folders. DIR is a plugin folder or a folder of
 plugin folders ("plugins/..." works too); the default is the current folder.
 
 Each test file runs in a VM of its plugin's type, with a fresh work dir, the
 real sandbox and bindings, and a busted-like API: describe, it, pending,
 before_each, after_each, assert.equals/same/truthy/falsy/matches/errors/...,
-loom.test.task, loom.test.run, loom.test.chain and loom.test.http (fakes on
-127.0.0.1 that loom.http reaches instead of the network). See "Test your
-plugin" in docs/plugins/README.md.
+loom.test.task, loom.test.run, loom.test.chain, loom.test.http (fakes on
+127.0.0.1 that loom.http reaches instead of the network), loom.test.ssh (fake
+hosts that loom.ssh reaches instead of the network: canned command answers,
+an in-memory filesystem) and loom.test.clock (loom.time runs on a virtual
+clock: sleeps return at once). See docs/testing.md.
 
 Progress is TAP on stdout; --json prints one JSON report instead. Exit
 status 1 when a test fails, 2 when no test could be found.`,

@@ -27,7 +27,11 @@ func (f *fileRun) pumpWhile(L *lua.LState, fn func()) {
 	for {
 		select {
 		case c := <-calls:
-			if obj := f.serveHandler(L, c); obj != nil && handlerErr == nil {
+			serve := f.serveHandler
+			if c.run != nil {
+				serve = func(L *lua.LState, c *handlerCall) lua.LValue { return c.run(L) }
+			}
+			if obj := serve(L, c); obj != nil && handlerErr == nil {
 				handlerErr = obj
 			}
 			continue

@@ -66,6 +66,9 @@ type fileRun struct {
 	fileFakes  []*fake
 	testFakes  []*fake
 	clock      *vclock
+	sshRouter  *sshRouter
+	fileSSH    []*sshFake
+	testSSH    []*sshFake
 }
 
 // logCapture collects the runtime's log lines for the running test.
@@ -172,6 +175,10 @@ func runFile(ctx context.Context, opts Options, dir, file string, tap *tapWriter
 		f.router.remove(fk)
 		fk.close()
 	}
+	for _, fk := range f.fileSSH {
+		f.sshRouter.remove(fk)
+		fk.close()
+	}
 	if len(f.tests) == 0 && fr.Error == nil {
 		fr.Error = &Failure{Message: "no tests: the file defines no it block", Location: file}
 	}
@@ -192,10 +199,15 @@ func (f *fileRun) open(ctx context.Context, tmp string) *Failure {
 	if err := os.WriteFile(known, nil, 0o600); err != nil {
 		return &Failure{Message: err.Error()}
 	}
+	f.sshRouter = newSSHRouter(known)
 	reg := std.New(std.Options{
 		Clock: f.clock,
 		HTTP:  httpb.Options{UserAgent: "loomd-test", Transport: f.router, RetryDelay: 10 * time.Millisecond},
-		SSH:   sshb.Options{KnownHosts: []string{known}, DialRetries: -1, Logger: f.logger.With("component", "ssh")},
+		// Every lend of an idle pooled connection is probed (in process,
+		// cheap), so a connection to a fake closed by an earlier test is
+		// never handed out.
+		SSH: sshb.Options{KnownHosts: []string{known}, DialRetries: -1, Logger: f.logger.With("component", "ssh"),
+			Dial: f.sshRouter.dial, IdleCheck: time.Nanosecond},
 	})
 	rt, err := runtime.New(runtime.Options{
 		PluginsDir: filepath.Dir(f.dir),
@@ -330,6 +342,23 @@ befores:
 		if u := fk.takeUnmatched(); len(u) > 0 && fk.strict && failure == nil {
 			failure = &Failure{Message: u[0] + "; add a route, or create the fake with strict = false", Location: fk.where}
 		}
+	}
+	sshUnexpected := func(fk *sshFake) {
+		if u := fk.takeUnmatched(); len(u) > 0 && fk.strict && failure == nil {
+			failure = &Failure{Message: u[0] + "; add an expectation (host:on(command, answer)), or create the fake with strict = false", Location: fk.where}
+			if len(u) > 1 {
+				failure.Diff = strings.Join(u[1:], "\n")
+			}
+		}
+	}
+	for _, fk := range f.testSSH {
+		sshUnexpected(fk)
+		f.sshRouter.remove(fk)
+		fk.close()
+	}
+	f.testSSH = nil
+	for _, fk := range f.fileSSH {
+		sshUnexpected(fk)
 	}
 	f.inTest = false
 	f.sess.SetContext(f.fileCtx)

@@ -166,12 +166,16 @@ type fake struct {
 	closed    bool
 }
 
-// handlerCall asks the test's goroutine to run a Lua handler.
+// handlerCall asks the test's goroutine to run a Lua handler: an HTTP
+// fake's route handler, or (run set) any other fake's.
 type handlerCall struct {
 	f     *fake
 	rt    *route
 	req   *recorded
 	reply chan *response
+	// run, when set, runs the handler and replies itself; it returns the
+	// error object when the handler raised.
+	run func(L *lua.LState) lua.LValue
 }
 
 // pump carries handler calls to the goroutine that owns the Lua state.

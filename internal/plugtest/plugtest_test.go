@@ -34,7 +34,7 @@ func TestBundledPlugins(t *testing.T) {
 	for _, f := range rep.Files {
 		plugins[f.Plugin] = true
 	}
-	for _, p := range []string{"static", "digitalocean"} {
+	for _, p := range []string{"static", "digitalocean", "shell"} {
 		if !plugins[p] {
 			t.Errorf("no test file ran for plugin %s:\n%s", p, out)
 		}
@@ -113,6 +113,54 @@ func TestClock(t *testing.T) {
 	rep, out := run(t, Options{Dirs: []string{"testdata/clock"}})
 	if !rep.OK() || rep.Passed != 5 {
 		t.Fatalf("%d passed, %d failed\n%s", rep.Passed, rep.Failed, out)
+	}
+}
+
+// TestSSHFake runs an automator that uses every part of loom.ssh against
+// SSH fake hosts; all must pass.
+func TestSSHFake(t *testing.T) {
+	rep, out := run(t, Options{Dirs: []string{"testdata/sshapi"}})
+	if !rep.OK() || rep.Passed != 13 {
+		t.Fatalf("%d passed, %d failed\n%s", rep.Passed, rep.Failed, out)
+	}
+}
+
+// TestSSHFailures checks how the SSH fake fails a test: an unexpected
+// command, a command that did not run, an assertion in a handler.
+func TestSSHFailures(t *testing.T) {
+	rep, out := run(t, Options{Dirs: []string{"testdata/sshfailing"}})
+	const file = "testdata/sshfailing/sshfailing_test.lua"
+	want := map[string]struct{ at, msg, diff string }{
+		"unexpected": {file + ":7", `unexpected command on the SSH fake for 10.0.0.7: "rm -rf /"; add an expectation`, ""},
+		"not ran":    {file + ":14", `expected "apt-get install -y nginx" to run at least once, it ran 0 time(s)`, `exec "apt-get update" -> exit 0`},
+		"handler":    {file + ":20", `expected "deploy", got "root"`, ""},
+	}
+	if rep.Failed != len(want) || rep.Passed != 0 {
+		t.Fatalf("want %d failures, got %d passed, %d failed\n%s", len(want), rep.Passed, rep.Failed, out)
+	}
+	for _, tr := range rep.Files[0].Tests {
+		w := want[tr.Name]
+		f := tr.Failure
+		if f == nil || f.Location != w.at || !strings.Contains(f.Message, w.msg) || !strings.Contains(f.Diff, w.diff) {
+			t.Errorf("%s: got %+v, want at %s message %q diff %q", tr.Name, f, w.at, w.msg, w.diff)
+		}
+	}
+}
+
+// TestShellWords splits what loom.ssh sends as a POSIX shell would.
+func TestShellWords(t *testing.T) {
+	for in, want := range map[string][]string{
+		`a 'b c' "d \"e\"" f\ g`:     {"a", "b c", `d "e"`, "f g"},
+		`'it'\''s' ''`:               {"it's", ""},
+		"sudo -n -u root -- /bin/sh": {"sudo", "-n", "-u", "root", "--", "/bin/sh"},
+	} {
+		got, err := shellWords(in)
+		if err != nil || strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("shellWords(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := shellWords("'open"); err == nil {
+		t.Error("an unterminated quote passed")
 	}
 }
 

@@ -150,6 +150,83 @@ function HTTPFake:assert_not_called(method, path) end
 function HTTPFake:reset() end
 function HTTPFake:close() end
 
+---@alias loomtest.SSHAnswer {stdout?: string, stderr?: string, exit_code?: integer, signal?: string, delay?: number}|integer|string
+
+---@class loomtest.SSHCommand
+---@field kind string
+---@field command string
+---@field user string
+---@field login string
+---@field sudo boolean
+---@field env table<string, string>
+---@field stdin string
+---@field pty boolean
+---@field captures string[]
+---@field exit_code? integer
+---@field stdout? string
+---@field stderr? string
+---@field matched? string
+---@field builtin? string
+---@field path? string
+---@field bytes? integer
+---@field method? string
+
+---@class loomtest.SSHStat
+---@field kind "file"|"dir"|"link"
+---@field mode string
+---@field owner string
+---@field group string
+---@field size? integer
+---@field content? string
+---@field target? string
+
+---@class loomtest.SSHFake
+---@field host string
+---@field hosts string[]
+---@field port integer
+---@field host_key string
+---@field fingerprint string
+---@field known_hosts string
+local SSHFake = {}
+---@param command string
+---@param answer loomtest.SSHAnswer|loomtest.SSHAnswer[]|fun(cmd: loomtest.SSHCommand): loomtest.SSHAnswer?
+---@return loomtest.SSHFake
+function SSHFake:on(command, answer) end
+---@param command? string
+---@return loomtest.SSHCommand[]
+function SSHFake:commands(command) end
+---@param command? string
+---@return loomtest.SSHCommand?
+function SSHFake:last(command) end
+---@param command string
+---@param times? integer
+---@return loomtest.SSHCommand[]
+function SSHFake:assert_ran(command, times) end
+---@param command string
+function SSHFake:assert_not_ran(command) end
+---@param path string
+---@return string?
+function SSHFake:file(path) end
+---@param path string
+---@return loomtest.SSHStat?
+function SSHFake:stat(path) end
+---@param dir? string
+---@return string[]
+function SSHFake:files(dir) end
+---@param path string
+---@param content string
+---@param opts? {mode?: string, owner?: string, group?: string}
+function SSHFake:write(path, content, opts) end
+---@param path string
+function SSHFake:mkdir(path) end
+---@param path string
+function SSHFake:remove(path) end
+---@param kind? "login"|"exec"|"upload"|"download"|"tunnel"|"cleanup"
+---@return loomtest.SSHCommand[]
+function SSHFake:interactions(kind) end
+function SSHFake:reset() end
+function SSHFake:close() end
+
 ---@class loomtest.Clock
 local Clock = {}
 ---@return number[] seconds
@@ -189,6 +266,9 @@ function test.chain(opts) end
 ---@param opts? {host?: string, hosts?: string[], permit?: boolean, strict?: boolean, routes?: table}
 ---@return loomtest.HTTPFake
 function test.http(opts) end
+---@param opts? {host?: string, hosts?: string[], port?: integer, user?: string, password?: string, keys?: string[], sudo?: boolean|{password: string}, commands?: table<string, loomtest.SSHAnswer|loomtest.SSHAnswer[]|function>, files?: table<string, string|{content?: string, mode?: string, owner?: string, group?: string}>, tar?: boolean, known?: boolean, strict?: boolean}
+---@return loomtest.SSHFake
+function test.ssh(opts) end
 ---@return string[]
 function test.files() end
 

@@ -1,0 +1,253 @@
+package plugtest
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/yuin/gopher-lua/pm"
+)
+
+// shellWords splits a command line into words the way a POSIX shell does
+// for the forms loom.ssh sends: blanks separate words; single quotes,
+// double quotes and backslashes quote. Nothing is expanded.
+func shellWords(s string) ([]string, error) {
+	var (
+		out   []string
+		cur   strings.Builder
+		inTok bool
+	)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '\'':
+			j := strings.IndexByte(s[i+1:], '\'')
+			if j < 0 {
+				return nil, errors.New("unterminated single quote")
+			}
+			cur.WriteString(s[i+1 : i+1+j])
+			i += j + 1
+			inTok = true
+		case c == '"':
+			i++
+			for ; i < len(s) && s[i] != '"'; i++ {
+				if s[i] == '\\' && i+1 < len(s) && strings.IndexByte("\"\\$`\n", s[i+1]) >= 0 {
+					i++
+				}
+				cur.WriteByte(s[i])
+			}
+			if i >= len(s) {
+				return nil, errors.New("unterminated double quote")
+			}
+			inTok = true
+		case c == '\\' && i+1 < len(s):
+			i++
+			if s[i] != '\n' {
+				cur.WriteByte(s[i])
+			}
+			inTok = true
+		case c == ' ' || c == '\t' || c == '\n':
+			if inTok {
+				out = append(out, cur.String())
+				cur.Reset()
+				inTok = false
+			}
+		default:
+			cur.WriteByte(c)
+			inTok = true
+		}
+	}
+	if inTok {
+		out = append(out, cur.String())
+	}
+	return out, nil
+}
+
+// invocation is what loom.ssh asked the fake host to run, with the
+// binding's plumbing (its process-group wrapper, sudo, the kill script)
+// taken off.
+type invocation struct {
+	cmd    string // the plugin's command
+	marker string // the wrapper's start marker ("" for a bare command)
+	sudo   *sudoCall
+	kill   *killCall
+	env    map[string]string // from "export K=V; " prefixes
+}
+
+type sudoCall struct {
+	user   string
+	prompt string // -S -p PROMPT: a password comes on stdin
+	noPass bool   // -n
+}
+
+type killCall struct {
+	target  int
+	cleanup string
+}
+
+var killHead = regexp.MustCompile(`^t=(\d+); m=(\w);`)
+
+// parseInvocation undoes the binding's wrapping of a command line.
+func parseInvocation(line string) (*invocation, error) {
+	words, err := shellWords(line)
+	if err != nil {
+		return nil, err
+	}
+	inv := &invocation{cmd: line}
+	if len(words) > 0 && words[0] == "sudo" {
+		sc := &sudoCall{user: "root"}
+		i := 1
+	opts:
+		for ; i < len(words); i++ {
+			switch words[i] {
+			case "-n":
+				sc.noPass = true
+			case "-S":
+			case "-p":
+				if i+1 < len(words) {
+					sc.prompt = words[i+1]
+					i++
+				}
+			case "-u":
+				if i+1 < len(words) {
+					sc.user = words[i+1]
+					i++
+				}
+			case "--":
+				i++
+				break opts
+			default:
+				break opts
+			}
+		}
+		inv.sudo = sc
+		words = words[i:]
+		inv.cmd = strings.Join(words, " ")
+	}
+	if len(words) >= 3 && words[0] == "/bin/sh" && words[1] == "-c" {
+		script, args := words[2], words[3:]
+		switch {
+		case len(args) == 4 && strings.HasPrefix(args[1], "loom-started-"):
+			inv.marker, inv.cmd = args[1], args[3]
+		case killHead.MatchString(script):
+			m := killHead.FindStringSubmatch(script)
+			n, _ := strconv.Atoi(m[1])
+			inv.kill = &killCall{target: n}
+			if len(args) > 1 {
+				inv.kill.cleanup = args[1]
+			}
+		}
+	}
+	inv.cmd, inv.env = stripExports(inv.cmd)
+	if m := afterOnly.FindStringSubmatch(inv.cmd); m != nil {
+		inv.cmd = m[1] // upload_dir's after, run alone after an SFTP upload
+	}
+	return inv, nil
+}
+
+var exportPrefix = regexp.MustCompile(`^export ([A-Za-z_][A-Za-z0-9_]*)=('(?:[^']|'\\'')*'|[A-Za-z0-9@%+=:,./_-]*); `)
+
+// stripExports takes the "export K=V; " prefixes the binding writes when
+// the server refuses Setenv (and always under sudo) off a command.
+func stripExports(cmd string) (string, map[string]string) {
+	var env map[string]string
+	for {
+		m := exportPrefix.FindStringSubmatch(cmd)
+		if m == nil {
+			return cmd, env
+		}
+		v, err := shellWords(m[2])
+		if err != nil {
+			return cmd, env
+		}
+		if env == nil {
+			env = map[string]string{}
+		}
+		env[m[1]] = strings.Join(v, "")
+		cmd = cmd[len(m[0]):]
+	}
+}
+
+// normalizeCmd collapses blanks, so that expectations need not copy a
+// command's exact spacing.
+func normalizeCmd(s string) string {
+	return strings.Join(strings.FieldsFunc(s, unicode.IsSpace), " ")
+}
+
+// cmdMatcher is how an expectation or an assertion names commands:
+// "*" any, a string starting with ^ a Lua pattern, else the exact command
+// (blanks collapsed).
+type cmdMatcher struct {
+	text    string
+	any     bool
+	pattern bool
+}
+
+func newCmdMatcher(s string) (cmdMatcher, error) {
+	m := cmdMatcher{text: s}
+	switch {
+	case s == "*":
+		m.any = true
+	case strings.HasPrefix(s, "^"):
+		m.pattern = true
+		if _, err := pm.Find(s, []byte(""), 0, 1); err != nil {
+			return m, fmt.Errorf("command pattern %q: %v", s, err)
+		}
+	default:
+		m.text = normalizeCmd(s)
+	}
+	return m, nil
+}
+
+// match reports whether cmd matches, with the pattern's captures.
+func (m cmdMatcher) match(cmd string) ([]string, bool) {
+	switch {
+	case m.any:
+		return nil, true
+	case m.pattern:
+		md, err := pm.Find(m.text, []byte(cmd), 0, 1)
+		if err != nil || len(md) == 0 {
+			return nil, false
+		}
+		var caps []string
+		d := md[0]
+		for i := 2; i+1 < d.CaptureLength(); i += 2 {
+			if d.IsPosCapture(i) {
+				caps = append(caps, strconv.Itoa(d.Capture(i)))
+				continue
+			}
+			caps = append(caps, cmd[d.Capture(i):d.Capture(i+1)])
+		}
+		return caps, true
+	default:
+		return nil, normalizeCmd(cmd) == m.text
+	}
+}
+
+// The commands loom.ssh itself runs to finish its transfers; the fake
+// host carries them out on its filesystem.
+var (
+	tarForm     = regexp.MustCompile(`^command -v tar >/dev/null 2>&1 \|\| \{ echo .* >&2; exit 127; \}; \{ mkdir -p -- (\S+) && tar -xpf - --no-same-owner -C \S+( && chown -R (\S+) -- \S+)?; \} \|\| \{ s=\$\?; echo .* >&2; exit \$s; \}(?s:\n\{\n(.*)\n\} </dev/null)?$`)
+	afterOnly   = regexp.MustCompile(`^(?s)\{\n(.*)\n\} </dev/null$`)
+	sudoPutHead = regexp.MustCompile(`^set -e; src=(\S+); dst=(\S+); stage=(\S+)\n`)
+	sudoChmod   = regexp.MustCompile(`(?m)^chmod ([0-7]{3,4}) "\$stage"$`)
+	sudoChown   = regexp.MustCompile(`(?m)^chown (\S+) "\$stage"$`)
+)
+
+// unquote1 is the single word a quoted string stands for.
+func unquote1(s string) string {
+	w, err := shellWords(s)
+	if err != nil || len(w) != 1 {
+		return s
+	}
+	return w[0]
+}
+
+// splitOwner parses chown's "user:group", "user" or ":group".
+func splitOwner(spec string) (string, string) {
+	u, g, _ := strings.Cut(spec, ":")
+	return u, g
+}
