@@ -34,6 +34,10 @@ type CallRequest struct {
 	Kind Family `json:"kind,omitempty"`
 	// Input is the hook's input table as a JSON object; absent means {}.
 	Input json.RawMessage `json:"input,omitempty"`
+	// Logger, when set, receives this call's plugin and runtime log lines
+	// instead of the runtime's logger (a Go host's per-request logger).
+	// It is not part of the JSON request.
+	Logger *slog.Logger `json:"-"`
 }
 
 // CallResult is what a called hook produced. Status is 0 on success and 1
@@ -144,6 +148,9 @@ func (rt *Runtime) resolveCall(c *CallRequest) (*resolved, error) {
 // ErrInvalidCall, ErrCancelled (ctx was cancelled; the call may be run
 // again) or ErrClosed.
 func (rt *Runtime) Call(ctx context.Context, c *CallRequest) (*CallResult, error) {
+	if c.Logger != nil {
+		return rt.callWith(ctx, c, c.Logger)
+	}
 	return rt.callWith(ctx, c, rt.logger)
 }
 

@@ -314,7 +314,7 @@ func TestExampleCloudProvider(t *testing.T) {
 	}
 	c.ok("fakecloud", "validate", map[string]any{"spec": s})
 	c.fails("fakecloud", "validate", map[string]any{"spec": spec("", "ubuntu")}, "terminal", "InvalidConfiguration", "needs apiUrl and token")
-	c.fails("fakecloud", "validate", map[string]any{"spec": spec("hz-token", "windows")}, "terminal", "InvalidConfiguration", "not supported")
+	c.fails("fakecloud", "validate", map[string]any{"spec": spec("hz-token", "windows")}, "terminal", "os_not_supported", "not supported")
 	machine := map[string]any{"metadata": map[string]any{"name": "worker-1", "uid": "uid-1"}, "spec": s}
 	// The controller's creation path: get says not_found, then create.
 	c.fails("fakecloud", "get", map[string]any{"machine": machine}, "not_found", "", "instance not found")

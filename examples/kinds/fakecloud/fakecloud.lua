@@ -15,6 +15,11 @@ local function spec_of(machine_spec)
 end
 
 local function api(cps, method, path, opts)
+  if (cps.apiUrl or "") == "" or (cps.token or "") == "" then
+    -- The webhook's validate rejects such a spec; a Machine that skipped
+    -- it must not be retried forever.
+    error({ terminal = true, reason = "InvalidConfiguration", message = "cloudProviderSpec needs apiUrl and token" })
+  end
   opts = opts or {}
   opts.bearer, opts.retries = cps.token, 2
   local resp = http.request(method, cps.apiUrl .. path, opts)
@@ -40,7 +45,8 @@ function FakeCloud:validate(req)
     return nil, { terminal = true, reason = "InvalidConfiguration", message = "cloudProviderSpec needs apiUrl and token" }
   end
   if v.operatingSystem and v.operatingSystem ~= "ubuntu" and v.operatingSystem ~= "flatcar" then
-    return nil, { terminal = true, reason = "InvalidConfiguration", os_not_supported = true,
+    -- As Hetzner's provider: ErrOSNotSupported, made terminal.
+    return nil, { terminal = true, reason = "os_not_supported",
                   message = "operating system " .. v.operatingSystem .. " is not supported (ubuntu, flatcar)" }
   end
 end
@@ -54,6 +60,9 @@ local function instance(s)
 end
 
 local function find(cps, uid)
+  if (uid or "") == "" then
+    error({ terminal = true, reason = "InvalidConfiguration", message = "the machine has no metadata.uid (its instance is labelled with it)" })
+  end
   local body = api(cps, "GET", "/servers", { query = { label_selector = "machine-uid==" .. uid } })
   return body and body.servers and body.servers[1]
 end
