@@ -3,7 +3,6 @@ package digitalocean_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -54,6 +53,8 @@ type fakeDO struct {
 	keyListings []time.Time
 	// throttled counts the 429s the fake answered of its own accord.
 	throttled int
+	// createFields are the fields of a create request, from the spec.
+	createFields []string
 	// canned are responses served instead of the route, first in first
 	// out, keyed by "METHOD /path".
 	canned map[string][]canned
@@ -74,8 +75,8 @@ type sshKey struct {
 
 type network struct {
 	IPAddress string `json:"ip_address"`
-	Netmask   string `json:"netmask"`
-	Gateway   string `json:"gateway"`
+	Netmask   string `json:"netmask,omitempty"`
+	Gateway   string `json:"gateway,omitempty"`
 	Type      string `json:"type"`
 }
 
@@ -124,7 +125,8 @@ func newFakeDO(t *testing.T, token string) *fakeDO {
 		quotaRefill: 5000,
 		canned:      map[string][]canned{},
 	}
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	f.createFields = createFields(t)
+	f.srv = httptest.NewServer(f.validating(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
 }
@@ -200,16 +202,14 @@ func (f *fakeDO) transport() http.RoundTripper {
 }
 
 var (
-	dropletPath  = regexp.MustCompile(`^/v2/droplets/(\d+)$`)
-	actionsPath  = regexp.MustCompile(`^/v2/droplets/(\d+)/actions$`)
-	validName    = regexp.MustCompile(`^[a-zA-Z0-9]?[a-z0-9A-Z.\-]*[a-z0-9A-Z]$`)
-	validTag     = regexp.MustCompile(`^[a-zA-Z0-9_\-:]+$`)
-	createFields = []string{"name", "region", "size", "image", "ssh_keys", "backups", "ipv6", "monitoring", "tags", "user_data", "vpc_uuid"}
+	dropletPath = regexp.MustCompile(`^/v2/droplets/(\d+)$`)
+	actionsPath = regexp.MustCompile(`^/v2/droplets/(\d+)/actions$`)
+	validName   = regexp.MustCompile(`^[a-zA-Z0-9]?[a-z0-9A-Z.\-]*[a-z0-9A-Z]$`)
+	validTag    = regexp.MustCompile(`^[a-zA-Z0-9_\-:]+$`)
 )
 
-func (f *fakeDO) serve(w http.ResponseWriter, r *http.Request) {
+func (f *fakeDO) serve(w http.ResponseWriter, r *http.Request, raw []byte) {
 	f.t.Helper()
-	raw, _ := io.ReadAll(r.Body)
 	rec := request{Method: r.Method, Path: r.URL.Path, Query: r.URL.Query()}
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &rec.Body); err != nil {
@@ -417,7 +417,7 @@ func (f *fakeDO) create(w http.ResponseWriter, rec request, quiet bool) {
 	b := rec.Body
 	var problems []string
 	for k := range b {
-		if !slices.Contains(createFields, k) {
+		if k != "name" && !slices.Contains(f.createFields, k) {
 			problems = append(problems, "unknown field "+k)
 		}
 	}
@@ -428,7 +428,12 @@ func (f *fakeDO) create(w http.ResponseWriter, rec request, quiet bool) {
 		}
 		return s
 	}
-	name, region, size := str("name"), str("region"), str("size")
+	name, size := str("name"), str("size")
+	// The spec lets region out: DigitalOcean then picks one.
+	region, _ := b["region"].(string)
+	if region == "" {
+		region = "nyc3"
+	}
 	if name != "" && (!validName.MatchString(name) || len(name) > 255) {
 		problems = append(problems, "Name Only valid hostname characters are allowed. (a-z, A-Z, 0-9, . and -)")
 	}
@@ -536,19 +541,63 @@ func (f *fakeDO) listActions(w http.ResponseWriter, idStr string) {
 	})
 }
 
+// dropletJSON is a droplet as DigitalOcean returns it, with every field
+// the spec requires.
 func (f *fakeDO) dropletJSON(d *droplet) map[string]any {
 	v4 := []network{}
 	if d.Status == "active" {
 		v4 = f.networks
 	}
-	return map[string]any{
-		"id": d.ID, "name": d.Name, "memory": 1024, "vcpus": 1, "disk": 25, "locked": false,
-		"status": d.Status, "created_at": "2026-11-21T07:00:00Z",
-		"size_slug": d.Size, "region": map[string]any{"slug": d.Region},
-		"image":    map[string]any{"slug": d.Image},
-		"networks": map[string]any{"v4": v4, "v6": []any{}},
-		"tags":     d.Tags, "features": []string{}, "volume_ids": []int{},
+	tags := d.Tags
+	if tags == nil {
+		tags = []string{}
 	}
+	// Droplets seeded by a test may leave these out; DigitalOcean's never do.
+	dd := *d
+	d = &dd
+	if d.Region == "" {
+		d.Region = "nyc3"
+	}
+	if d.Size == "" {
+		d.Size = "s-1vcpu-1gb"
+	}
+	if d.Image == nil {
+		d.Image = "debian-12-x64"
+	}
+	size := map[string]any{
+		"slug": d.Size, "memory": 1024, "vcpus": 1, "disk": 25, "transfer": 1.0,
+		"price_monthly": 6.0, "price_hourly": 0.00893, "regions": []string{d.Region},
+		"available": true, "description": "Basic",
+	}
+	// An image given by id is a snapshot or custom image without a slug.
+	image := map[string]any{
+		"id": 7555620, "name": "12 x64", "type": "base", "distribution": "Debian", "slug": d.Image,
+		"public": true, "regions": []string{d.Region}, "created_at": "2026-06-10T00:00:00Z",
+		"min_disk_size": 15, "size_gigabytes": 2.36, "description": "Debian 12 x64", "tags": []string{},
+		"status": "available",
+	}
+	if id, ok := d.Image.(float64); ok {
+		image["id"], image["slug"], image["type"], image["public"] = int(id), nil, "snapshot", false
+	}
+	out := map[string]any{
+		"id": d.ID, "name": d.Name, "memory": 1024, "vcpus": 1, "disk": 25, "locked": false,
+		"status": d.Status, "kernel": nil, "created_at": "2026-11-21T07:00:00Z",
+		"features": []string{"monitoring"}, "backup_ids": []int{},
+		// DigitalOcean sends null without backups, but the spec wraps the
+		// nullable schema in allOf, which OpenAPI 3.0 reads as not nullable.
+		"next_backup_window": map[string]any{"start": "2026-11-22T00:00:00Z", "end": "2026-11-22T23:00:00Z"},
+		"snapshot_ids":       []int{}, "image": image, "volume_ids": []string{}, "size": size,
+		"size_slug": d.Size, "networks": map[string]any{"v4": v4, "v6": []any{}},
+		"region": map[string]any{
+			"name": "New York 3", "slug": d.Region, "features": []string{"backups", "ipv6", "metadata"},
+			"available": true, "sizes": []string{d.Size},
+		},
+		"tags": tags, "vpc_uuid": "760e09ef-dc84-11e8-981e-3cfdfeaae000",
+	}
+	if d.GPU {
+		size["description"] = "GPU"
+	}
+	return out
 }
 
 // callsWith returns the recorded requests to route whose query has key=value.
