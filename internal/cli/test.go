@@ -21,6 +21,7 @@ func (a *App) newTestCmd(g *globalOptions) *cobra.Command {
 		timeout time.Duration
 		match   string
 		verbose bool
+		sshd    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "test [DIR...]",
@@ -43,7 +44,7 @@ status 1 when a test fails, 2 when no test could be found.`,
   loomd test plugins/... --junit report.xml
   loomd test . --run 'CREATE' -v`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := plugtest.Options{Dirs: args, Timeout: timeout, Verbose: verbose, Out: a.Out}
+			opts := plugtest.Options{Dirs: args, Timeout: timeout, Verbose: verbose, Out: a.Out, SSHD: sshd}
 			if match != "" {
 				re, err := regexp.Compile(match)
 				if err != nil {
@@ -83,6 +84,7 @@ status 1 when a test fails, 2 when no test could be found.`,
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "longest a test (and any hook it runs) may take")
 	f.StringVar(&match, "run", "", "run only tests whose full name (describe names and it name) matches this regular expression")
 	f.BoolVarP(&verbose, "verbose", "v", false, "print the plugin's log lines of passing tests too")
+	f.BoolVar(&sshd, "sshd", false, "let tests start a real OpenSSH sshd on 127.0.0.1 with loom.test.sshd() (needs root, openssh-server and sudo; creates the test users loomtest and loomtestnp); without it those tests are skipped")
 	return cmd
 }
 

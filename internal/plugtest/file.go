@@ -20,6 +20,7 @@ import (
 	httpb "github.com/loomrt/loom/bindings/http"
 	sshb "github.com/loomrt/loom/bindings/ssh"
 	"github.com/loomrt/loom/bindings/std"
+	"github.com/loomrt/loom/internal/sshdtest"
 	"github.com/loomrt/loom/runtime"
 )
 
@@ -69,6 +70,7 @@ type fileRun struct {
 	sshRouter  *sshRouter
 	fileSSH    []*sshFake
 	testSSH    []*sshFake
+	realSSHD   *sshdtest.Server
 }
 
 // logCapture collects the runtime's log lines for the running test.
@@ -178,6 +180,9 @@ func runFile(ctx context.Context, opts Options, dir, file string, tap *tapWriter
 	for _, fk := range f.fileSSH {
 		f.sshRouter.remove(fk)
 		fk.close()
+	}
+	if f.realSSHD != nil {
+		f.realSSHD.Stop()
 	}
 	if len(f.tests) == 0 && fr.Error == nil {
 		fr.Error = &Failure{Message: "no tests: the file defines no it block", Location: file}
@@ -299,9 +304,14 @@ func (f *fileRun) runTest(tc *testCase) *TestResult {
 		blocks = append([]*block{b}, blocks...)
 	}
 	var failure *Failure
+	skip := ""
 	call := func(fn *lua.LFunction) {
 		f.L.Push(fn)
-		if err := f.L.PCall(0, 0, nil); err != nil && failure == nil {
+		if err := f.L.PCall(0, 0, nil); err != nil && failure == nil && skip == "" {
+			if t, ok := errorObject(err).(*lua.LTable); ok && t.RawGetString(skipMarker) != lua.LNil {
+				skip = t.RawGetString(skipMarker).String()
+				return
+			}
 			failure = f.failureOf(err, ctx)
 		}
 	}
@@ -315,7 +325,7 @@ befores:
 			}
 		}
 	}
-	if failure == nil {
+	if failure == nil && skip == "" {
 		call(tc.fn)
 	}
 	for i := len(blocks) - 1; i >= 0; i-- {
@@ -367,6 +377,8 @@ befores:
 	logs := f.logs.take()
 	if failure != nil {
 		res.Status, res.Failure, res.Logs = StatusFail, failure, logs
+	} else if skip != "" {
+		res.Status, res.Skip = StatusPending, skip
 	} else {
 		res.Status = StatusPass
 		if f.opts.Verbose {

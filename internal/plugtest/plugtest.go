@@ -38,6 +38,10 @@ type Options struct {
 	// Verbose prints the plugin's log lines of every test, not only of
 	// failed ones.
 	Verbose bool
+	// SSHD lets tests start a real OpenSSH sshd on 127.0.0.1 with
+	// loom.test.sshd() (root, openssh-server and sudo needed; it creates
+	// the sshdtest users). Without it, tests that ask for one are skipped.
+	SSHD bool
 }
 
 // Report is the outcome of a run.
@@ -83,6 +87,9 @@ type TestResult struct {
 	// Logs are the plugin's log lines during the test (failed tests, or
 	// every test with Verbose).
 	Logs []string `json:"logs,omitempty"`
+	// Skip says why a pending test did not run, when it was skipped at
+	// run time (loom.test.sshd without --sshd).
+	Skip string `json:"skip,omitempty"`
 }
 
 // Failure says why a test failed.

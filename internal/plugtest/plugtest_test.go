@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/xml"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -144,6 +145,23 @@ func TestSSHFailures(t *testing.T) {
 		if f == nil || f.Location != w.at || !strings.Contains(f.Message, w.msg) || !strings.Contains(f.Diff, w.diff) {
 			t.Errorf("%s: got %+v, want at %s message %q diff %q", tr.Name, f, w.at, w.msg, w.diff)
 		}
+	}
+}
+
+// TestRealSSHD runs the shell automator's real-sshd case (loomd test
+// --sshd): loom.test.sshd starts OpenSSH on 127.0.0.1. Without --sshd the
+// case is skipped, with the reason.
+func TestRealSSHD(t *testing.T) {
+	rep, out := run(t, Options{Dirs: []string{"../../plugins/shell"}, Match: regexpMust("real sshd")})
+	if rep.Pending != 1 || !strings.Contains(out, "# SKIP needs a real sshd: run loomd test --sshd") {
+		t.Fatalf("without --sshd: want the case skipped\n%s", out)
+	}
+	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
+		t.Skip("loom.test.sshd needs root")
+	}
+	rep, out = run(t, Options{Dirs: []string{"../../plugins/shell"}, Match: regexpMust("real sshd"), SSHD: true})
+	if !rep.OK() || rep.Passed != 1 {
+		t.Fatalf("%d passed, %d failed\n%s", rep.Passed, rep.Failed, out)
 	}
 }
 

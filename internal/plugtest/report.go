@@ -28,7 +28,11 @@ func (t *tapWriter) test(file string, r *TestResult) {
 	case StatusPass:
 		fmt.Fprintf(t.w, "ok %d - %s\n", t.n, r.Name)
 	case StatusPending:
-		fmt.Fprintf(t.w, "ok %d - %s # SKIP pending\n", t.n, r.Name)
+		why := "pending"
+		if r.Skip != "" {
+			why = r.Skip
+		}
+		fmt.Fprintf(t.w, "ok %d - %s # SKIP %s\n", t.n, r.Name, why)
 	default:
 		fmt.Fprintf(t.w, "not ok %d - %s\n", t.n, r.Name)
 		t.failure(r.Failure, fmt.Sprintf("%s:%d", file, r.Line))

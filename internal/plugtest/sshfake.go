@@ -34,6 +34,7 @@ type sshRouter struct {
 	mu         sync.Mutex
 	hosts      map[string]*sshFake // "host:port" -> fake
 	knownHosts string
+	real       map[string][]string // real servers' addr -> known_hosts lines
 }
 
 func newSSHRouter(knownHosts string) *sshRouter {
@@ -86,6 +87,9 @@ func (r *sshRouter) writeKnownHosts() error {
 		}
 		lines = append(lines, name+" "+strings.TrimSpace(string(ssh.MarshalAuthorizedKey(f.signer.PublicKey()))))
 	}
+	for _, l := range r.real {
+		lines = append(lines, l...)
+	}
 	sort.Strings(lines)
 	data := strings.Join(lines, "\n")
 	if data != "" {
@@ -102,6 +106,10 @@ func (r *sshRouter) dial(ctx context.Context, _, addr string) (net.Conn, error) 
 		return nil, err
 	}
 	key := net.JoinHostPort(strings.TrimSuffix(strings.ToLower(host), "."), port)
+	if r.isReal(addr) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
 	r.mu.Lock()
 	f := r.hosts[key]
 	var known []string

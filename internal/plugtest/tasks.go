@@ -284,6 +284,7 @@ func (f *fileRun) testModule(L *lua.LState) *lua.LTable {
 	t.RawSetString("http", L.NewFunction(f.newHTTPFake))
 	t.RawSetString("clock", f.clock.module(L))
 	t.RawSetString("ssh", L.NewFunction(f.newSSHFakeLua))
+	t.RawSetString("sshd", L.NewFunction(f.sshd))
 	t.RawSetString("files", L.NewFunction(func(L *lua.LState) int {
 		L.Push(stringList(L, listFiles(f.workDir)))
 		return 1

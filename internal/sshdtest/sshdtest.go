@@ -135,6 +135,15 @@ func Start(t testing.TB, cfg Config) *Server {
 	return s
 }
 
+// StartServer starts sshd outside a Go test (loomd test --sshd); the
+// caller stops it. It says why when sshd cannot run here.
+func StartServer(cfg Config) (*Server, error) {
+	if reason := unavailable(); reason != "" {
+		return nil, fmt.Errorf("sshdtest: %s; install with: apt-get install -y openssh-server sudo, and run as root", reason)
+	}
+	return start(cfg)
+}
+
 func unavailable() string {
 	if _, err := os.Stat(SshdPath); err != nil {
 		return SshdPath + " not found"

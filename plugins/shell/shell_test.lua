@@ -176,3 +176,22 @@ describe("service actions", function()
     assert.same({}, host:commands())
   end)
 end)
+
+describe("on a real sshd (loomd test --sshd)", function()
+  it("ships the library and runs a script through sudo", function()
+    local node = loom.test.sshd()
+    fs.mkdir("scripts")
+    fs.write("scripts/hello.sh", "#!/bin/sh\necho \"hello $1 from $(id -un)\"\n", { mode = "0755" })
+    local cache = "/tmp/loom-shell-test-" .. math.random(1e9)
+    local boot = loom.test.run("BOOTSTRAP", { ipaddress = node.host, sshauth = node.sshauth,
+      config = { service = { action = { fields = { cache_dir = cache } } } } })
+    assert.equals(0, boot.status, boot.message)
+    local res = loom.test.run("INSTALL", { ipaddress = node.host, sshauth = node.sshauth,
+      fields = { script = "hello.sh", args = "'big world'", cache_dir = cache } })
+    assert.equals(0, res.status, res.message)
+    assert.equals("hello big world from root\n", res.stdout)
+    local rm = loom.test.run("REMOVE", { ipaddress = node.host, sshauth = node.sshauth,
+      fields = { script = "rm", args = "-rf " .. cache, cache_dir = cache } })
+    assert.equals(0, rm.status, rm.message)
+  end)
+end)
