@@ -5,12 +5,14 @@ package digitalocean_test
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/loomrt/loom/runtime"
+	"github.com/loomrt/loom/runtime/luatest"
 )
 
 // TestCreateTwelveNodesWithinAMinute creates 12 nodes at once, then 12
@@ -161,5 +163,24 @@ func TestDeleteWithoutProviderIDDeletesGPUDroplets(t *testing.T) {
 	mustStatus(t, e.delete(nil, map[string]any{"hostname": hostname}), 0)
 	if e.fake.get(77) != nil || e.fake.get(78) == nil {
 		t.Error("DELETE without providerid should remove exactly the node's GPU droplet")
+	}
+}
+
+// TestCreateWithoutAWritableStateDir: the shared state is an
+// optimisation; a work dir where it cannot be written only costs a
+// warning.
+func TestCreateWithoutAWritableStateDir(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	// A file where the state dir should be makes every lock and write fail.
+	luatest.WriteFile(t, filepath.Join(e.workDir, "default", "providertypes", "digitalocean", "state"), "not a dir")
+	for i := range 2 {
+		node := fmt.Sprintf("node-%d", i)
+		mustStatus(t, e.create(nil, map[string]any{"nodeId": node, "hostname": node + ".example.com"}), 0)
+	}
+	if !e.logged("WARN", "cannot be shared with other tasks") {
+		t.Errorf("no warning about the state dir:\n%s", e.logs.String())
+	}
+	if e.fake.dropletCount() != 2 {
+		t.Errorf("%d droplets, want 2", e.fake.dropletCount())
 	}
 }

@@ -102,16 +102,55 @@ function Budget:read()
   return st
 end
 
+-- unshared says, once per budget, that the shared state cannot be used:
+-- the task goes on, only without what other tasks learnt.
+function Budget:unshared(err)
+  if self.warned then return end
+  self.warned = true
+  log.warn("the DigitalOcean rate-limit state in %s/ cannot be shared with other tasks (%s): going on without it",
+    self.dir, type(err) == "table" and tostring(err.message) or tostring(err))
+end
+
+-- locked runs fn under the lock file name in the account's dir and
+-- returns its result. An error fn raises is raised again; when the lock
+-- itself fails (a read-only or full work dir), fn runs unlocked, with a
+-- warning: the shared state is an optimisation, never a reason to fail a
+-- task. Waiting for the lock past the deadline raises its timeout.
+function Budget:locked(name, fn)
+  if not fs then return fn() end
+  local failed
+  local ok, res = pcall(fs.with_lock, self.dir .. "/" .. name .. ".lock", function()
+    local fok, r = pcall(fn)
+    if not fok then
+      failed = { r }
+      return nil
+    end
+    return r
+  end)
+  if failed then error(failed[1], 0) end
+  if ok then return res end
+  if type(res) == "table" and res.kind == "timeout" then error(res, 0) end
+  self:unshared(res)
+  return fn()
+end
+
+-- save writes a JSON document of the account's dir; failing is a warning.
+function Budget:save(name, doc)
+  if not fs then return end
+  local ok, err = pcall(fs.write, self.dir .. "/" .. name .. ".json", json.encode(doc))
+  if not ok then self:unshared(err) end
+end
+
 -- update runs fn(state) under the account's lock, saves the state and
 -- returns fn's result.
 function Budget:update(fn)
   if not fs then
     return fn(self:read())
   end
-  return fs.with_lock(self.dir .. "/limits.lock", function()
+  return self:locked("limits", function()
     local st = self:read()
     local r = fn(st)
-    fs.write(self.dir .. "/limits.json", json.encode(st))
+    self:save("limits", st)
     return r
   end)
 end
@@ -237,27 +276,29 @@ function Budget:observe(method, path, resp)
   end
 end
 
---- Reads (or, with fn, changes under the lock) a JSON document kept beside
---- the account's budget: the caches of lib/api.lua. name is a file name.
+--- Runs fn(doc) on a JSON document kept beside the account's budget (the
+--- caches of lib/api.lua), under its own lock, and returns fn's first
+--- result; the document is saved when fn returns true as its second.
+--- name is a file name without extension.
 function Budget:with_doc(name, fn)
-  local p = self.dir .. "/" .. name .. ".json"
+  local key = self.account .. "/" .. name
   local function load()
     if not fs then
-      memory[self.account .. "/" .. name] = memory[self.account .. "/" .. name] or {}
-      return memory[self.account .. "/" .. name]
+      memory[key] = memory[key] or {}
+      return memory[key]
     end
     local ok, doc = pcall(function()
+      local p = self.dir .. "/" .. name .. ".json"
       if not fs.exists(p) then return {} end
       return json.decode(fs.read(p))
     end)
     if not ok or type(doc) ~= "table" then return {} end
     return doc
   end
-  if not fs then return fn(load()) end
-  return fs.with_lock(self.dir .. "/" .. name .. ".lock", function()
+  return self:locked(name, function()
     local doc = load()
     local r, changed = fn(doc)
-    if changed then fs.write(p, json.encode(doc)) end
+    if changed then self:save(name, doc) end
     return r
   end)
 end
