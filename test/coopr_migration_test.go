@@ -256,6 +256,13 @@ func TestCooprMigration(t *testing.T) {
 	if !strings.Contains(strings.Join(coopr.Log(), "\n"), "POST /v2/tasks/finish -> 200 client=loom-migrated") {
 		t.Errorf("finishes did not come over TLS with the client certificate:\n%s", strings.Join(coopr.Log(), "\n"))
 	}
+	// The daemon's /metrics counts the Coopr loops.
+	if code, body := d.call("GET", "/metrics", ""); code != 200 ||
+		!strings.Contains(string(body), `loom_coopr_tasks_total{status="failed",tenant="`+tenant+`"} 1`) ||
+		!strings.Contains(string(body), `loom_coopr_finishes_total{outcome="delivered",tenant="`+tenant+`"}`) ||
+		!strings.Contains(string(body), "loom_coopr_registered 1") {
+		t.Errorf("/metrics (%d) lacks the Coopr loops' counts:\n%s", code, body)
+	}
 	if n := coopr.Refused(400) + coopr.Refused(417); n != 0 {
 		t.Errorf("the server refused %d of loomd's requests:\n%s", n, strings.Join(coopr.Log(), "\n"))
 	}

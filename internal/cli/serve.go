@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/loomrt/loom/internal/api"
@@ -356,7 +357,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 
 	var cp *coopr.Provisioner
 	if o.coopr.server != "" {
-		if cp, err = a.startCoopr(ctx, o, cooprTenants, rt, runner, logger); err != nil {
+		if cp, err = a.startCoopr(ctx, o, cooprTenants, rt, runner, metrics.Registry(), logger); err != nil {
 			return err
 		}
 	}
@@ -631,13 +632,17 @@ func (c *cooprOptions) parse() (map[string]int, error) {
 // startCoopr starts serving a Coopr server's tasks through the daemon's
 // runner: the provisioner API, registration, heartbeats and the tenants
 // of --coopr-tenants.
-func (a *App) startCoopr(ctx context.Context, o *serveOptions, tenants map[string]int, rt *runtime.Runtime, runner queue.Runner, logger *slog.Logger) (*coopr.Provisioner, error) {
+func (a *App) startCoopr(ctx context.Context, o *serveOptions, tenants map[string]int, rt *runtime.Runtime, runner queue.Runner,
+	reg prometheus.Registerer, logger *slog.Logger) (*coopr.Provisioner, error) {
 	types := cooprTypes(rt.Types())
+	metrics := coopr.NewMetrics()
+	reg.MustRegister(metrics.Collectors()...)
 	cp, err := coopr.New(coopr.Config{
 		ServerURL: o.coopr.server, ID: o.coopr.id, Listen: o.coopr.listen, AdvertiseHost: o.coopr.advertise,
 		Capacity: o.coopr.capacity, Tenants: tenants, Types: types, Runner: runner,
 		WorkDir: o.g.workDir, StateDir: o.data, Heartbeat: o.coopr.heartbeat, Poll: o.coopr.poll, TLS: o.coopr.tls,
-		Logger: logger.With("component", "coopr"),
+		Metrics: metrics,
+		Logger:  logger.With("component", "coopr"),
 	})
 	if err != nil {
 		return nil, usageErr(err)

@@ -95,6 +95,8 @@ type Config struct {
 	Client *http.Client
 	// Logger receives the provisioner's logs.
 	Logger *slog.Logger
+	// Metrics, when set, counts takes, finishes, heartbeats and syncs.
+	Metrics *Metrics
 }
 
 // Provisioner is a running Coopr provisioner.
@@ -287,6 +289,10 @@ func (p *Provisioner) registerLoop(ctx context.Context) {
 	backoff := p.cfg.Poll
 	for {
 		if err := p.register(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.cfg.Metrics.registration(false)
 			p.setRegistered(false, err.Error())
 			p.log.Warn("coopr: registering with the server failed; retrying", "err", err, "retry_in", backoff)
 			if !sleep(ctx, backoff) {
@@ -296,6 +302,7 @@ func (p *Provisioner) registerLoop(ctx context.Context) {
 			continue
 		}
 		backoff = p.cfg.Poll
+		p.cfg.Metrics.registration(true)
 		p.setRegistered(true, "")
 		host, port := p.advertised()
 		p.log.Info("coopr: registered with the server", "capacity", p.cfg.Capacity, "api", net.JoinHostPort(host, strconv.Itoa(port)))
@@ -319,6 +326,7 @@ func (p *Provisioner) setRegistered(ok bool, why string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.registered, p.regErr = ok, why
+	p.cfg.Metrics.setRegistered(ok)
 }
 
 func (p *Provisioner) isRegistered() bool {
@@ -422,10 +430,13 @@ func (p *Provisioner) heartbeat(ctx context.Context) {
 	var se *statusError
 	switch {
 	case err == nil:
+		p.cfg.Metrics.heartbeat("ok")
 	case errors.As(err, &se) && se.code == http.StatusNotFound:
+		p.cfg.Metrics.heartbeat("unknown")
 		p.log.Warn("coopr: the server does not know this provisioner (it timed us out or lost its state): registering again")
 		p.setRegistered(false, "heartbeat: 404")
 	case ctx.Err() == nil:
+		p.cfg.Metrics.heartbeat("failed")
 		p.log.Warn("coopr: heartbeat failed; the server drops a provisioner silent for 120 s", "err", err)
 	}
 }
@@ -542,9 +553,11 @@ func (p *Provisioner) setTenant(id string, workers int, resources json.RawMessag
 func (p *Provisioner) resize(t *tenant) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.takeCtx.Err() != nil {
+	// A tenant deleted while its resources synced starts nothing.
+	if p.takeCtx.Err() != nil || p.tenants[t.id] != t {
 		return
 	}
+	defer func() { p.cfg.Metrics.setWorkers(t.id, len(t.slots)) }()
 	for len(t.slots) < t.workers {
 		p.seq++
 		s := &slot{workerID: fmt.Sprintf("%s.%d.%d", p.host, os.Getpid(), p.seq), done: make(chan struct{})}
@@ -575,7 +588,8 @@ func (p *Provisioner) deleteTenant(id string) bool {
 		for _, s := range t.slots {
 			s.stop()
 		}
-		t.slots = nil
+		t.slots, t.workers = nil, 0
+		p.cfg.Metrics.forgetTenant(id)
 	}
 	p.mu.Unlock()
 	return ok
@@ -594,21 +608,25 @@ func (p *Provisioner) work(ctx context.Context, tenantID string, s *slot) {
 		case ctx.Err() != nil:
 			return
 		case err == nil && len(task) == 0:
+			p.cfg.Metrics.take(tenantID, takeEmpty)
 			backoff = p.cfg.Poll
 			sleep(ctx, p.cfg.Poll)
 			continue
 		case errors.As(err, &se) && se.code == http.StatusForbidden:
+			p.cfg.Metrics.take(tenantID, takeRefused)
 			log.Warn("coopr: the server does not know this provisioner yet (take: 403); waiting for the registration", "retry_in", backoff)
 			p.setRegistered(false, "take: 403")
 			sleep(ctx, backoff)
 			backoff = min(backoff*2, p.cfg.MaxBackoff)
 			continue
 		case err != nil:
+			p.cfg.Metrics.take(tenantID, takeError)
 			log.Warn("coopr: taking a task failed; retrying", "err", err, "retry_in", backoff)
 			sleep(ctx, backoff)
 			backoff = min(backoff*2, p.cfg.MaxBackoff)
 			continue
 		}
+		p.cfg.Metrics.take(tenantID, takeTask)
 		backoff = p.cfg.Poll
 		p.runAndFinish(tenantID, s.workerID, task, log)
 	}
@@ -621,12 +639,14 @@ func (p *Provisioner) runAndFinish(tenantID, workerID string, task []byte, log *
 	taskID := taskIDOf(task)
 	log = log.With("task", taskID)
 	start := time.Now()
+	p.cfg.Metrics.taskStarted(tenantID)
 	result := p.run(tenantID, task, log)
 	result["taskId"] = taskID
 	result["tenantId"] = tenantID
 	result["provisionerId"] = p.cfg.ID
 	result["workerId"] = workerID
 	status, _ := result["status"].(int)
+	p.cfg.Metrics.taskEnded(tenantID, status)
 	log.Info("coopr: task ran", "status", status, "took", time.Since(start).Round(time.Millisecond))
 	p.finish(taskID, result, log)
 }
@@ -689,6 +709,10 @@ func withTenant(task []byte, tenantID string) ([]byte, error) {
 func (p *Provisioner) finish(taskID string, result map[string]any, log *slog.Logger) {
 	p.pending.Add(1)
 	defer p.pending.Done()
+	tenantID, _ := result["tenantId"].(string)
+	outcome := finishDelivered
+	p.cfg.Metrics.finishStarted()
+	defer func() { p.cfg.Metrics.finishEnded(tenantID, outcome) }()
 	file := p.savePending(taskID, result, log)
 	defer func() {
 		if file != "" {
@@ -711,25 +735,32 @@ func (p *Provisioner) finish(taskID string, result map[string]any, log *slog.Log
 		case errors.As(err, &se) && se.code == http.StatusForbidden:
 			// The server forgot this provisioner: register again, then retry.
 			p.setRegistered(false, "finish: 403")
-			_ = p.register(context.Background())
+			rerr := p.register(context.Background())
+			p.cfg.Metrics.registration(rerr == nil)
 		case errors.As(err, &se) && se.code >= 400 && se.code < 500:
 			if se.code == http.StatusExpectationFailed && attempt > 1 {
+				outcome = finishDuplicate
 				log.Info("coopr: the server no longer holds the task for this worker (417 after a retried finish: the earlier attempt went through, or the server timed the task out)")
 			} else {
+				outcome = finishRefused
 				log.Error("coopr: the server refused the result", "err", err)
 			}
 			return
 		case time.Now().After(deadline):
+			outcome = finishAbandoned
 			log.Error("coopr: giving up delivering the result after the server's task timeout; the server has failed the task by now", "err", err)
 			return
 		case p.runCtx.Err() != nil && file != "":
 			log.Warn("coopr: stopping with a result not delivered; it is kept and sent at the next start", "file", file, "err", err)
 			file = "" // keep it
+			outcome = finishKept
 			return
 		case p.runCtx.Err() != nil:
+			outcome = finishLost
 			log.Error("coopr: stopping with a result not delivered (no state dir to keep it); the server times the task out and runs it again", "err", err)
 			return
 		}
+		p.cfg.Metrics.finishRetry(tenantID)
 		log.Warn("coopr: delivering the result failed; retrying", "err", err, "attempt", attempt, "retry_in", backoff)
 		sleep(p.runCtx, backoff)
 		backoff = min(backoff*2, p.cfg.MaxBackoff)

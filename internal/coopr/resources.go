@@ -44,11 +44,13 @@ func (p *Provisioner) syncResources(t *tenant, raw json.RawMessage) {
 	log := p.log.With("tenant", t.id)
 	if p.cfg.WorkDir == "" {
 		log.Warn("coopr: resources not synced: no work dir")
+		p.cfg.Metrics.sync(t.id, false)
 		return
 	}
 	var spec resourceSpec
 	if err := json.Unmarshal(raw, &spec); err != nil {
 		log.Error("coopr: the tenant's resources are not in Coopr's format; nothing synced", "err", err)
+		p.cfg.Metrics.sync(t.id, false)
 		return
 	}
 	start := time.Now()
@@ -85,6 +87,7 @@ func (p *Provisioner) syncResources(t *tenant, raw json.RawMessage) {
 		}
 	}
 	removed := p.pruneLinks(filepath.Join(p.cfg.WorkDir, t.id), active)
+	p.cfg.Metrics.sync(t.id, len(problems) == 0)
 	if len(problems) > 0 {
 		t.syncErr = strings.Join(problems, "; ")
 		log.Error("coopr: some resources could not be synced; tasks using them fail until the next sync", "problems", t.syncErr)
