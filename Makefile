@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: build test vet unit race hostile faults bench stubs adapters
+.PHONY: build test vet unit race hostile faults bench stubs adapters proto
 
 build:
 	$(GO) build -o bin/loomd ./cmd/loomd
@@ -62,3 +62,17 @@ stubs:
 	$(GO) run ./cmd/loomd stubs --markdown > docs/bindings/reference.md
 	for k in provider automator clusterdriver bucketprovisioner cloudprovider kloudprovider; do \
 		$(GO) run ./cmd/loomd kinds $$k > docs/kinds/$$k.md || exit 1; done
+
+# Regenerate the Go code of the Rancher cluster driver protocol
+# (internal/rancher/driverpb) from drivers.proto. Needs protoc (apt
+# protobuf-compiler); installs the pinned Go plugins into bin/. The
+# generated code is committed: builds and CI need none of this.
+PROTOC_GEN_GO = v1.36.12
+PROTOC_GEN_GO_GRPC = v1.6.2
+proto:
+	GOBIN=$(CURDIR)/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO)
+	GOBIN=$(CURDIR)/bin $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC)
+	PATH="$(CURDIR)/bin:$$PATH" protoc -I internal/rancher/driverpb \
+		--go_out=internal/rancher/driverpb --go_opt=paths=source_relative \
+		--go-grpc_out=internal/rancher/driverpb --go-grpc_opt=paths=source_relative \
+		drivers.proto

@@ -122,7 +122,7 @@ func clusterDriverKind() *Kind {
 	return &Kind{
 		Family: ClusterDriver, Key: "clusterdrivers", Base: "ClusterDriver",
 		Title:  "Rancher kontainer-engine cluster driver",
-		Caller: "Rancher / kontainer-engine, gRPC service types.Driver (one process per operation)",
+		Caller: "Rancher / kontainer-engine, gRPC service types.Driver (one process per operation), served by `loomd driver rancher` and `loomd bundle` ([rancher.md](rancher.md))",
 		Hooks: []Hook{
 			{Name: "create_options", Required: true, Input: sObj(), Result: sMap(flag).withDoc("flag key -> Flag"),
 				Doc: "the flags Rancher turns into the driver's schema (field name: the flag key in lowerCamel)"},

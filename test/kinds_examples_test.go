@@ -90,11 +90,14 @@ func reply(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-func TestExampleClusterDriver(t *testing.T) {
-	api := &fakeAPI{token: "kube-token"}
-	clusters := map[string]map[string]any{}
+// gkeFake serves the managed-Kubernetes API the gkelike example driver
+// wraps (token "kube-token"). A cluster named "doomed" fails to
+// provision. Tests read and change clusters under api.mu.
+func gkeFake(t *testing.T) (api *fakeAPI, url string, clusters map[string]map[string]any) {
+	api = &fakeAPI{token: "kube-token"}
+	clusters = map[string]map[string]any{}
 	tokens := 0
-	url := api.serve(t, func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+	url = api.serve(t, func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 		switch {
 		case r.Method == "POST" && len(parts) == 1:
@@ -123,6 +126,11 @@ func TestExampleClusterDriver(t *testing.T) {
 			reply(w, 204, nil)
 		}
 	})
+	return api, url, clusters
+}
+
+func TestExampleClusterDriver(t *testing.T) {
+	_, url, clusters := gkeFake(t)
 	c := newKindCaller(t)
 	flags := c.ok("gkelike", "create_options", nil).(map[string]any)
 	if flags["api-token"].(map[string]any)["password"] != true || flags["node-count"].(map[string]any)["type"] != "int" {

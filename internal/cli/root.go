@@ -32,7 +32,7 @@ type globalOptions struct {
 
 // Main runs loomd with the process's arguments and returns the exit code.
 func Main() int {
-	return NewSystemApp().Execute(os.Args[1:])
+	return NewSystemApp().Execute(bundledArgs(os.Args[1:]))
 }
 
 // Execute runs loomd with args and returns the exit code.
@@ -115,6 +115,7 @@ environment, which wins over the file.`,
 	a.addMoreCommands(root, g)
 	a.addClusterCommands(root, g)
 	a.addKindCommands(root, g)
+	root.AddCommand(a.newDriverCmd(g), a.newBundleCmd(g))
 	root.AddCommand(a.newServeCmd(g), a.newSubmitCmd(g), a.newTaskCmd(g))
 	return root
 }

@@ -1,0 +1,127 @@
+package rancher
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/loomrt/loom/internal/rancher/driverpb"
+	"github.com/loomrt/loom/runtime"
+)
+
+// Every RPC of the service runs one hook, and every hook of the
+// clusterdriver kind is reachable from one RPC.
+func TestMethodsCoverTheKind(t *testing.T) {
+	rpcs := map[string]bool{}
+	for _, m := range driverpb.Driver_ServiceDesc.Methods {
+		rpcs[m.MethodName] = true
+	}
+	hooks := map[string]bool{}
+	for _, h := range runtime.KindOf(runtime.ClusterDriver).Hooks {
+		hooks[h.Name] = true
+	}
+	if len(Methods) != len(rpcs) || len(Methods) != len(hooks) {
+		t.Fatalf("%d methods, %d RPCs in drivers.proto, %d hooks in the kind", len(Methods), len(rpcs), len(hooks))
+	}
+	for _, m := range Methods {
+		if !rpcs[m.RPC] || !hooks[m.Hook] {
+			t.Fatalf("%s -> %s: RPC known %v, hook known %v", m.RPC, m.Hook, rpcs[m.RPC], hooks[m.Hook])
+		}
+		delete(rpcs, m.RPC)
+		delete(hooks, m.Hook)
+	}
+	if len(rpcs) != 0 || len(hooks) != 0 {
+		t.Fatalf("not mapped: RPCs %v, hooks %v", rpcs, hooks)
+	}
+}
+
+func TestCode(t *testing.T) {
+	for _, tc := range []struct {
+		e    runtime.CallError
+		want codes.Code
+	}{
+		{runtime.CallError{Class: runtime.ClassRetry}, codes.Unknown},
+		{runtime.CallError{Class: runtime.ClassTerminal}, codes.FailedPrecondition},
+		{runtime.CallError{Class: runtime.ClassNotFound}, codes.NotFound},
+		{runtime.CallError{Class: runtime.ClassTerminal, Reason: runtime.ReasonUnimplemented}, codes.Unimplemented},
+		{runtime.CallError{Class: runtime.ClassTerminal, Reason: runtime.ReasonInvalidResult}, codes.Internal},
+		{runtime.CallError{Class: runtime.ClassRetry, Reason: runtime.ReasonTimeout}, codes.DeadlineExceeded},
+	} {
+		if got := Code(&tc.e); got != tc.want {
+			t.Errorf("Code(%+v) = %s, want %s", tc.e, got, tc.want)
+		}
+	}
+}
+
+func TestFlagsOut(t *testing.T) {
+	f, err := flagsOut(map[string]any{
+		"n":    map[string]any{"type": "intPtr", "default": float64(3)},
+		"on":   map[string]any{"type": "boolPtr", "default": true},
+		"tags": map[string]any{"type": "stringSlice", "default": []any{"a", "b"}, "usage": "tags"},
+		"pw":   map[string]any{"type": "string", "password": true, "default": "x"},
+		"none": map[string]any{"type": "string"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := f.GetOptions()
+	if o["n"].GetDefault().GetDefaultInt() != 3 || !o["on"].GetDefault().GetDefaultBool() ||
+		strings.Join(o["tags"].GetDefault().GetDefaultStringSlice().GetValue(), ",") != "a,b" || o["tags"].GetUsage() != "tags" ||
+		!o["pw"].GetPassword() || o["pw"].GetDefault().GetDefaultString() != "x" || o["none"].GetDefault() != nil {
+		t.Fatalf("flags: %v", f)
+	}
+	for _, tc := range []struct {
+		flag map[string]any
+		want string
+	}{
+		{map[string]any{"type": "int", "default": "3"}, `flag "f" (type int): default: want an integer, got string "3"`},
+		{map[string]any{"type": "int", "default": 1.5}, `want an integer, got number 1.5`},
+		{map[string]any{"type": "bool", "default": "yes"}, `want a boolean`},
+		{map[string]any{"type": "stringSlice", "default": []any{"a", float64(1)}}, `[2]: want a string, got number 1`},
+		{map[string]any{"type": "string", "default": false}, `want a string, got boolean false`},
+	} {
+		if _, err := flagsOut(map[string]any{"f": tc.flag}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("flagsOut(%v): %v, want %q", tc.flag, err, tc.want)
+		}
+	}
+}
+
+// clusterInfoIn leaves out empty fields; clusterInfoOut reads them back.
+func TestClusterInfoRoundTrip(t *testing.T) {
+	ci := &driverpb.ClusterInfo{Endpoint: "https://e", NodeCount: 3, Metadata: map[string]string{"state": "{}"}, ClientKey: "k"}
+	in := clusterInfoIn(ci)
+	if len(in) != 4 {
+		t.Fatalf("clusterInfoIn: %v", in)
+	}
+	in["node_count"] = float64(3) // as a result comes back from Lua
+	in["metadata"] = map[string]any{"state": "{}"}
+	out, err := clusterInfoOut(in)
+	if err != nil || out.GetEndpoint() != "https://e" || out.GetNodeCount() != 3 || out.GetMetadata()["state"] != "{}" || out.GetClientKey() != "k" {
+		t.Fatalf("clusterInfoOut: %v, %v", out, err)
+	}
+	if _, err := clusterInfoOut(map[string]any{"node_count": 2.5}); err == nil {
+		t.Fatal("a fractional node_count passed")
+	}
+}
+
+// docs/kinds/rancher.md's table names every RPC with its hook.
+func TestDocsTable(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/kinds/rancher.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range Methods {
+		row := "| `" + m.RPC + "`"
+		i := strings.Index(string(doc), row)
+		if i < 0 {
+			t.Fatalf("docs/kinds/rancher.md has no row for %s", m.RPC)
+		}
+		line := string(doc[i:])
+		line = line[:strings.Index(line, "\n")]
+		if !strings.Contains(line, "| `"+m.Hook+"` |") {
+			t.Fatalf("docs/kinds/rancher.md: the row of %s does not name hook %s: %s", m.RPC, m.Hook, line)
+		}
+	}
+}
