@@ -30,12 +30,18 @@ local function new_api()
     if not authorized(req) then return unauthorized() end
     return { json = { ssh_keys = { { id = 7, name = "loom-admin", fingerprint = "aa:bb:cc" } }, links = {}, meta = { total = 1 } } }
   end)
+  -- Listings leave GPU droplets out unless type=gpus, as DigitalOcean's do.
   fake:route("GET", "/v2/droplets", function(req)
     if not authorized(req) then return unauthorized() end
     local out = {}
     for _, d in pairs(droplets) do
-      for _, t in ipairs(d.tags) do
-        if t == req.query.tag_name then out[#out + 1] = d end
+      if (d.gpu == true) == (req.query.type == "gpus") then
+        if req.query.name and d.name:lower() == req.query.name:lower() then
+          out[#out + 1] = d
+        end
+        for _, t in ipairs(d.tags) do
+          if t == req.query.tag_name then out[#out + 1] = d end
+        end
       end
     end
     return { json = { droplets = out, links = {}, meta = { total = #out } } }
@@ -95,6 +101,15 @@ describe("CREATE", function()
     local again = loom.test.run("CREATE", { fields = fields })
     assert.equals(first.result.providerid, again.result.providerid)
     api:assert_called("POST", "/v2/droplets", 1)
+  end)
+
+  it("finds the node's GPU droplet again, which listings by tag leave out", function()
+    droplets[4000001] = { id = 4000001, name = "node1.example.com", gpu = true, status = "active",
+      tags = { "loom", "coopr-node-node-1" }, networks = { v4 = {} } }
+    local res = loom.test.run("CREATE", { fields = fields })
+    assert.equals(0, res.status)
+    assert.equals("4000001", res.result.providerid)
+    api:assert_not_called("POST", "/v2/droplets")
   end)
 
   it("waits as a 429 asks, then creates the droplet once", function()

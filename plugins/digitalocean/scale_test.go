@@ -184,3 +184,30 @@ func TestCreateWithoutAWritableStateDir(t *testing.T) {
 		t.Errorf("%d droplets, want 2", e.fake.dropletCount())
 	}
 }
+
+// TestCreateRelistsKeysReplacedSinceTheyWereCached: a key replaced in the
+// account (same name, new fingerprint) after the listing was cached makes
+// DigitalOcean refuse the POST; CREATE lists again and posts once more.
+func TestCreateRelistsKeysReplacedSinceTheyWereCached(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	mustStatus(t, e.create(nil, map[string]any{"nodeId": "node-1", "hostname": "node-1.example.com"}), 0)
+	const replaced = "11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00"
+	e.fake.mu.Lock()
+	e.fake.keys[0].Fingerprint = replaced
+	e.fake.mu.Unlock()
+	res := e.create(nil, map[string]any{"nodeId": "node-2", "hostname": "node-2.example.com"})
+	mustStatus(t, res, 0)
+	posts := e.fake.calls("POST /v2/droplets")
+	if len(posts) != 3 {
+		t.Fatalf("%d POSTs, want 3 (the second refused for its stale key)", len(posts))
+	}
+	if keys := fmt.Sprint(posts[2].Body["ssh_keys"]); !strings.Contains(keys, replaced) {
+		t.Errorf("the last POST sent ssh_keys %s, want the new fingerprint %s", keys, replaced)
+	}
+	if n := e.fake.dropletCount(); n != 2 {
+		t.Errorf("%d droplets, want 2", n)
+	}
+	if !e.logged("INFO", "SSH keys changed since they were cached") {
+		t.Errorf("no log line about the re-listing:\n%s", e.logs.String())
+	}
+}
