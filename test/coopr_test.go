@@ -187,3 +187,74 @@ func freeAddr(t *testing.T) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+// TestCooprTenantsChangeWhileRunning: the server deletes a tenant while
+// its task runs in loomd and adds another: the running task finishes and
+// its result is delivered, the deleted tenant's queue is left alone, the
+// new tenant's tasks run at once beside it, and the tenant added back
+// takes its queue again.
+func TestCooprTenantsChangeWhileRunning(t *testing.T) {
+	dir := t.TempDir()
+	writePlugin(t, filepath.Join(dir, "plugins"), "noop", "v1")
+	coopr, err := coopfake.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer coopr.Close()
+	apiAddr := freeAddr(t)
+	d := startDaemon(t, dir, "loomd.log", nil, "--coopr-server", coopr.URL(), "--coopr-listen", apiAddr,
+		"--coopr-poll", "50ms", "--coopr-heartbeat", "200ms", "--coopr-provisioner-id", "loom-tenants")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	api := "http://" + apiAddr
+	if _, err := coopfake.PutTenant(ctx, api, "tenant-a", 1, nil); err != nil {
+		t.Fatalf("PUT tenant-a: %v\n%s", err, d.logTail())
+	}
+	enqueue := func(tenant, id string, sleep float64) {
+		t.Helper()
+		if err := coopr.Enqueue(tenant, []byte(noopTask(id, "noop", sleep))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueue("tenant-a", "a-running", 2)
+	d.waitFor("tenant-a's task to be taken", func() bool { return coopr.Takes("a-running") == 1 })
+	enqueue("tenant-a", "a-queued", 0)
+	if _, err := coopfake.DeleteTenant(ctx, api, "tenant-a"); err != nil {
+		t.Fatalf("DELETE tenant-a: %v", err)
+	}
+	if _, err := coopfake.PutTenant(ctx, api, "tenant-b", 2, nil); err != nil {
+		t.Fatalf("PUT tenant-b: %v", err)
+	}
+	enqueue("tenant-b", "b-1", 0.2)
+	enqueue("tenant-b", "b-2", 0.2)
+	for _, id := range []string{"a-running", "b-1", "b-2"} {
+		f, err := coopr.WaitFinished(ctx, id)
+		if err != nil || f.Status != 0 {
+			t.Fatalf("%s: %+v %v\n%s", id, f, err, d.logTail())
+		}
+		if want := "tenant-" + id[:1]; f.TenantID != want {
+			t.Errorf("%s finished for %s, want %s", id, f.TenantID, want)
+		}
+	}
+	d.waitFor("usage tenant-b=2 only", func() bool {
+		p, _ := coopr.Provisioner("loom-tenants")
+		return len(p.Usage) == 1 && p.Usage["tenant-b"] == 2
+	})
+	if n := coopr.Takes("a-queued"); n != 0 {
+		t.Errorf("the deleted tenant's queued task was taken %d times", n)
+	}
+	if _, err := coopfake.PutTenant(ctx, api, "tenant-a", 1, nil); err != nil {
+		t.Fatalf("PUT tenant-a again: %v", err)
+	}
+	if f, err := coopr.WaitFinished(ctx, "a-queued"); err != nil || f.Status != 0 {
+		t.Fatalf("a-queued after tenant-a came back: %+v %v", f, err)
+	}
+	for _, f := range coopr.Finishes() {
+		if coopr.Takes(f.TaskID) != 1 {
+			t.Errorf("%s taken %d times", f.TaskID, coopr.Takes(f.TaskID))
+		}
+	}
+	if len(coopr.Finishes()) != 4 || coopr.Refused(400) != 0 || coopr.Refused(417) != 0 {
+		t.Errorf("finishes %d, server log:\n%s", len(coopr.Finishes()), strings.Join(coopr.Log(), "\n"))
+	}
+}

@@ -217,13 +217,24 @@ func TestFinishSurvivesServerFaults(t *testing.T) {
 	if _, err := srv.WaitFinished(ctx(t), "restart"); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"five-oh-three", "dropped", "restart"} {
+	// The server restarts while it holds a finish it has not acted on
+	// yet: the request dies with the connection and is sent again.
+	srv.AddFault(coopfake.Fault{Path: "/v2/tasks/finish", Delay: 5 * time.Second})
+	srv.Enqueue("t", task("mid-finish"))
+	eventually(t, "the finish to be held", func() bool { return srv.PendingFaults("/v2/tasks/finish") == 0 })
+	if err := srv.Restart(200 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.WaitFinished(ctx(t), "mid-finish"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"five-oh-three", "dropped", "restart", "mid-finish"} {
 		if n := r.count(id); n != 1 || srv.Takes(id) != 1 {
 			t.Errorf("%s: run %d times, taken %d times", id, n, srv.Takes(id))
 		}
 	}
-	if n := len(srv.Finishes()); n != 3 {
-		t.Errorf("%d finishes accepted, want 3", n)
+	if n := len(srv.Finishes()); n != 4 {
+		t.Errorf("%d finishes accepted, want 4", n)
 	}
 }
 

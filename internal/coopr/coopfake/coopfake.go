@@ -701,6 +701,20 @@ func call(ctx context.Context, method, url string, body []byte) ([]byte, error) 
 	return nil, errors.Join(errors.New("coopfake: the provisioner refused (the server would now delete it)"), last)
 }
 
+// PendingFaults is how many faults on path have not met a request yet
+// (a fault with Delay stops being pending when it starts holding one).
+func (s *Server) PendingFaults(path string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, f := range s.faults {
+		if strings.HasPrefix(path, f.Path) {
+			n++
+		}
+	}
+	return n
+}
+
 // ConsumeFault removes one pending application of the first fault on path;
 // false when none is left.
 func (s *Server) ConsumeFault(path string) bool { return s.fault(path) != nil }
