@@ -72,6 +72,11 @@ type Options struct {
 	// permissions.http allow-list. loomd test uses it for the fakes a
 	// test permits explicitly; loomd itself never sets it.
 	PermitHTTP func() []string
+	// InstructionHook, when set, is called before every instruction of
+	// plugin code (see the vendored gopher-lua's LOOM.md): loomd test
+	// --coverage counts lines with it. It is called from every VM at
+	// once, so it must be safe for concurrent use.
+	InstructionHook func(L *lua.LState, proto *lua.FunctionProto, pc int)
 }
 
 // Sentinel errors callers branch on.

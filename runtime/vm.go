@@ -55,6 +55,7 @@ var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0
 func newVM(rt *Runtime, pt *pluginType, tenant string) (*vm, error) {
 	v := &vm{rt: rt, pt: pt, tenant: tenant, loading: make(map[string]bool), secrets: redact.New()}
 	v.L = newSandboxState(rt.limits, &v.coroutines)
+	v.L.Options.InstructionHook = rt.opts.InstructionHook
 	v.ctx = context.Background()
 	v.logger = rt.logger.With("plugin", pt.name)
 	v.workDir = rt.workDirFor(pt, tenant)

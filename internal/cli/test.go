@@ -22,6 +22,8 @@ func (a *App) newTestCmd(g *globalOptions) *cobra.Command {
 		match   string
 		verbose bool
 		sshd    bool
+		cover   bool
+		lcov    string
 	)
 	cmd := &cobra.Command{
 		Use:   "test [DIR...]",
@@ -38,13 +40,17 @@ hosts that loom.ssh reaches instead of the network: canned command answers,
 an in-memory filesystem) and loom.test.clock (loom.time runs on a virtual
 clock: sleeps return at once). See docs/testing.md.
 
-Progress is TAP on stdout; --json prints one JSON report instead. Exit
-status 1 when a test fails, 2 when no test could be found.`,
+Progress is TAP on stdout; --json prints one JSON report instead.
+--coverage adds the lines of each plugin file that ran (--lcov writes them
+as an lcov tracefile). Exit status 1 when a test fails, 2 when no test
+could be found.`,
 		Example: `  loomd test plugins/digitalocean
   loomd test plugins/... --junit report.xml
-  loomd test . --run 'CREATE' -v`,
+  loomd test . --run 'CREATE' -v
+  loomd test . --coverage --lcov lcov.info`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := plugtest.Options{Dirs: args, Timeout: timeout, Verbose: verbose, Out: a.Out, SSHD: sshd}
+			opts := plugtest.Options{Dirs: args, Timeout: timeout, Verbose: verbose, Out: a.Out, SSHD: sshd,
+				Coverage: cover || lcov != ""}
 			if match != "" {
 				re, err := regexp.Compile(match)
 				if err != nil {
@@ -68,7 +74,12 @@ status 1 when a test fails, 2 when no test could be found.`,
 				fmt.Fprintf(a.Out, "%s\n", b)
 			}
 			if junit != "" {
-				if err := writeJUnitFile(junit, rep); err != nil {
+				if err := writeReport(junit, "--junit", rep, plugtest.WriteJUnit); err != nil {
+					return err
+				}
+			}
+			if lcov != "" {
+				if err := writeReport(lcov, "--lcov", rep, plugtest.WriteLCOV); err != nil {
 					return err
 				}
 			}
@@ -84,18 +95,21 @@ status 1 when a test fails, 2 when no test could be found.`,
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "longest a test (and any hook it runs) may take")
 	f.StringVar(&match, "run", "", "run only tests whose full name (describe names and it name) matches this regular expression")
 	f.BoolVarP(&verbose, "verbose", "v", false, "print the plugin's log lines of passing tests too")
+	f.BoolVar(&cover, "coverage", false, "count the lines of plugin files (not test files) the tests ran, and print a summary per file with the lines never run")
+	f.StringVar(&lcov, "lcov", "", "also write line coverage as an lcov tracefile to this file (implies --coverage)")
 	f.BoolVar(&sshd, "sshd", false, "let tests start a real OpenSSH sshd on 127.0.0.1 with loom.test.sshd() (needs root, openssh-server and sudo; creates the test users loomtest and loomtestnp); without it those tests are skipped")
 	return cmd
 }
 
-func writeJUnitFile(path string, rep *plugtest.Report) error {
+// writeReport writes a report file (JUnit XML, lcov) for flag.
+func writeReport(path, flag string, rep *plugtest.Report, write func(io.Writer, *plugtest.Report) error) error {
 	fh, err := os.Create(path)
 	if err != nil {
-		return fmt.Errorf("--junit: %w", err)
+		return fmt.Errorf("%s: %w", flag, err)
 	}
-	if err := plugtest.WriteJUnit(fh, rep); err != nil {
+	if err := write(fh, rep); err != nil {
 		fh.Close()
-		return fmt.Errorf("--junit %s: %w", path, err)
+		return fmt.Errorf("%s %s: %w", flag, path, err)
 	}
 	return fh.Close()
 }

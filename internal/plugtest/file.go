@@ -224,6 +224,12 @@ func (f *fileRun) open(ctx context.Context, tmp string) *Failure {
 		Timeout:    f.opts.Timeout,
 		PoolSize:   2,
 		PermitHTTP: f.router.permitted,
+		InstructionHook: func() func(*lua.LState, *lua.FunctionProto, int) {
+			if f.opts.cov == nil {
+				return nil
+			}
+			return f.opts.cov.hook
+		}(),
 	})
 	if err != nil {
 		reg.Close()

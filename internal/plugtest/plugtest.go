@@ -42,6 +42,11 @@ type Options struct {
 	// loom.test.sshd() (root, openssh-server and sudo needed; it creates
 	// the sshdtest users). Without it, tests that ask for one are skipped.
 	SSHD bool
+	// Coverage counts the lines of plugin files (not test files) that
+	// ran: Report.Coverage, and a summary after the TAP output.
+	Coverage bool
+
+	cov *coverage
 }
 
 // Report is the outcome of a run.
@@ -51,6 +56,8 @@ type Report struct {
 	Failed     int           `json:"failed"`
 	Pending    int           `json:"pending"`
 	DurationMS float64       `json:"duration_ms"`
+	// Coverage is set with Options.Coverage: one entry per plugin file.
+	Coverage []*FileCoverage `json:"coverage,omitempty"`
 }
 
 // OK reports whether every test passed (pending tests do not count) and
@@ -132,6 +139,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.Coverage {
+		opts.cov = newCoverage()
+	}
 	start := time.Now()
 	rep := &Report{}
 	tap := newTAP(opts.Out)
@@ -159,6 +169,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	rep.DurationMS = ms(time.Since(start))
 	tap.summary(rep)
+	if opts.cov != nil {
+		var dirs []string
+		for _, tg := range targets {
+			dirs = append(dirs, tg.dir)
+		}
+		rep.Coverage = opts.cov.report(dirs)
+		writeCoverage(opts.Out, rep.Coverage)
+	}
 	return rep, nil
 }
 

@@ -182,6 +182,37 @@ func TestShellWords(t *testing.T) {
 	}
 }
 
+// TestCoverage counts the plugin's lines that ran: the sleep that raised
+// ran, the line after it did not, nor the hook no test calls; the lcov
+// file says the same.
+func TestCoverage(t *testing.T) {
+	rep, out := run(t, Options{Dirs: []string{"testdata/clock"}, Coverage: true})
+	if !rep.OK() || len(rep.Coverage) != 1 {
+		t.Fatalf("coverage %+v\n%s", rep.Coverage, out)
+	}
+	c := rep.Coverage[0]
+	if c.File != "testdata/clock/clock.lua" || c.Lines != 26 || c.Hit != 19 {
+		t.Errorf("got %s %d/%d, want testdata/clock/clock.lua 19/26", c.File, c.Hit, c.Lines)
+	}
+	for l, want := range map[int]bool{28: true, 29: false, 33: false, 12: true} {
+		if got := c.counts[l] > 0; got != want {
+			t.Errorf("line %d ran: %v, want %v", l, got, want)
+		}
+	}
+	if !strings.Contains(out, "# coverage: 73.1% of 26 lines in 1 plugin files\n#   testdata/clock/clock.lua  73.1% (19/26)  missed: 19, 24-25, 29-30, 33-34\n") {
+		t.Errorf("summary:\n%s", out)
+	}
+	var lcov bytes.Buffer
+	if err := WriteLCOV(&lcov, rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"SF:/", "/testdata/clock/clock.lua\n", "DA:28,1\n", "DA:29,0\n", "LF:26\nLH:19\nend_of_record\n"} {
+		if !strings.Contains(lcov.String(), want) {
+			t.Errorf("lcov lacks %q:\n%s", want, lcov.String())
+		}
+	}
+}
+
 // TestMatch runs only the tests whose name matches.
 func TestMatch(t *testing.T) {
 	rep, _ := run(t, Options{Dirs: []string{"testdata/failing"}, Match: regexpMust("^equals$")})

@@ -115,6 +115,12 @@ type Options struct {
 	// as a hook the host calls, which upstream calls "main chunk", or one
 	// that replaced its caller by a tail call.
 	FuncName func(L *LState, fn *LFunction) string
+	// loom: InstructionHook, when set, is called before each instruction
+	// of Lua code that runs under a context (SetContext), with the
+	// function's prototype and the instruction's index (its line is
+	// proto.DbgSourcePositions[pc]). loomd test --coverage counts lines
+	// with it; nil costs one comparison per instruction on that path.
+	InstructionHook func(L *LState, proto *FunctionProto, pc int)
 }
 
 /* }}} */

@@ -57,6 +57,9 @@ func mainLoopWithContext(L *LState, baseframe *callFrame) {
 			L.RaiseError(L.ctx.Err().Error())
 			return
 		default:
+			if L.Options.InstructionHook != nil { // loom: coverage (loomd test --coverage)
+				L.Options.InstructionHook(L, cf.Fn.Proto, cf.Pc-1)
+			}
 			if jumpTable[int(inst>>26)](L, inst, baseframe) == 1 {
 				return
 			}
