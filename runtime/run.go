@@ -198,6 +198,43 @@ func decodeTask(L *lua.LState, task *Task) (lua.LValue, error) {
 	return luaval.Decode(L, task.raw, luaval.Limits{})
 }
 
+// decodeTaskLazy is decodeTask for a hook: config.nodes, which holds every
+// node of the cluster (Coopr's cluster tasks carry it) and which most hooks
+// never read, is decoded when the hook first reads it (luaval.SetLazy), not
+// for every task; the sensitive fields in it are registered as secrets
+// then.
+func (v *vm) decodeTaskLazy(task *Task, snap *snapshot) (lua.LValue, error) {
+	n := task.route.nodes
+	if n[0] <= 0 || n[1] <= n[0] {
+		return decodeTask(v.L, task)
+	}
+	raw := task.raw
+	stripped := make([]byte, 0, len(raw)-(n[1]-n[0])+4)
+	stripped = append(stripped, raw[:n[0]]...)
+	stripped = append(stripped, "null"...)
+	stripped = append(stripped, raw[n[1]:]...)
+	tv, err := luaval.Decode(v.L, stripped, luaval.Limits{})
+	if err != nil {
+		return tv, err
+	}
+	tt, _ := tv.(*lua.LTable)
+	var config *lua.LTable
+	if tt != nil {
+		config, _ = tt.RawGetString("config").(*lua.LTable)
+	}
+	register := func(_ string, val lua.LValue) {
+		if t, ok := val.(*lua.LTable); ok {
+			if names := snap.sensitiveNames(); len(names) > 0 {
+				v.registerNamed(names, t)
+			}
+		}
+	}
+	if config == nil || !luaval.SetLazy(v.L, config, "nodes", raw[n[0]:n[1]], luaval.Limits{}, register) {
+		return decodeTask(v.L, task)
+	}
+	return tv, nil
+}
+
 // runHookWith is runHook with a caller's logger and, for the REPL, a VM
 // the caller holds (nil means check one out of the pool).
 func (rt *Runtime) runHookWith(ctx context.Context, pt *pluginType, task *Task, hook string, logger *slog.Logger, held *vm) (*Result, error) {
@@ -230,12 +267,12 @@ func (rt *Runtime) runHookWith(ctx context.Context, pt *pluginType, task *Task, 
 	defer v.end()
 	L := v.L
 
-	taskT, err := decodeTask(L, task)
+	snap := rt.snap.Load()
+	taskT, err := v.decodeTaskLazy(task, snap)
 	if err != nil {
 		return fail(1, "converting task %s to Lua: %v", task.label(), err)
 	}
 	tt, _ := taskT.(*lua.LTable)
-	snap := rt.snap.Load()
 	v.registerTaskSecrets(snap, tt)
 	v.grants = rt.grantsFor(snap, task, tenant, workDir, pt.plugin.dir, namedPaths(tt))
 	input, missing := v.buildInput(task, tt)

@@ -10,6 +10,7 @@ import (
 	lua "github.com/yuin/gopher-lua"
 
 	"github.com/loomrt/loom/bindings"
+	"github.com/loomrt/loom/bindings/luaval"
 )
 
 // Limits bound what one plugin VM may consume. Zero fields take defaults.
@@ -129,6 +130,7 @@ func newSandboxState(lim Limits, quota *int) *lua.LState {
 	g.RawSetString("package", lua.LNil)
 
 	g.RawSetString("setmetatable", L.NewFunction(sbSetMetatable))
+	materializing(L, g)
 	g.RawSetString("unpack", L.NewFunction(sbUnpack(lim.MaxUnpack)))
 
 	str := L.GetGlobal("string").(*lua.LTable)
@@ -169,6 +171,7 @@ func sbSetMetatable(L *lua.LState) int {
 	if !ok {
 		L.ArgError(1, fmt.Sprintf("table expected, got %s (setmetatable accepts tables only in Loom's sandbox)", L.Get(1).Type()))
 	}
+	materialize(L, t)
 	mt := L.Get(2)
 	if mt != lua.LNil && mt.Type() != lua.LTTable {
 		L.ArgError(2, "nil or table expected")
@@ -179,6 +182,38 @@ func sbSetMetatable(L *lua.LState) int {
 	L.SetMetatable(t, mt)
 	L.Push(t)
 	return 1
+}
+
+// materializing wraps the base functions that look at a table without
+// indexing it (pairs, next, rawget, getmetatable) so that they first
+// decode its lazy keys (luaval.SetLazy: a task's config.nodes): plugins
+// cannot tell a lazy table from a decoded one.
+func materializing(L *lua.LState, g *lua.LTable) {
+	next := g.RawGetString("next").(*lua.LFunction)
+	for _, name := range []string{"next", "rawget", "getmetatable"} {
+		orig := g.RawGetString(name).(*lua.LFunction).GFunction
+		g.RawSetString(name, L.NewFunction(func(L *lua.LState) int {
+			if t, ok := L.Get(1).(*lua.LTable); ok {
+				materialize(L, t)
+			}
+			return orig(L)
+		}))
+	}
+	// pairs returns the original next (as the base pairs does).
+	g.RawSetString("pairs", L.NewFunction(func(L *lua.LState) int {
+		t := L.CheckTable(1)
+		materialize(L, t)
+		L.Push(next)
+		L.Push(t)
+		L.Push(lua.LNil)
+		return 3
+	}))
+}
+
+func materialize(L *lua.LState, t *lua.LTable) {
+	if err := luaval.Materialize(t); err != nil {
+		L.RaiseError("%v", err)
+	}
 }
 
 func sbUnpack(maxN int) lua.LGFunction {

@@ -68,6 +68,10 @@ type routeInfo struct {
 		} `json:"action"`
 	} `json:"service"`
 	Automators []string `json:"automators"`
+	// nodes is where config.nodes's value (an object) lies in the raw
+	// task, [start, end), or zero: it is decoded into Lua only when a hook
+	// reads it (see vm.decodeTask).
+	nodes [2]int
 }
 
 // hookByTask maps Coopr's upper-case task names to hook names and families.

@@ -84,6 +84,20 @@ func (s *scanner) scanConfig(r *routeInfo) bool {
 					return s.skip()
 				})
 			})
+		case "nodes":
+			if r.nodes[0] != 0 {
+				r.nodes = [2]int{-1, -1} // twice: decode it all as usual
+				return s.skip()
+			}
+			if s.peek() != '{' {
+				return s.skip()
+			}
+			start := s.pos
+			if !s.skip() {
+				return false
+			}
+			r.nodes = [2]int{start, s.pos}
+			return true
 		case "automators":
 			if s.peek() != '[' {
 				return s.skipNull()

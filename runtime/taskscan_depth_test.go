@@ -36,3 +36,28 @@ func TestParseTaskRefusesDeepNesting(t *testing.T) {
 		t.Fatalf("a task nested past the limit: got %v", err)
 	}
 }
+
+// TestScanNodesRange: the scan finds config.nodes's value, so a hook can
+// decode it lazily; twice or not an object, it is left to the eager path.
+func TestScanNodesRange(t *testing.T) {
+	for _, c := range []struct {
+		task string
+		want string
+	}{
+		{`{"taskName":"CREATE","config":{"provider":{"providertype":"p"},"nodes": {"n1":{"hostname":"a"}} ,"x":1}}`, `{"n1":{"hostname":"a"}}`},
+		{`{"taskName":"CREATE","config":{"provider":{"providertype":"p"},"nodes":[1]}}`, ""},
+		{`{"taskName":"CREATE","config":{"provider":{"providertype":"p"},"nodes":{},"nodes":{"a":1}}}`, ""},
+	} {
+		task, err := ParseTask([]byte(c.task))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		if n := task.route.nodes; n[0] > 0 {
+			got = c.task[n[0]:n[1]]
+		}
+		if got != c.want {
+			t.Errorf("%s: nodes %q, want %q", c.task, got, c.want)
+		}
+	}
+}

@@ -1,12 +1,15 @@
-// Command cluster benchmarks loomd apply --local on a cluster of no-op
-// plugins: the same create run with --parallelism 1 (every task one after
-// the other: the baseline) and with higher parallelism, in one process
-// run, reported as ratios. docs/benchmarks.md ("Cluster apply") records
-// its figures and the command line.
+// Command cluster benchmarks loomd apply on a cluster of no-op plugins:
+// the same create run with --parallelism 1 (every task one after the
+// other: the baseline) and with higher parallelism, in one process run,
+// reported as ratios. By default the applies run --local; with -daemon
+// they go through a loomd serve started for the run (tasks through its
+// queue, cluster state in its store), as in production. docs/benchmarks.md
+// ("Cluster apply") records its figures and the command line.
 //
 //	go build -o /tmp/loomd ./cmd/loomd
 //	go run ./bench/cluster -loomd /tmp/loomd -nodes 100 -latency 0
 //	go run ./bench/cluster -loomd /tmp/loomd -nodes 100 -latency 20ms
+//	go run ./bench/cluster -loomd /tmp/loomd -nodes 100 -daemon -parallelism 1,16,64
 //
 // -latency makes every hook sleep that long (time.sleep), standing in for
 // the SSH or cloud API round trips real plugins wait on.
@@ -16,6 +19,8 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,14 +63,15 @@ func main() {
 	latency := flag.Duration("latency", 0, "time every hook sleeps (0: true no-op)")
 	pars := flag.String("parallelism", "1,16,64", "comma-separated --parallelism values; the first is the baseline")
 	keep := flag.Bool("keep", false, "keep the temp dir")
+	daemon := flag.Bool("daemon", false, "run the applies through a loomd serve (queue and cluster store) instead of --local")
 	flag.Parse()
-	if err := run(*bin, *nodes, *latency, strings.Split(*pars, ","), *keep); err != nil {
+	if err := run(*bin, *nodes, *latency, strings.Split(*pars, ","), *keep, *daemon); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin string, nodes int, latency time.Duration, pars []string, keep bool) error {
+func run(bin string, nodes int, latency time.Duration, pars []string, keep, daemon bool) error {
 	dir, err := os.MkdirTemp(os.Getenv("BENCH_TMP"), "loom-bench-cluster-")
 	if err != nil {
 		return err
@@ -90,7 +96,7 @@ func run(bin string, nodes int, latency time.Duration, pars []string, keep bool)
 		"plugins/noopa/noopa.json": `{"name": "noopa", "automatortypes": ["noopa"], "noopa": {"name": "noopa", "classname": "NoopAutomator",
   "parameters": {"admin": {"fields": {}}, "user": {"fields": {}}}}}`,
 		"plugins/noopa/noopa.lua": fmt.Sprintf(automatorLua, sec),
-		"bench.yaml": fmt.Sprintf(`name: bench
+		"bench.yaml": fmt.Sprintf(`name: NAME
 provider: {type: noopp}
 nodegroups:
   - {name: n, count: %d, services: [a, b]}
@@ -109,22 +115,44 @@ services:
       start: {type: noopa}
 `, nodes),
 	}
+	specText := files["bench.yaml"]
+	delete(files, "bench.yaml")
+	for _, p := range pars {
+		// One cluster per run: each starts from nothing.
+		files["bench-"+p+".yaml"] = strings.Replace(specText, "NAME", "bench-"+p, 1)
+	}
 	for rel, c := range files {
 		if err := write(rel, c); err != nil {
 			return err
 		}
 	}
-	plan, err := loomd(bin, dir, "plan", "bench.yaml", "--state-dir", filepath.Join(dir, "plan-state"))
+	plan, err := loomd(bin, dir, "plan", "bench-"+pars[0]+".yaml", "--state-dir", filepath.Join(dir, "plan-state"))
 	if err != nil {
 		return err
 	}
 	fmt.Println(strings.SplitN(plan, "\n", 2)[0])
-	fmt.Printf("nodes %d, hook latency %v\n", nodes, latency)
+	mode := "--local"
+	if daemon {
+		url, stop, err := serve(bin, dir)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		mode = "through loomd serve (queue fsync always)"
+		defer func(old string) { serverURL = old }(serverURL)
+		serverURL = url
+	}
+	fmt.Printf("nodes %d, hook latency %v, %s\n", nodes, latency, mode)
 	var base time.Duration
 	for i, p := range pars {
-		state := filepath.Join(dir, "state-"+p)
+		args := []string{"apply", "bench-" + p + ".yaml", "--parallelism", p, "--log-level", "warn"}
+		if daemon {
+			args = append(args, "--server", serverURL)
+		} else {
+			args = append(args, "--local", "--state-dir", filepath.Join(dir, "state-"+p))
+		}
 		start := time.Now()
-		if _, err := loomd(bin, dir, "apply", "bench.yaml", "--local", "--parallelism", p, "--state-dir", state, "--log-level", "warn"); err != nil {
+		if _, err := loomd(bin, dir, args...); err != nil {
 			return err
 		}
 		d := time.Since(start)
@@ -136,6 +164,47 @@ services:
 		fmt.Printf("--parallelism %-4s %8.2fs  %.1f× faster than --parallelism %s\n", p, d.Seconds(), base.Seconds()/d.Seconds(), pars[0])
 	}
 	return nil
+}
+
+// serverURL is the daemon's URL in -daemon mode.
+var serverURL string
+
+// serve starts loomd serve on a free loopback port and waits until it is
+// healthy.
+func serve(bin, dir string) (string, func(), error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(bin, "serve", "--listen", addr, "--data", filepath.Join(dir, "data"), "--log-level", "warn",
+		"--plugins", filepath.Join(dir, "plugins"), "--work-dir", filepath.Join(dir, "work"))
+	cmd.Env = append(os.Environ(), "HOME="+dir)
+	logf, err := os.Create(filepath.Join(dir, "serve.log"))
+	if err != nil {
+		return "", nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop := func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+		logf.Close()
+	}
+	url := "http://" + addr
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if resp, err := http.Get(url + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return url, stop, nil
+			}
+		}
+	}
+	stop()
+	return "", nil, fmt.Errorf("loomd serve did not become healthy (log: %s)", logf.Name())
 }
 
 func loomd(bin, dir string, args ...string) (string, error) {

@@ -131,6 +131,9 @@ func AppendNumber(buf []byte, f float64) []byte {
 }
 
 func (e *encoder) table(t *lua.LTable, depth int, path string) error {
+	if err := Materialize(t); err != nil {
+		return e.fail(path, err)
+	}
 	n := t.Len()
 	// A sequence: every key is 1..n.
 	isArray := false

@@ -137,6 +137,9 @@ func (c *goConv) value(v lua.LValue, depth int, path string) (any, error) {
 		if c.seen[x] {
 			return nil, &PathError{path, ErrCycle}
 		}
+		if err := Materialize(x); err != nil {
+			return nil, &PathError{path, err}
+		}
 		c.seen[x] = true
 		defer delete(c.seen, x)
 		n := x.Len()

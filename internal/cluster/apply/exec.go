@@ -445,11 +445,11 @@ func (e *executor) merge(n *state.Node, name string, res *runtime.Result, ok boo
 		// config.nodes (cached) holds properties, not results.
 		if len(res.IPAddresses) > 0 {
 			n.IPAddresses = maps.Clone(res.IPAddresses)
-			e.builder.invalidate()
+			e.builder.invalidate(n.ID)
 		}
 		if res.Hostname != "" && res.Hostname != n.Hostname {
 			n.Hostname = res.Hostname
-			e.builder.invalidate()
+			e.builder.invalidate(n.ID)
 		}
 		switch name {
 		case "CREATE":
@@ -461,7 +461,7 @@ func (e *executor) merge(n *state.Node, name string, res *runtime.Result, ok boo
 			delete(n.Results, "ssh_host_keys")
 			n.IPAddresses = nil
 			n.State = state.NodeDeleted
-			e.builder.invalidate()
+			e.builder.invalidate(n.ID)
 		}
 	}
 }

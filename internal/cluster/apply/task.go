@@ -20,13 +20,20 @@ type taskBuilder struct {
 	spec    *spec.Spec
 	cluster *state.Cluster
 	jobID   string
-	// nodesJSON caches config.nodes; nil when a node changed.
+	// nodesJSON caches config.nodes, nil when a node changed; nodeJSON
+	// caches each node's part of it, so a change re-encodes one node (a
+	// create changes every node's addresses once: re-encoding all of them
+	// each time was quadratic).
 	nodesJSON json.RawMessage
+	nodeJSON  map[string][]byte
 }
 
-// invalidate drops the cached config.nodes after a node's properties
+// invalidate drops the cached config.nodes after node id's properties
 // changed.
-func (b *taskBuilder) invalidate() { b.nodesJSON = nil }
+func (b *taskBuilder) invalidate(id string) {
+	b.nodesJSON = nil
+	delete(b.nodeJSON, id)
+}
 
 // properties are Coopr's NodeProperties of a node.
 func (b *taskBuilder) properties(n *state.Node) map[string]any {
@@ -52,18 +59,34 @@ func (b *taskBuilder) nodes() (json.RawMessage, error) {
 	if b.nodesJSON != nil {
 		return b.nodesJSON, nil
 	}
-	all := make(map[string]any, len(b.cluster.Nodes))
-	for id, n := range b.cluster.Nodes {
-		if n.State != state.NodeDeleted {
-			all[id] = b.properties(n)
+	if b.nodeJSON == nil {
+		b.nodeJSON = map[string][]byte{}
+	}
+	// As json.Marshal of the map would: keys sorted.
+	data := []byte{'{'}
+	for _, id := range sortedKeys(b.cluster.Nodes) {
+		n := b.cluster.Nodes[id]
+		if n.State == state.NodeDeleted {
+			continue
 		}
+		part, ok := b.nodeJSON[id]
+		if !ok {
+			var err error
+			if part, err = json.Marshal(b.properties(n)); err != nil {
+				return nil, fmt.Errorf("encoding config.nodes[%s]: %w", id, err)
+			}
+			b.nodeJSON[id] = part
+		}
+		if len(data) > 1 {
+			data = append(data, ',')
+		}
+		key, _ := json.Marshal(id)
+		data = append(data, key...)
+		data = append(data, ':')
+		data = append(data, part...)
 	}
-	data, err := json.Marshal(all)
-	if err != nil {
-		return nil, fmt.Errorf("encoding config.nodes: %w", err)
-	}
-	b.nodesJSON = data
-	return data, nil
+	b.nodesJSON = append(data, '}')
+	return b.nodesJSON, nil
 }
 
 // build returns the task JSON for run name (CREATE, INSTALL...) of
