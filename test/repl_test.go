@@ -224,6 +224,31 @@ func TestREPLPipedErrorLocations(t *testing.T) {
 	}
 }
 
+// :help shows a binding's spec and :test runs the plugin's Lua tests,
+// against the real bindings and the bundled static provider.
+func TestREPLPipedHelpAndTest(t *testing.T) {
+	in := ":help loom.ssh.connect\n:help conn:exec\n:test claims a free host\n:result\n"
+	p := runPiped(t, in, "--plugins", filepath.Join(repoRoot(), "plugins"), "static")
+	if p.code != 0 || p.stderr != "" {
+		t.Fatalf("want exit 0 and no errors:\n%s", p)
+	}
+	for _, w := range []string{
+		"loom.ssh.connect(opts table) -> ssh.conn\n  Opens (or reuses) a pooled connection",
+		"loom.ssh.conn:exec(cmd string, opts? table) -> table",
+		"ok 1 - CREATE claims a free host whose labels match the flavor and image",
+		"# 1 passed, 0 failed",
+		"no result yet: :run a hook first",
+	} {
+		if !strings.Contains(p.stdout, w) {
+			t.Errorf("stdout lacks %q:\n%s", w, p)
+		}
+	}
+	p = runPiped(t, ":test\n", "--plugins", filepath.Join(repoRoot(), "plugins"))
+	if p.code != 1 || !strings.Contains(p.stderr, "no plugin loaded: :load TYPE first") {
+		t.Errorf(":test in a bare sandbox should say to :load a type:\n%s", p)
+	}
+}
+
 func TestREPLPipedTaskAndRun(t *testing.T) {
 	in := strings.Join([]string{
 		`:load hello`,

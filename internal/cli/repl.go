@@ -31,7 +31,8 @@ func (a *App) newReplCmd(g *globalOptions) *cobra.Command {
 		Long: `Start a Lua prompt in the plugin sandbox, on plugin type TYPE (or a bare
 sandbox). The prompt runs with exactly the sandbox and bindings loomd gives
 plugins. Type :help at the prompt for its commands (:load, :task, :set, :run,
-:result, :reload, :timeout, :plugins, :quit).
+:call, :result, :test, :reload, :timeout, :plugins, :quit); :help TOPIC
+documents a binding (:help loom.ssh.connect) or a base table (:help loom.Provider).
 
 On a terminal it edits lines (history in $XDG_STATE_HOME/loom/repl_history or
 ~/.local/state/loom/repl_history, or $LOOM_REPL_HISTORY; Ctrl-R searches it;

@@ -237,6 +237,8 @@ func (r *REPL) completeCommand(line string) ([]string, string) {
 		return filterPrefix(hooks, arg), arg
 	case ":task":
 		return completeFile(arg), arg
+	case ":help", ":h":
+		return filterPrefix(r.help.names(), arg), arg
 	case ":set":
 		if strings.Contains(arg, " ") {
 			return nil, ""

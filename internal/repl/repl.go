@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"github.com/loomrt/loom/bindings"
+	"github.com/loomrt/loom/internal/plugtest"
 	"github.com/loomrt/loom/runtime"
 )
 
@@ -84,6 +86,7 @@ type REPL struct {
 	mu   sync.Mutex // guards s and its Lua state against the completer
 	s    *runtime.Session
 	last *runtime.Result
+	help *helpTopics
 
 	failed bool
 
@@ -124,6 +127,7 @@ func New(opts Options) (*REPL, error) {
 		logger:  slog.New(newLineHandler(opts.Out, opts.LogLevel)),
 		timeout: opts.Timeout,
 		s:       s,
+		help:    newHelpTopics(opts.Modules),
 	}, nil
 }
 
@@ -413,7 +417,9 @@ func (r *REPL) noteReset() {
 
 // commandHelp is the :help text, one command per line.
 const commandHelp = `Commands:
-  :help               this list
+  :help [TOPIC]       this list; with TOPIC, a command (:help run), a loom module or function
+                      (:help loom.ssh, :help loom.ssh.connect, :help conn:exec), or a base table
+                      (:help loom.Provider, :help fail); :help loom lists the modules
   :plugins            plugin types, their hooks, and load errors
   :load TYPE          make TYPE's plugin environment current (self is a fresh instance)
   :task FILE|JSON     set the current task (a file, or JSON on one line)
@@ -424,7 +430,9 @@ const commandHelp = `Commands:
   :call HOOK [JSON]   call HOOK of the loaded cluster driver, bucket provisioner, cloud
                       provider or Kloud provider with JSON as its input, as loomd call does
                       (in a pooled VM: globals set at the prompt are not seen)
-  :result             show the last :run result
+  :result             show the last :run result (Lua sees it as _ and self.result)
+  :test [PATTERN]     run the current plugin's *_test.lua files from disk, as loomd test does
+                      (only the tests whose name matches the PATTERN regexp, when given)
   :reload             re-read the plugins from disk, keeping the task
   :timeout [D]        show or set the deadline of each statement and :run (e.g. 30s; 0 for none)
   :quit               leave (Ctrl-D does too)
@@ -433,7 +441,7 @@ continues on the next line. Ctrl-C interrupts a running statement or hook.`
 
 // commandNames lists the commands, for completion.
 func commandNames() []string {
-	return []string{":call", ":help", ":load", ":plugins", ":quit", ":reload", ":result", ":run", ":set", ":task", ":timeout"}
+	return []string{":call", ":help", ":load", ":plugins", ":quit", ":reload", ":result", ":run", ":set", ":task", ":test", ":timeout"}
 }
 
 // command runs one :command; it reports whether to quit.
@@ -443,7 +451,7 @@ func (r *REPL) command(ctx context.Context, line string) bool {
 	var err error
 	switch name {
 	case ":help", ":h", ":?":
-		fmt.Fprintln(r.out, commandHelp)
+		err = r.help.write(r.out, arg)
 	case ":plugins":
 		r.cmdPlugins()
 	case ":load":
@@ -458,6 +466,8 @@ func (r *REPL) command(ctx context.Context, line string) bool {
 		err = r.cmdCall(ctx, arg)
 	case ":result":
 		err = r.cmdResult()
+	case ":test":
+		err = r.cmdTest(ctx, arg)
 	case ":reload":
 		err = r.cmdReload(ctx)
 	case ":timeout":
@@ -879,4 +889,42 @@ func (r *REPL) pluginModules() []string {
 		return nil
 	})
 	return out
+}
+
+// cmdTest runs the current plugin's test files with loomd test's runner:
+// from disk, in fresh VMs (functions redefined at the prompt are not
+// seen; :reload is not needed), with TAP progress on the REPL's output.
+func (r *REPL) cmdTest(parent context.Context, arg string) error {
+	typ := r.s.Type()
+	if typ == "" {
+		return errors.New("no plugin loaded: :load TYPE first, then :test runs that plugin's *_test.lua files")
+	}
+	info, ok := r.typeInfo(typ)
+	if !ok || info.Dir == "" {
+		return fmt.Errorf("plugin type %s has no folder on disk to find tests in", typ)
+	}
+	opts := plugtest.Options{Dirs: []string{info.Dir}, Out: r.out, Timeout: r.timeout}
+	if arg != "" {
+		re, err := regexp.Compile(arg)
+		if err != nil {
+			return fmt.Errorf(":test %s: the pattern is not a regexp: %w", arg, err)
+		}
+		opts.Match = re
+	}
+	ctx, done := r.begin(parent)
+	defer done()
+	rep, err := plugtest.Run(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("tests interrupted: %v", context.Cause(ctx))
+	}
+	if !rep.OK() {
+		return fmt.Errorf("%s: %d test(s) failed, %d passed (the failures are above)", info.Plugin, rep.Failed, rep.Passed)
+	}
+	if opts.Match != nil && rep.Passed+rep.Pending == 0 {
+		return fmt.Errorf("no test name matches %q (names are the describe and it texts joined by spaces; the pattern is a case-sensitive regexp)", arg)
+	}
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/loomrt/loom/bindings"
 	"github.com/loomrt/loom/bindings/std"
 	"github.com/loomrt/loom/runtime"
+	"github.com/loomrt/loom/runtime/luatest"
 )
 
 func newRuntime(t *testing.T) *runtime.Runtime {
@@ -343,6 +344,96 @@ func TestCallPiped(t *testing.T) {
 		}
 	}
 	for _, w := range []string{"gkelike etcd_save failed (terminal): ETCD backup operations are not implemented", "usage: :call HOOK [JSON input]: create_options, update_options"} {
+		if !strings.Contains(errb.String(), w) {
+			t.Errorf("stderr lacks %q:\n%s", w, errb)
+		}
+	}
+}
+
+func TestHelpTopics(t *testing.T) {
+	r, _, _ := newREPL(t, Options{})
+	cases := []struct {
+		topic string
+		want  []string // in the output, in order
+	}{
+		{"", []string{"Commands:", ":test [PATTERN]"}},
+		{"run", []string{":run [HOOK]"}},
+		{":set", []string{":set PATH VALUE", "(VALUE is JSON"}},
+		{"loom", []string{"loom.json", "loom.log", "Base tables", "loom.Provider"}},
+		{"loom.json", []string{"loom.json (require(\"loom.json\"))", "encode()", "decode()"}},
+		{"json.encode", []string{"loom.json.encode()"}},
+		{"loom.log.conn:method", []string{"loom.log.conn:method()"}},
+		{"log.conn.method", []string{"loom.log.conn:method()"}},
+		{"conn:method", []string{"loom.log.conn:method()"}},
+		{"fail", []string{"loom.Base:fail(message string, status? integer)", "fails the task"}},
+		{"loom.Provider", []string{"loom.Provider:create(input {flavor: string", "loom.Provider:delete("}},
+	}
+	for _, c := range cases {
+		var b bytes.Buffer
+		if err := r.help.write(&b, c.topic); err != nil {
+			t.Errorf(":help %s: %v", c.topic, err)
+			continue
+		}
+		out := b.String()
+		at := 0
+		for _, w := range c.want {
+			i := strings.Index(out[at:], w)
+			if i < 0 {
+				t.Errorf(":help %s lacks %q (in order):\n%s", c.topic, w, out)
+				break
+			}
+			at += i + len(w)
+		}
+	}
+	if err := r.help.write(io.Discard, "loom.nope.x"); err == nil || !strings.Contains(err.Error(), "no help on") {
+		t.Errorf("an unknown topic should say what topics there are: %v", err)
+	}
+	got, word := r.Complete(":help loom.js")
+	if strings.Join(got, " ") != "loom.json loom.json.decode loom.json.encode" || word != "loom.js" {
+		t.Errorf("Complete(:help loom.js) = %q %q", got, word)
+	}
+}
+
+// :test runs the current plugin's test files with loomd test's runner.
+func TestTestCommand(t *testing.T) {
+	dir := t.TempDir()
+	luatest.WritePlugin(t, dir, luatest.Plugin{Name: "mini", Family: "provider", Classname: "Mini", Files: map[string]string{
+		"mini.lua": `Mini = require("loom").Provider:extend("Mini")
+function Mini:create(input) self.result.result.providerid = "m-1" end`,
+		"mini_test.lua": `describe("CREATE", function()
+  it("returns the id", function()
+    assert.equals("m-1", loom.test.run("CREATE", {}).result.providerid)
+  end)
+  it("fails on purpose", function()
+    assert.equals(1, 2)
+  end)
+end)`}})
+	rt, err := runtime.New(runtime.Options{PluginsDir: dir, WorkDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	r, out, errb := newREPL(t, Options{Runtime: rt, In: strings.NewReader(":test\n")})
+	if err := r.Run(context.Background()); !errors.Is(err, ErrFailed) {
+		t.Errorf("a bare sandbox has no tests to run: %v", err)
+	}
+	if !strings.Contains(errb.String(), "no plugin loaded: :load TYPE first") {
+		t.Errorf("stderr: %s", errb)
+	}
+
+	r, out, errb = newREPL(t, Options{Runtime: rt, Type: "mini", In: strings.NewReader(":test\n:test returns\n:test nothing\n")})
+	if err := r.Run(context.Background()); !errors.Is(err, ErrFailed) {
+		t.Errorf("a failed test should fail the run: %v", err)
+	}
+	for _, w := range []string{"ok 1 - CREATE returns the id", "not ok 2 - CREATE fails on purpose", "# 1 passed, 1 failed", "# 1 passed, 0 failed"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("stdout lacks %q:\n%s", w, out)
+		}
+	}
+	for _, w := range []string{"mini: 1 test(s) failed, 1 passed", `no test name matches "nothing"`} {
 		if !strings.Contains(errb.String(), w) {
 			t.Errorf("stderr lacks %q:\n%s", w, errb)
 		}
