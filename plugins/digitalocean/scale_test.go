@@ -43,6 +43,8 @@ func TestCreateTwelveNodesWithinAMinute(t *testing.T) {
 	}
 	createAll(1)
 	createAll(2)
+	t.Logf("24 CREATEs: %d requests in all, %d of them to GET /v2/account/keys, %d answered 429",
+		len(e.fake.calls("")), len(e.fake.calls("GET /v2/account/keys")), e.fake.throttledCount())
 	if n := e.fake.dropletCount(); n != 24 {
 		t.Errorf("%d droplets, want 24", n)
 	}
