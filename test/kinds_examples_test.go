@@ -10,29 +10,74 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/loomrt/loom/internal/queue"
 )
 
-// The example plugins of examples/kinds run their whole contract through
-// the built loomd (loomd call), each against a fake of the API it wraps.
+// The example plugins of examples/kinds run their whole contract twice,
+// each against a fake of the API it wraps: through the built loomd (loomd
+// call, one process per hook) and through a running daemon (POST
+// /v1/calls, the queue, worker processes).
 
 type kindCaller struct {
 	t    *testing.T
 	work string
+	// d, when set, is the daemon the calls go through.
+	d *daemon
 }
 
 func newKindCaller(t *testing.T) *kindCaller { return &kindCaller{t: t, work: t.TempDir()} }
 
-// call runs loomd call TYPE HOOK - with input on stdin; it returns the exit
-// code and the call result.
+// bothWays runs an example's contract through loomd call, then through
+// the daemon.
+func bothWays(t *testing.T, contract func(t *testing.T, c *kindCaller)) {
+	t.Run("loomd call", func(t *testing.T) { contract(t, newKindCaller(t)) })
+	t.Run("daemon", func(t *testing.T) {
+		dir := t.TempDir()
+		os.MkdirAll(filepath.Join(dir, "plugins"), 0o755)
+		d := startDaemon(t, dir, "d.log", nil, "--plugins", examples("kinds"))
+		contract(t, &kindCaller{t: t, work: filepath.Join(dir, "work"), d: d})
+	})
+}
+
+// call runs one hook and returns the exit code loomd call would give (0
+// success, 1 the hook failed, 2 a bad call) and the call result.
 func (c *kindCaller) call(typ, hook string, input any) (int, map[string]any) {
 	c.t.Helper()
 	in, _ := json.Marshal(input)
+	if c.d != nil {
+		return c.post(typ, hook, in)
+	}
 	r := loomd(c.t, string(in), "call", typ, hook, "-", "--plugins", examples("kinds"), "--work-dir", c.work)
 	var res map[string]any
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
 		c.t.Fatalf("call %s %s: exit %d, stdout is not JSON: %v\nstdout: %s\nstderr: %s", typ, hook, r.code, err, r.stdout, r.stderr)
 	}
 	return r.code, res
+}
+
+// post queues the call on the daemon and waits for its result.
+func (c *kindCaller) post(typ, hook string, input []byte) (int, map[string]any) {
+	c.t.Helper()
+	body, _ := json.Marshal(map[string]any{"type": typ, "hook": hook, "input": json.RawMessage(input)})
+	code, b := c.d.call("POST", "/v1/calls", string(body))
+	var acc map[string]any
+	json.Unmarshal(b, &acc)
+	if code == http.StatusBadRequest {
+		return 2, acc
+	}
+	if code != http.StatusAccepted {
+		c.t.Fatalf("POST /v1/calls %s %s = %d %s", typ, hook, code, b)
+	}
+	task := c.d.wait(acc["taskId"].(string))
+	var res map[string]any
+	if err := json.Unmarshal(task.Result, &res); err != nil {
+		c.t.Fatalf("call %s %s: task %s result %s: %v", typ, hook, task.State, task.Result, err)
+	}
+	if task.State == queue.Succeeded && res["status"] == float64(0) {
+		return 0, res
+	}
+	return 1, res
 }
 
 // ok runs a call that must succeed and returns its result.
@@ -129,9 +174,10 @@ func gkeFake(t *testing.T) (api *fakeAPI, url string, clusters map[string]map[st
 	return api, url, clusters
 }
 
-func TestExampleClusterDriver(t *testing.T) {
+func TestExampleClusterDriver(t *testing.T) { bothWays(t, exampleClusterDriver) }
+
+func exampleClusterDriver(t *testing.T, c *kindCaller) {
 	_, url, clusters := gkeFake(t)
-	c := newKindCaller(t)
 	flags := c.ok("gkelike", "create_options", nil).(map[string]any)
 	if flags["api-token"].(map[string]any)["password"] != true || flags["node-count"].(map[string]any)["type"] != "int" {
 		t.Fatalf("create_options: %v", flags)
@@ -197,7 +243,9 @@ func TestExampleClusterDriver(t *testing.T) {
 	}
 }
 
-func TestExampleBucketProvisioner(t *testing.T) {
+func TestExampleBucketProvisioner(t *testing.T) { bothWays(t, exampleBucketProvisioner) }
+
+func exampleBucketProvisioner(t *testing.T, c *kindCaller) {
 	api := &fakeAPI{token: "admin-token-1"}
 	buckets := map[string]string{} // name -> owner
 	users := map[string][2]string{}
@@ -236,7 +284,6 @@ func TestExampleBucketProvisioner(t *testing.T) {
 			reply(w, 204, nil)
 		}
 	})
-	c := newKindCaller(t)
 	claim := map[string]any{"metadata": map[string]any{"name": "photos", "namespace": "web"}, "spec": map[string]any{"storageClassName": "s3like"}}
 	params := map[string]any{"adminUrl": url, "host": "s3.local", "port": "9000", "region": "eu-1"}
 	req := map[string]any{"bucket_name": "photos-1", "claim": claim, "parameters": params}
@@ -283,7 +330,9 @@ func TestExampleBucketProvisioner(t *testing.T) {
 	c.fails("s3like", "delete", bare, "terminal", "", "not provisioned by s3like")
 }
 
-func TestExampleCloudProvider(t *testing.T) {
+func TestExampleCloudProvider(t *testing.T) { bothWays(t, exampleCloudProvider) }
+
+func exampleCloudProvider(t *testing.T, c *kindCaller) {
 	api := &fakeAPI{token: "hz-token"}
 	servers := map[int]map[string]any{}
 	next := 0
@@ -310,7 +359,6 @@ func TestExampleCloudProvider(t *testing.T) {
 			reply(w, 204, nil)
 		}
 	})
-	c := newKindCaller(t)
 	spec := func(token, os string) map[string]any {
 		return map[string]any{"providerSpec": map[string]any{"value": map[string]any{
 			"cloudProvider": "fakecloud", "operatingSystem": os,
@@ -350,7 +398,9 @@ func TestExampleCloudProvider(t *testing.T) {
 	c.fails("fakecloud", "get", map[string]any{"machine": bad}, "terminal", "InvalidConfiguration", "rejected the token")
 }
 
-func TestExampleKloudProvider(t *testing.T) {
+func TestExampleKloudProvider(t *testing.T) { bothWays(t, exampleKloudProvider) }
+
+func exampleKloudProvider(t *testing.T, c *kindCaller) {
 	api := &fakeAPI{token: "kl-token"}
 	machines := map[string]map[string]any{"m-1": {"state": "stopped", "ip": "10.10.0.5"}}
 	url := api.serve(t, func(w http.ResponseWriter, r *http.Request, body map[string]any) {
@@ -370,7 +420,6 @@ func TestExampleKloudProvider(t *testing.T) {
 			reply(w, 200, machines[parts[1]])
 		}
 	})
-	c := newKindCaller(t)
 	if sc := c.ok("kloudlike", "schema", nil).(map[string]any); len(sc["credential"].([]any)) != 2 {
 		t.Fatalf("schema: %v", sc)
 	}
