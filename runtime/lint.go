@@ -30,7 +30,8 @@ var (
 // loomd plugins check: keys a definition does not know (with a
 // suggestion), field defaults that do not fit the field's type,
 // entry-table functions named like a hook they do not define ("comfirm"),
-// and reads of globals nothing defines ("slef"). It runs no hook. Problems that make a hook misbehave are
+// reads of globals nothing defines ("slef") and locals never read. It
+// runs no hook. Problems that make a hook misbehave are
 // errors; the rest are warnings.
 func (rt *Runtime) Lint() []*LoadError {
 	snap := rt.snap.Load()
@@ -52,6 +53,7 @@ func (rt *Runtime) Lint() []*LoadError {
 			seen[pt.plugin] = true
 			out = append(out, lintDefinition(pt.plugin)...)
 			out = append(out, rt.lintGlobals(pt, v)...)
+			out = append(out, lintLocals(pt)...)
 		}
 		out = append(out, lintHooks(pt, v)...)
 		pt.pool.put(v)
