@@ -225,10 +225,29 @@ func TestSignalInterrupts(t *testing.T) {
 	r, out, errb := newREPL(t, Options{In: pr, Signals: sigs})
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background()) }()
-	if _, err := io.WriteString(pw, "kept = 7\nwhile true do end\n"); err != nil {
+	// The loop is sent only once kept = 7 is done: a signal that reached
+	// that statement instead would leave the loop running forever.
+	if _, err := io.WriteString(pw, "kept = 7\n=\"set\"\n"); err != nil {
 		t.Fatal(err)
 	}
 	stop := time.Now().Add(time.Minute)
+	for !strings.Contains(out.String(), `"set"`) {
+		if time.Now().After(stop) {
+			t.Fatalf("no output from the first statements; stderr:\n%s", errb)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	running := func() bool {
+		r.sigMu.Lock()
+		defer r.sigMu.Unlock()
+		return r.cancel != nil
+	}
+	for running() { // the statement that printed "set" is finishing
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := io.WriteString(pw, "while true do end\n"); err != nil {
+		t.Fatal(err)
+	}
 	for {
 		r.sigMu.Lock()
 		running := r.cancel != nil
