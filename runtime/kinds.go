@@ -220,7 +220,7 @@ func bucketProvisionerKind() *Kind {
 	return &Kind{
 		Family: BucketProvisioner, Key: "bucketprovisioners", Base: "BucketProvisioner",
 		Title:  "lib-bucket-provisioner provisioner (ObjectBucketClaims)",
-		Caller: "lib-bucket-provisioner's controller through a Go adapter of api.Provisioner (HEAD, generation 3)",
+		Caller: "lib-bucket-provisioner's controller (HEAD, generation 3) through the Go adapter of api.Provisioner in adapters/bucketprovisioner ([lib-bucket-provisioner.md](lib-bucket-provisioner.md))",
 		Hooks: []Hook{
 			{Name: "generate_user_id", Input: sObj(req("claim", objectBucketClaim), opt("object_bucket", objectBucket)),
 				Result: sString("a user id, stable across calls"),
@@ -297,7 +297,7 @@ func cloudProviderKind() *Kind {
 	return &Kind{
 		Family: CloudProvider, Key: "cloudproviders", Base: "CloudProvider",
 		Title:  "kubermatic machine-controller cloud provider",
-		Caller: "machine-controller and its admission webhook, through a Go adapter of types.Provider",
+		Caller: "machine-controller and its admission webhook, through the Go adapter of types.Provider in adapters/machinecontroller ([machine-controller.md](machine-controller.md))",
 		Hooks: []Hook{
 			{Name: "add_defaults", Input: obj1("spec", machineSpec), Result: machineSpec, Absent: "the spec unchanged",
 				absent: func(in map[string]any, _ func(string) bool) (any, *CallError) { return in["spec"], nil },
