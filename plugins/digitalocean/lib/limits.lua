@@ -12,8 +12,7 @@
 -- The state lives in a small JSON file in the plugin's work dir
 -- (state/digitalocean-<account>/limits.json: the tenant's own, so tenants
 -- never share it), read without a lock (loom.fs writes atomically) and
--- changed under loom.fs.with_lock, which works across processes. Without
--- loom.fs the state is kept per VM.
+-- changed under loom.fs.with_lock, which works across processes.
 --
 --   local limits = require("lib.limits")
 --   local budget = limits.new(limits.account(root, token), clock)
@@ -21,8 +20,7 @@
 --   budget:observe("GET", "/account/keys", resp) -- after the response
 
 local json = require("loom.json")
-local have_fs, fs = pcall(require, "loom.fs")
-if not have_fs then fs = nil end
+local fs = require("loom.fs")
 
 local limits = {}
 
@@ -45,9 +43,6 @@ local WRITE_BELOW = 25
 -- mean the per-minute burst limit, and the next 429 then says precisely
 -- how long to wait.
 local ZERO_REMAINING_WAIT = 60
-
--- Per VM, when the host has no loom.fs: account -> state.
-local memory = {}
 
 --- Returns a digest naming an account (API root and token) in file names
 --- and caches, so that the token itself is never written down. Two 32-bit
@@ -74,11 +69,6 @@ function limits.new(account, clock)
   }, Budget)
 end
 
---- The directory of the account's shared state, relative to the work dir.
-function Budget:state_dir()
-  return self.dir
-end
-
 local function endpoint(method, path)
   for _, e in ipairs(limits.ENDPOINTS) do
     if e.method == method and path:match(e.pattern) then return e end
@@ -86,20 +76,22 @@ local function endpoint(method, path)
   return nil
 end
 
--- read returns the shared state; a missing, torn or foreign file is an
--- empty state (no reason to fail a task), never an error.
-function Budget:read()
-  if not fs then
-    memory[self.account] = memory[self.account] or {}
-    return memory[self.account]
-  end
-  local ok, st = pcall(function()
-    local p = self.dir .. "/limits.json"
+-- load returns the JSON document name (a file name without extension) of
+-- the account's dir; a missing, torn or foreign file is an empty document
+-- (no reason to fail a task), never an error.
+function Budget:load(name)
+  local ok, doc = pcall(function()
+    local p = self.dir .. "/" .. name .. ".json"
     if not fs.exists(p) then return {} end
     return json.decode(fs.read(p))
   end)
-  if not ok or type(st) ~= "table" then return {} end
-  return st
+  if not ok or type(doc) ~= "table" then return {} end
+  return doc
+end
+
+-- read returns the shared rate-limit state.
+function Budget:read()
+  return self:load("limits")
 end
 
 -- unshared says, once per budget, that the shared state cannot be used:
@@ -117,7 +109,6 @@ end
 -- warning: the shared state is an optimisation, never a reason to fail a
 -- task. Waiting for the lock past the deadline raises its timeout.
 function Budget:locked(name, fn)
-  if not fs then return fn() end
   local failed
   local ok, res = pcall(fs.with_lock, self.dir .. "/" .. name .. ".lock", function()
     local fok, r = pcall(fn)
@@ -136,7 +127,6 @@ end
 
 -- save writes a JSON document of the account's dir; failing is a warning.
 function Budget:save(name, doc)
-  if not fs then return end
   local ok, err = pcall(fs.write, self.dir .. "/" .. name .. ".json", json.encode(doc))
   if not ok then self:unshared(err) end
 end
@@ -144,9 +134,6 @@ end
 -- update runs fn(state) under the account's lock, saves the state and
 -- returns fn's result.
 function Budget:update(fn)
-  if not fs then
-    return fn(self:read())
-  end
   return self:locked("limits", function()
     local st = self:read()
     local r = fn(st)
@@ -281,22 +268,8 @@ end
 --- result; the document is saved when fn returns true as its second.
 --- name is a file name without extension.
 function Budget:with_doc(name, fn)
-  local key = self.account .. "/" .. name
-  local function load()
-    if not fs then
-      memory[key] = memory[key] or {}
-      return memory[key]
-    end
-    local ok, doc = pcall(function()
-      local p = self.dir .. "/" .. name .. ".json"
-      if not fs.exists(p) then return {} end
-      return json.decode(fs.read(p))
-    end)
-    if not ok or type(doc) ~= "table" then return {} end
-    return doc
-  end
   return self:locked(name, function()
-    local doc = load()
+    local doc = self:load(name)
     local r, changed = fn(doc)
     if changed then self:save(name, doc) end
     return r
