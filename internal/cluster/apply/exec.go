@@ -14,9 +14,11 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"sort"
 	"strings"
 	"time"
 
+	"github.com/loomrt/loom/internal/cluster/macro"
 	"github.com/loomrt/loom/internal/cluster/plan"
 	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
@@ -89,7 +91,8 @@ func Execute(ctx context.Context, cl *state.Cluster, sp *spec.Spec, p *plan.Plan
 	}
 	e := &executor{o: o, cl: cl, spec: sp, plan: p, job: job, log: o.Logger.With("cluster", cl.Name, "job", job.ID),
 		builder: &taskBuilder{spec: sp, cluster: cl, jobID: job.ID}, done: make(chan outcome),
-		busy: map[string]bool{}, deferred: map[string][]int{}, dirtyTasks: map[int]bool{}, dirtyNodes: map[string]bool{}}
+		busy: map[string]bool{}, deferred: map[string][]int{}, dirtyTasks: map[int]bool{}, dirtyNodes: map[string]bool{},
+		waiting: map[int]string{}}
 	return e.run(ctx)
 }
 
@@ -108,6 +111,7 @@ type executor struct {
 	ready      readyHeap
 	busy       map[string]bool
 	deferred   map[string][]int // ready tasks whose node was busy
+	waiting    map[int]string   // ready tasks whose macros need an address not known yet, with why
 	running    int
 	done       chan outcome
 	failed     []int
@@ -202,6 +206,16 @@ func (e *executor) run(ctx context.Context) error {
 			e.commit()
 		}
 		e.launch(ctx)
+		if e.running == 0 && len(e.waiting) > 0 && !e.stopping {
+			// Nothing left that could bring the addresses they wait for.
+			for _, i := range sortedInts(e.waiting) {
+				e.log.Error("task failed", "taskName", e.plan.Tasks[i].Name, "node", e.plan.Tasks[i].Node, "message", e.waiting[i])
+				e.observe(i, e.plan.Tasks[i].Name, state.TaskFailed, e.waiting[i])
+				e.fail(i, e.waiting[i])
+			}
+			clear(e.waiting)
+			continue
+		}
 		if e.running == 0 {
 			break
 		}
@@ -264,22 +278,32 @@ func (e *executor) start(ctx context.Context, i int) {
 		e.release(i)
 		return
 	}
-	ts.attempts[name]++
 	// A run the last apply lost track of keeps its id: a daemon that
 	// knows the id answers with that run instead of running it again.
 	var run state.Run
+	resumed := false
 	if n := len(rec.Runs); n > 0 && rec.Runs[n-1].Status == state.TaskRunning && rec.Runs[n-1].Name == name {
-		run = rec.Runs[n-1]
-		rec.Runs = rec.Runs[:n-1]
+		run, resumed = rec.Runs[n-1], true
 	} else {
 		run = state.Run{ID: fmt.Sprintf("%s-%04d-%d", e.job.ID, i+1, len(rec.Runs)+1), Name: name}
 	}
+	data, err := e.builder.build(run.ID, name, node, svc)
+	var inc *macro.IncompleteError
+	if errors.As(err, &inc) {
+		// A macro needs the address of a node whose CONFIRM has not
+		// run: Coopr ran every CONFIRM a stage before, so wait for it.
+		e.waiting[i] = err.Error()
+		return
+	}
+	if resumed {
+		rec.Runs = rec.Runs[:len(rec.Runs)-1]
+	}
+	ts.attempts[name]++
 	run.Status = state.TaskRunning
 	run.Started = e.o.Now()
 	rec.Runs = append(rec.Runs, run)
 	rec.Status = state.TaskRunning
 	ts.status = state.TaskRunning
-	data, err := e.builder.build(run.ID, name, node, svc)
 	e.busy[t.Node] = true
 	e.running++
 	e.touch(i)
@@ -446,6 +470,11 @@ func (e *executor) merge(n *state.Node, name string, res *runtime.Result, ok boo
 		if len(res.IPAddresses) > 0 {
 			n.IPAddresses = maps.Clone(res.IPAddresses)
 			e.builder.invalidate(n.ID)
+			// Tasks waiting for an address may build now.
+			for w := range e.waiting {
+				heap.Push(&e.ready, readyItem{stage: e.plan.Tasks[w].Stage, index: w})
+			}
+			clear(e.waiting)
 		}
 		if res.Hostname != "" && res.Hostname != n.Hostname {
 			n.Hostname = res.Hostname
@@ -611,6 +640,15 @@ func (e *executor) save() {
 		e.log.Error("cannot save the cluster state: stopping the job", "error", err)
 		e.stopping = true
 	}
+}
+
+func sortedInts[V any](m map[int]V) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Ints(out)
+	return out
 }
 
 // firstLine is the first non-empty line of msg, else of alt.

@@ -351,3 +351,72 @@ func TestRollback(t *testing.T) {
 		t.Errorf("after rollback: job %s, cluster %s, %d nodes", rjob.Status, cl.Status, len(cl.Nodes))
 	}
 }
+
+// TestMacros: service tasks get the cluster config and their action's
+// fields with Coopr macros expanded for their node, from the addresses
+// the CONFIRMs returned; hardware tasks get them as written.
+func TestMacros(t *testing.T) {
+	src := strings.Replace(testSpec, "config: {answer: 42}", `config: {answer: 42, dbs: "%join(map(ip.access_v4.service.db,'$:5432'),' ')%", me: "%instance.self.service.web%/%num.service.web%"}`, 1)
+	src = strings.Replace(src, "install: {type: sh, fields: {script: web}}", `install: {type: sh, fields: {script: web, args: "%host.service.db[0]% %host.self%"}}`, 1)
+	sp, err := spec.Parse("t.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, _ := Diff(nil, sp, DiffOptions{})
+	cl, job := Begin(nil, steps[0], time.Now())
+	p, err := PlanStep(cl, steps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeRunner{running: map[string]bool{}}
+	if err := Execute(context.Background(), cl, sp, p, job, Options{Runner: f}); err != nil || job.Status != state.JobComplete {
+		t.Fatalf("%v %s", err, job.Message)
+	}
+	seen := 0
+	for _, task := range f.tasks {
+		cfg := task["config"].(map[string]any)
+		cluster := cfg["cluster"].(map[string]any)
+		switch name, node := task["taskName"], task["nodeId"]; {
+		case name == "CREATE":
+			if cluster["dbs"] != "%join(map(ip.access_v4.service.db,'$:5432'),' ')%" {
+				t.Errorf("CREATE got an expanded config: %v", cluster)
+			}
+		case name == "INSTALL" && node == "t-web-2":
+			seen++
+			fields := cfg["service"].(map[string]any)["action"].(map[string]any)["fields"].(map[string]any)
+			if cluster["dbs"] != "10.0.0.1:5432" || cluster["me"] != "2/2" || fields["args"] != "t-db-1.confirmed t-web-2.confirmed" {
+				t.Errorf("INSTALL web on t-web-2: cluster %v, fields %v", cluster, fields)
+			}
+		}
+	}
+	if seen != 1 {
+		t.Errorf("INSTALL web on t-web-2 ran %d times", seen)
+	}
+	if sp.Config["dbs"] != "%join(map(ip.access_v4.service.db,'$:5432'),' ')%" {
+		t.Error("expansion changed the spec")
+	}
+}
+
+// TestMacroNeverComplete: a macro wanting an address no CONFIRM gives
+// fails the tasks that wait for it, with the reason, once nothing else
+// can run.
+func TestMacroNeverComplete(t *testing.T) {
+	src := strings.Replace(testSpec, "config: {answer: 42}", `config: {db: "%ip.private_v4.service.db%"}`, 1)
+	sp, err := spec.Parse("t.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, _ := Diff(nil, sp, DiffOptions{})
+	cl, job := Begin(nil, steps[0], time.Now())
+	p, _ := PlanStep(cl, steps[0])
+	f := &fakeRunner{running: map[string]bool{}}
+	if err := Execute(context.Background(), cl, sp, p, job, Options{Runner: f}); err != nil {
+		t.Fatal(err)
+	}
+	if job.Status != state.JobFailed || !strings.Contains(job.Message, "node t-db-1 has no private_v4 address yet (its CONFIRM has not run)") {
+		t.Fatalf("job %s: %s", job.Status, job.Message)
+	}
+	if count(f.log, "CONFIRM@t-web-2") != 1 || count(f.log, "BOOTSTRAP@t-web-2") != 0 {
+		t.Errorf("ran: %v", f.log)
+	}
+}

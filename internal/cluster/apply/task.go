@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/loomrt/loom/internal/cluster/macro"
 	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
 )
@@ -26,13 +27,45 @@ type taskBuilder struct {
 	// each time was quadratic).
 	nodesJSON json.RawMessage
 	nodeJSON  map[string][]byte
+	// macros indexes the nodes for Coopr macro expansion; nil when a
+	// node changed.
+	macros *macro.Cluster
 }
 
 // invalidate drops the cached config.nodes after node id's properties
 // changed.
 func (b *taskBuilder) invalidate(id string) {
 	b.nodesJSON = nil
+	b.macros = nil
 	delete(b.nodeJSON, id)
+}
+
+// macroCluster is the cluster as macros see it: its nodes not deleted.
+func (b *taskBuilder) macroCluster() *macro.Cluster {
+	if b.macros == nil {
+		nodes := make([]macro.Node, 0, len(b.cluster.Nodes))
+		for _, n := range b.cluster.Nodes {
+			if n.State != state.NodeDeleted {
+				nodes = append(nodes, macro.Node{ID: n.ID, Num: n.Num, Hostname: n.Hostname, IPAddresses: n.IPAddresses, Services: n.Services})
+			}
+		}
+		b.macros = macro.NewCluster(nodes)
+	}
+	return b.macros
+}
+
+// expand expands the Coopr macros of v for node n: non-hardware tasks get
+// the cluster config and their service action's fields expanded, as
+// Coopr's did (its hardware tasks got them as written).
+func (b *taskBuilder) expand(v any, n *state.Node, what string) (any, error) {
+	if !macro.Has(v) {
+		return v, nil
+	}
+	out, err := b.macroCluster().ExpandValue(v, n.ID)
+	if err != nil {
+		return nil, fmt.Errorf("expanding the macros of %s for node %s: %w", what, n.ID, err)
+	}
+	return out, nil
 }
 
 // properties are Coopr's NodeProperties of a node.
@@ -93,7 +126,15 @@ func (b *taskBuilder) nodes() (json.RawMessage, error) {
 // service svc ("" for node tasks) on node n.
 func (b *taskBuilder) build(id, name string, n *state.Node, svc string) ([]byte, error) {
 	cfg := b.properties(n)
+	hardware := name == "CREATE" || name == "CONFIRM" || name == "DELETE"
 	cfg["cluster"] = b.spec.Config
+	if !hardware {
+		c, err := b.expand(b.spec.Config, n, "the cluster config")
+		if err != nil {
+			return nil, err
+		}
+		cfg["cluster"] = c
+	}
 	p := b.spec.Provider
 	cfg["provider"] = map[string]any{"name": p.Name, "description": "", "providertype": p.Type, "provisioner": p.Fields}
 	if svc != "" {
@@ -102,9 +143,14 @@ func (b *taskBuilder) build(id, name string, n *state.Node, svc string) ([]byte,
 		if !ok {
 			return nil, fmt.Errorf("service %s defines no %s action", svc, strings.ToLower(name))
 		}
-		fields := act.Fields
-		if fields == nil {
+		var fields any = act.Fields
+		if act.Fields == nil {
 			fields = map[string]any{}
+		} else if !hardware {
+			var err error
+			if fields, err = b.expand(act.Fields, n, "service "+svc+"'s "+strings.ToLower(name)+" fields"); err != nil {
+				return nil, err
+			}
 		}
 		cfg["service"] = map[string]any{"name": svc, "action": map[string]any{"type": act.Type, "fields": fields}}
 	}

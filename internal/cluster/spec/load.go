@@ -70,6 +70,7 @@ func Parse(file string, data []byte) (*Spec, error) {
 	d.spec(root, s)
 	if len(d.problems) == 0 {
 		d.validate(s)
+		d.checkMacros(s)
 	}
 	if len(d.problems) > 0 {
 		return nil, &Error{File: file, Problems: d.problems}
@@ -230,7 +231,7 @@ func (d *decoder) spec(n *yaml.Node, s *Spec) {
 		"dnsSuffix":   func(k, v *yaml.Node) { d.dnsSuffix(v, s) },
 		"dns_suffix":  func(k, v *yaml.Node) { d.dnsSuffix(v, s) },
 		"provider":    func(k, v *yaml.Node) { d.provider(k, v, &s.Provider) },
-		"config":      func(k, v *yaml.Node) { s.Config = d.object(v, "config") },
+		"config":      func(k, v *yaml.Node) { s.Config = d.object(v, "config"); s.configLine = k.Line },
 		"nodegroups":  func(k, v *yaml.Node) { d.nodeGroups(v, s) },
 		"services":    func(k, v *yaml.Node) { d.services(v, s) },
 		"constraints": func(k, v *yaml.Node) { d.constraints(v, &s.Constraints) },

@@ -46,7 +46,7 @@ type Spec struct {
 	// Constraints are optional layout rules checked against the groups.
 	Constraints Constraints
 
-	nameLine int
+	nameLine, configLine int
 }
 
 // Provider names the provider plugin type that makes the nodes.

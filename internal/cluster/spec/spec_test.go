@@ -160,3 +160,29 @@ func TestCooprTemplate(t *testing.T) {
 		t.Errorf("two namenodes: %v", err)
 	}
 }
+
+// TestMacroChecks: a malformed macro or one naming an undefined service is
+// a spec error at the config's (or the service's) line.
+func TestMacroChecks(t *testing.T) {
+	src := `name: m
+provider: {type: p}
+config:
+  zk: "%host.service.zookeper%"
+nodegroups:
+  - {name: n, count: 1, services: [zookeeper]}
+services:
+  zookeeper:
+    actions:
+      install: {type: sh, fields: {args: "%join(host.service.zookeeper)%"}}
+`
+	_, err := Parse("m.yaml", []byte(src))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{`m.yaml:3: config: a macro names service "zookeper", which the spec does not define (did you mean "zookeeper"?)`,
+		`m.yaml:8: service zookeeper, action install, fields: macro %join(host.service.zookeeper)%`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/loomrt/loom/internal/cluster/macro"
 	"github.com/loomrt/loom/runtime"
 )
 
@@ -286,6 +287,45 @@ func (d *decoder) checkConstraints(s *Spec, known func(string) bool, names []str
 				bound = fmt.Sprintf("between %d and %d", q.Min, q.Max)
 			}
 			d.at(c.Line, "service %q is on %d nodes; constraints.services wants it on %s: change the node groups' counts", n, counts[n], bound)
+		}
+	}
+}
+
+// checkMacros parses the Coopr macros of the cluster config and of the
+// service action fields, and checks the services they name are defined
+// (a misspelt name would silently expand to nothing).
+func (d *decoder) checkMacros(s *Spec) {
+	known := make([]string, 0, len(s.Services))
+	for n := range s.Services {
+		known = append(known, n)
+	}
+	sort.Strings(known)
+	check := func(line int, where string, v any) {
+		svcs, err := macro.CheckValue(v)
+		if err != nil {
+			d.at(line, "%s: %v", where, err)
+			return
+		}
+		for _, n := range svcs {
+			if s.Services[n] == nil {
+				d.at(line, "%s: a macro names service %q, which the spec does not define%s", where, n, suggest(n, known))
+			}
+		}
+	}
+	line := s.configLine
+	if line == 0 {
+		line = s.nameLine
+	}
+	check(line, "config", s.Config)
+	for _, n := range known {
+		svc := s.Services[n]
+		acts := make([]string, 0, len(svc.Actions))
+		for a := range svc.Actions {
+			acts = append(acts, a)
+		}
+		sort.Strings(acts)
+		for _, a := range acts {
+			check(svc.Line, fmt.Sprintf("service %s, action %s, fields", n, a), svc.Actions[a].Fields)
 		}
 	}
 }
