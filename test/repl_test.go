@@ -195,6 +195,7 @@ func TestREPLPipedErrorLocations(t *testing.T) {
 		`end`,
 		`:run`,
 		`error("last")`, // 14
+		`:bogus`,        // 15: a command's error names its line too
 	}, "\n") + "\n"
 	p := runPiped(t, in)
 	if p.code != 1 {
@@ -208,6 +209,8 @@ func TestREPLPipedErrorLocations(t *testing.T) {
 		"failed with status 1: stdin:11: refused skel-",
 		"stdin:11: in function 'SkeletonProvider:confirm'",
 		"error: stdin:14: last",
+		"error: stdin:9: CONFIRM (skeleton confirm) failed with status 1: ",
+		"error: stdin:15: unknown command :bogus",
 	} {
 		if !strings.Contains(p.stderr, w) {
 			t.Errorf("stderr lacks %q:\n%s", w, p)

@@ -89,6 +89,10 @@ type REPL struct {
 	help *helpTopics
 
 	failed bool
+	// at is "stdin:N: " while piped input line N's command or statement
+	// runs, so that errors say which line of a script failed.
+	at        string
+	atCommand bool
 
 	sigMu  sync.Mutex
 	cancel context.CancelCauseFunc // of the running statement, or nil
@@ -205,7 +209,10 @@ func (r *REPL) Run(ctx context.Context) error {
 			}
 			if strings.HasPrefix(trimmed, ":") {
 				src.SaveHistory(trimmed)
-				if quit := r.command(ctx, trimmed); quit {
+				r.setAt(lineNo, true)
+				quit := r.command(ctx, trimmed)
+				r.setAt(0, false)
+				if quit {
 					return r.result()
 				}
 				if r.quitRequested() {
@@ -221,7 +228,9 @@ func (r *REPL) Run(ctx context.Context) error {
 		}
 		saveStatement(src, pending)
 		pending = nil
+		r.setAt(startLine, false)
 		r.evalAndPrint(ctx, code, startLine)
+		r.setAt(0, false)
 		if r.quitRequested() {
 			return ErrInterrupted
 		}
@@ -390,12 +399,26 @@ func (r *REPL) evalAndPrint(parent context.Context, code string, line int) {
 	io.WriteString(r.out, b.String())
 }
 
+// setAt records the piped input line being run (0: none). A command's
+// errors always get the line; a statement's Lua errors already name it
+// (stdin:N or the plugin file), so only its other errors do.
+func (r *REPL) setAt(line int, command bool) {
+	r.at, r.atCommand = "", command
+	if line > 0 && !r.opts.Interactive {
+		r.at = fmt.Sprintf("stdin:%d: ", line)
+	}
+}
+
 // fail reports an error and marks the session as having failed.
 func (r *REPL) fail(err error) {
 	r.failed = true
 	var ee *runtime.EvalError
 	if errors.As(err, &ee) {
-		fmt.Fprintf(r.errw, "error: %s\n", ee.Message)
+		at := ""
+		if r.atCommand {
+			at = r.at
+		}
+		fmt.Fprintf(r.errw, "error: %s%s\n", at, ee.Message)
 		if tb := strings.TrimSpace(ee.Traceback); tb != "" {
 			for _, l := range strings.Split(tb, "\n") {
 				l = strings.TrimSpace(l)
@@ -408,7 +431,11 @@ func (r *REPL) fail(err error) {
 		}
 		return
 	}
-	fmt.Fprintf(r.errw, "error: %v\n", err)
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "stdin:") {
+		msg = r.at + msg
+	}
+	fmt.Fprintf(r.errw, "error: %s\n", msg)
 }
 
 func (r *REPL) noteReset() {
