@@ -172,12 +172,12 @@ func TestShellWords(t *testing.T) {
 		`'it'\''s' ''`:               {"it's", ""},
 		"sudo -n -u root -- /bin/sh": {"sudo", "-n", "-u", "root", "--", "/bin/sh"},
 	} {
-		got, err := shellWords(in)
+		got, err := ShellWords(in)
 		if err != nil || strings.Join(got, "|") != strings.Join(want, "|") {
-			t.Errorf("shellWords(%q) = %q, %v; want %q", in, got, err, want)
+			t.Errorf("ShellWords(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	if _, err := shellWords("'open"); err == nil {
+	if _, err := ShellWords("'open"); err == nil {
 		t.Error("an unterminated quote passed")
 	}
 }

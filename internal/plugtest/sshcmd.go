@@ -11,10 +11,11 @@ import (
 	"github.com/yuin/gopher-lua/pm"
 )
 
-// shellWords splits a command line into words the way a POSIX shell does
-// for the forms loom.ssh sends: blanks separate words; single quotes,
-// double quotes and backslashes quote. Nothing is expanded.
-func shellWords(s string) ([]string, error) {
+// ShellWords splits a command line into words the way a POSIX shell does
+// for the forms loom.ssh sends (and the commands in Loom's docs): blanks
+// separate words; single quotes, double quotes and backslashes quote.
+// Nothing is expanded.
+func ShellWords(s string) ([]string, error) {
 	var (
 		out   []string
 		cur   strings.Builder
@@ -92,7 +93,7 @@ var killHead = regexp.MustCompile(`^t=(\d+); m=(\w);`)
 
 // parseInvocation undoes the binding's wrapping of a command line.
 func parseInvocation(line string) (*invocation, error) {
-	words, err := shellWords(line)
+	words, err := ShellWords(line)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +160,7 @@ func stripExports(cmd string) (string, map[string]string) {
 		if m == nil {
 			return cmd, env
 		}
-		v, err := shellWords(m[2])
+		v, err := ShellWords(m[2])
 		if err != nil {
 			return cmd, env
 		}
@@ -239,7 +240,7 @@ var (
 
 // unquote1 is the single word a quoted string stands for.
 func unquote1(s string) string {
-	w, err := shellWords(s)
+	w, err := ShellWords(s)
 	if err != nil || len(w) != 1 {
 		return s
 	}

@@ -817,7 +817,7 @@ func (f *sshFake) builtin(rec *sshRecord, stdin []byte) *sshResponse {
 		rec.Bytes = len(data.data)
 		return &sshResponse{}
 	}
-	words, err := shellWords(cmd)
+	words, err := ShellWords(cmd)
 	if err != nil {
 		return nil
 	}
