@@ -227,6 +227,8 @@ func TestCooprTenantsChangeWhileRunning(t *testing.T) {
 	}
 	enqueue("tenant-b", "b-1", 0.2)
 	enqueue("tenant-b", "b-2", 0.2)
+	// loomd's own queue keeps serving beside the Coopr loops.
+	own := d.submit(noopTask("own-1", "noop", 0))
 	for _, id := range []string{"a-running", "b-1", "b-2"} {
 		f, err := coopr.WaitFinished(ctx, id)
 		if err != nil || f.Status != 0 {
@@ -235,6 +237,9 @@ func TestCooprTenantsChangeWhileRunning(t *testing.T) {
 		if want := "tenant-" + id[:1]; f.TenantID != want {
 			t.Errorf("%s finished for %s, want %s", id, f.TenantID, want)
 		}
+	}
+	if task := d.wait(own.TaskID); task.State != "succeeded" {
+		t.Errorf("the task from loomd's own queue: %+v", task)
 	}
 	d.waitFor("usage tenant-b=2 only", func() bool {
 		p, _ := coopr.Provisioner("loom-tenants")
