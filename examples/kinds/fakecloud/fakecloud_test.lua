@@ -83,3 +83,38 @@ describe("admission", function()
     assert.is_true(res.defaulted)
   end)
 end)
+
+describe("metrics", function()
+  it("labels the machine with its size and location, without calling the API", function()
+    local m = machine({ url = "http://127.0.0.1:1" })
+    m.spec.providerSpec.value.cloudProviderSpec.location = "fsn1"
+    local res = loom.test.call("metrics_labels", { machine = m })
+    assert.equals("cx32", res.result.size)
+    assert.equals("fsn1", res.result.location)
+  end)
+
+  it("answers the absent set_metrics with success", function()
+    assert.is_true(loom.test.call("set_metrics", { machines = {} }).defaulted)
+  end)
+end)
+
+describe("bad machines", function()
+  it("rejects an unsupported operating system with os_not_supported", function()
+    local spec = { providerSpec = { value = { operatingSystem = "windows", cloudProviderSpec = { apiUrl = "http://x", token = "t" } } } }
+    local res = loom.test.call("validate", { spec = spec })
+    assert.equals("terminal", res.error.class)
+    assert.equals("os_not_supported", res.error.reason)
+  end)
+
+  it("makes a machine without credentials or uid terminal, not retried forever", function()
+    local res = loom.test.call("cleanup", { machine = { metadata = { name = "w", uid = "u" } } })
+    assert.equals("InvalidConfiguration", res.error.reason)
+    local fake = loom.test.http({ permit = true })
+    local m = machine(fake)
+    m.metadata.uid = nil
+    res = loom.test.call("get", { machine = m })
+    assert.equals("terminal", res.error.class)
+    assert.matches("no metadata.uid", res.message)
+    fake:assert_not_called("GET", "/servers")
+  end)
+end)

@@ -39,3 +39,84 @@ describe("provision", function()
     assert.matches("admin%-token", res.message)
   end)
 end)
+
+describe("user ids", function()
+  it("derives a stable user id from the claim", function()
+    local res = loom.test.call("generate_user_id", { claim = claim })
+    assert.equals("obc-web-photos", res.result)
+    assert.equals("obc-web-photos", loom.test.call("generate_user_id", { claim = claim }).result)
+  end)
+end)
+
+describe("grant", function()
+  before_each(function() fs.write("admin-token", "adm\n") end)
+
+  it("gives the claim's user access to the StorageClass's existing bucket", function()
+    local fake = loom.test.http({ permit = true, routes = {
+      ["GET /buckets/{name}"] = { json = { name = "shared" } },
+      ["POST /users"] = { json = { accessKey = "AK2", secretKey = "SK2" } },
+      ["PUT /users/{id}/grants/{bucket}"] = 204,
+    } })
+    local req = request(fake)
+    req.bucket_name, req.user_id = "shared", "obc-web-viewer"
+    local res = loom.test.call("grant", req)
+    assert.equals(0, res.status)
+    assert.equals("shared", res.result.endpoint.bucket_name)
+    assert.equals("obc-web-viewer", res.result.additional_state.user)
+    local put = fake:assert_called("PUT", "/users/{id}/grants/{bucket}", 1)[1]
+    assert.equals("obc-web-viewer", put.params.id)
+    fake:assert_not_called("PUT", "/buckets/{name}")
+  end)
+
+  it("fails, to be retried, when the bucket does not exist", function()
+    local fake = loom.test.http({ permit = true, routes = { ["GET /buckets/{name}"] = 404 } })
+    local res = loom.test.call("grant", request(fake))
+    assert.equals("retry", res.error.class)
+    assert.matches("does not exist", res.message)
+  end)
+
+  it("needs the adminUrl parameter", function()
+    local req = request({ url = "" })
+    req.parameters = {}
+    assert.matches("adminUrl is missing", loom.test.call("grant", req).message)
+  end)
+end)
+
+describe("revoke and delete", function()
+  before_each(function() fs.write("admin-token", "adm\n") end)
+
+  -- The ObjectBucket as read back from Kubernetes: no credentials.
+  local function ob(fake)
+    return { object_bucket = { metadata = { name = "obc-web-photos" }, spec = {
+      reclaimPolicy = "Delete", endpoint = { bucketName = "photos-1" },
+      additionalState = { user = "obc-web-photos", adminUrl = fake.url } } } }
+  end
+
+  it("revokes the grant, and a grant already gone is fine", function()
+    local fake = loom.test.http({ permit = true, routes = { ["DELETE /users/{id}/grants/{bucket}"] = { { status = 204 }, { status = 404 } } } })
+    assert.equals(0, loom.test.call("revoke", ob(fake)).status)
+    assert.equals(0, loom.test.call("revoke", ob(fake)).status)
+    assert.equals("photos-1", fake:last("DELETE").params.bucket)
+  end)
+
+  it("deletes the bucket and its user, again without error", function()
+    local fake = loom.test.http({ permit = true, routes = {
+      ["DELETE /buckets/{name}"] = { { status = 204 }, { status = 404 } }, ["DELETE /users/{id}"] = { { status = 204 }, { status = 404 } } } })
+    assert.equals(0, loom.test.call("delete", ob(fake)).status)
+    assert.equals(0, loom.test.call("delete", ob(fake)).status)
+    fake:assert_called("DELETE", "/buckets/{name}", 2)
+  end)
+
+  it("refuses an ObjectBucket it did not provision, as terminal", function()
+    local res = loom.test.call("delete", { object_bucket = { spec = {} } })
+    assert.equals("terminal", res.error.class)
+    assert.matches("not provisioned by s3like", res.message)
+  end)
+
+  it("answers the absent update (generation 2) with success", function()
+    local fake = loom.test.http({ permit = true })
+    local res = loom.test.call("update", ob(fake))
+    assert.equals(0, res.status)
+    assert.is_true(res.defaulted)
+  end)
+end)
