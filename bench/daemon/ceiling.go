@@ -13,13 +13,16 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// streamCeiling measures the part of a task's path that one work-queue
-// stream serialises, without loomd: an embedded server with fsync on every
-// write (as loomd's default), nPubs goroutines publishing with a message id
-// and waiting for the ack (the submissions), and `workers` goroutines that
-// each Fetch(1) and DoubleAck (the run slots). Every task costs the stream
-// two fsynced writes, the message and the tombstone its ack leaves.
-func streamCeiling(nTasks, nPubs, workers int) error {
+// streamCeiling measures the part of a task's path that the work-queue
+// streams serialise, without loomd: an embedded server with fsync on every
+// write (as loomd's default), nPubs goroutines publishing with a message
+// id and waiting for the ack (the submissions), and `workers` goroutines
+// that each Fetch(1) and DoubleAck (the run slots). Every task costs its
+// stream two fsynced writes, the message and the tombstone its ack leaves.
+// With shards > 1 the tasks are spread over that many streams, each with
+// its consumer and its own client connection, as loomd shards its task
+// stream; each worker pulls from the streams in turn.
+func streamCeiling(nTasks, nPubs, workers, shards int) error {
 	dir, err := os.MkdirTemp("", "loomd-ceiling-")
 	if err != nil {
 		return err
@@ -34,22 +37,25 @@ func streamCeiling(nTasks, nPubs, workers int) error {
 	if !srv.ReadyForConnections(10 * time.Second) {
 		return fmt.Errorf("embedded server not ready")
 	}
-	nc, err := nats.Connect(srv.ClientURL(), nats.InProcessServer(srv))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	ctx := context.Background()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage}); err != nil {
-		return err
-	}
-	cons, err := js.CreateConsumer(ctx, "T", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "t.x"})
-	if err != nil {
-		return err
+	jss := make([]jetstream.JetStream, shards)
+	conss := make([]jetstream.Consumer, shards)
+	for i := range shards {
+		nc, err := nats.Connect(srv.ClientURL(), nats.InProcessServer(srv))
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		if jss[i], err = jetstream.New(nc); err != nil {
+			return err
+		}
+		name, subj := fmt.Sprintf("T%d", i), fmt.Sprintf("t%d.x", i)
+		if _, err := jss[i].CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage}); err != nil {
+			return err
+		}
+		if conss[i], err = jss[i].CreateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: subj}); err != nil {
+			return err
+		}
 	}
 	var next, done atomic.Int64
 	var pubErr atomic.Value
@@ -64,19 +70,20 @@ func streamCeiling(nTasks, nPubs, workers int) error {
 				if i > int64(nTasks) {
 					return
 				}
-				if _, err := js.Publish(ctx, "t.x", []byte(`{"taskId":"x"}`), jetstream.WithMsgID(fmt.Sprint(i))); err != nil {
+				s := int(i) % shards
+				if _, err := jss[s].Publish(ctx, fmt.Sprintf("t%d.x", s), []byte(`{"taskId":"x"}`), jetstream.WithMsgID(fmt.Sprint(i))); err != nil {
 					pubErr.Store(err)
 					done.Add(1)
 				}
 			}
 		}()
 	}
-	for range workers {
+	for w := range workers {
 		work.Add(1)
 		go func() {
 			defer work.Done()
-			for done.Load() < int64(nTasks) {
-				b, err := cons.Fetch(1, jetstream.FetchMaxWait(50*time.Millisecond))
+			for k := w; done.Load() < int64(nTasks); k++ {
+				b, err := conss[k%shards].Fetch(1, jetstream.FetchMaxWait(50*time.Millisecond))
 				if err != nil {
 					continue
 				}
@@ -94,7 +101,7 @@ func streamCeiling(nTasks, nPubs, workers int) error {
 	if err, _ := pubErr.Load().(error); err != nil {
 		return err
 	}
-	fmt.Printf("one work-queue stream alone, fsync on every write, %d publishers, %d Fetch(1)+DoubleAck workers: %.0f tasks/s published+consumed+acked (%.0f/s published)\n",
-		nPubs, workers, float64(nTasks)/el.Seconds(), float64(nTasks)/pubT.Seconds())
+	fmt.Printf("%d work-queue stream(s), fsync on every write, %d publishers, %d Fetch(1)+DoubleAck workers: %.0f tasks/s published+consumed+acked (%.0f/s published)\n",
+		shards, nPubs, workers, float64(nTasks)/el.Seconds(), float64(nTasks)/pubT.Seconds())
 	return nil
 }

@@ -5,7 +5,7 @@
 //
 //	go build -o /tmp/loomd ./cmd/loomd
 //	go run ./bench/daemon -loomd /tmp/loomd
-//	go run ./bench/daemon -ceiling     # the task stream alone, no loomd
+//	go run ./bench/daemon -ceiling     # the task streams alone, no loomd: 1 stream, then 4 shards
 package main
 
 import (
@@ -46,12 +46,15 @@ func main() {
 	fsync := flag.String("fsync", "always", "loomd --fsync")
 	isolation := flag.String("isolation", "worker", "loomd --isolation: worker (hooks in worker processes) or none (in process)")
 	logLevel := flag.String("log-level", "warn", "loomd --log-level (info logs a line per finished task)")
-	ceiling := flag.Bool("ceiling", false, "measure only one work-queue stream with fsync on every write (no loomd): the ceiling the task stream sets")
+	ceiling := flag.Bool("ceiling", false, "measure only the work-queue streams with fsync on every write (no loomd): one stream, then -shards of them, in turn")
+	shards := flag.Int("shards", 4, "with -ceiling: the sharded run's stream count (loomd shards its task stream in 4)")
 	flag.Parse()
 	if *ceiling {
-		if err := streamCeiling(*tasks, *clients, *concurrency); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
+		for _, n := range []int{1, *shards} {
+			if err := streamCeiling(*tasks, *clients, *concurrency, n); err != nil {
+				fmt.Fprintln(os.Stderr, "bench:", err)
+				os.Exit(1)
+			}
 		}
 		return
 	}

@@ -31,15 +31,16 @@ type runningTask struct {
 // is gone (the task finished and was deleted inside the dedupe window),
 // the task is queued again under a message id of its own; the
 // Loom-Task-Id header still names it.
-func (q *Queue) publishTask(ctx context.Context, route Route, id string, task []byte) (*jetstream.PubAck, error) {
-	msg := &nats.Msg{Subject: route.Subject(), Data: task, Header: nats.Header{}}
+func (q *Queue) publishTask(ctx context.Context, route Route, shard int, id string, task []byte) (*jetstream.PubAck, error) {
+	msg := &nats.Msg{Subject: route.subjectIn(shard), Data: task, Header: nats.Header{}}
 	msg.Header.Set(TaskIDHeader, id)
-	ack, err := q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
-	if err != nil || !ack.Duplicate || q.msgExists(ctx, ack.Sequence) {
+	js := q.shards[shard].js
+	ack, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
+	if err != nil || !ack.Duplicate || q.msgExists(ctx, shard, ack.Sequence) {
 		return ack, err
 	}
 	q.log.Debug("task id was deleted inside the dedupe window; queueing it under a new message id", "task", id)
-	return q.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id+"."+NewID()))
+	return js.PublishMsg(ctx, msg, jetstream.WithMsgID(id+"."+NewID()))
 }
 
 // Delete removes a finished task (succeeded, failed or cancelled): its
@@ -67,7 +68,7 @@ func (q *Queue) remove(ctx context.Context, rec Record) error {
 	// Its message, in case the ack was lost: a leftover message would run
 	// the deleted task again as a new one.
 	if rec.Seq != 0 {
-		if err := q.stream.DeleteMsg(ctx, rec.Seq); err != nil && !msgGone(err) {
+		if err := q.taskStream(rec.Part).DeleteMsg(ctx, rec.Seq); err != nil && !msgGone(err) {
 			return fmt.Errorf("deleting task %s: removing its queue message %d: %w", id, rec.Seq, err)
 		}
 	}
@@ -127,7 +128,7 @@ func (q *Queue) Cancel(ctx context.Context, id string) (Record, error) {
 		// and sits in the stream until then (forever, for a type no daemon
 		// serves).
 		if cur.Seq != 0 {
-			if err := q.stream.DeleteMsg(ctx, cur.Seq); err != nil && !msgGone(err) {
+			if err := q.taskStream(cur.Part).DeleteMsg(ctx, cur.Seq); err != nil && !msgGone(err) {
 				q.log.Debug("removing a cancelled task's message failed; a worker will drop it", "task", id, "err", err)
 			}
 		}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -237,7 +236,7 @@ func (q *Queue) restartServer() error {
 	// Wait for the client to be back, so the probe that follows means
 	// something.
 	deadline := time.Now().Add(5 * time.Second)
-	for q.nc.Status() != nats.CONNECTED && time.Now().Before(deadline) {
+	for q.connErr() != nil && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	// The served-types bucket lives in memory: create it again (the
@@ -255,7 +254,7 @@ func (q *Queue) restartServer() error {
 	q.store.mu.Lock()
 	q.store.broken = false
 	q.store.mu.Unlock()
-	q.log.Info("the embedded nats server restarted", "connected", q.nc.Status() == nats.CONNECTED)
+	q.log.Info("the embedded nats server restarted", "connected", q.connErr() == nil)
 	return nil
 }
 

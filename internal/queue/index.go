@@ -265,6 +265,12 @@ func (q *Queue) backfillShard(ctx context.Context, w jetstream.KeyWatcher) (n in
 // change gets a new index entry first; the previous one is removed once
 // the record points at the new one.
 func (q *Queue) write(ctx context.Context, cur, next Record) (uint64, error) {
+	return q.writeIndexed(ctx, cur, next, 0)
+}
+
+// writeIndexed is write with next's new index entry, when the change
+// needs one, already published at sequence entry (0: not published yet).
+func (q *Queue) writeIndexed(ctx context.Context, cur, next Record, entry uint64) (uint64, error) {
 	// A record must fit a NATS message whatever a plugin reports: the
 	// error is a summary (the whole message stays in the result).
 	next.Error = capText(next.Error, maxRecordError)
@@ -280,11 +286,15 @@ func (q *Queue) write(ctx context.Context, cur, next Record) (uint64, error) {
 	next.IndexSeq = old
 	reindex := cur.Revision == 0 || indexClass(cur.State) != indexClass(next.State) || old == 0
 	if reindex {
-		ack, err := q.js.Publish(ctx, indexSubject(next), []byte(next.TaskID))
-		if err != nil {
-			return 0, fmt.Errorf("indexing task %s: %w", next.TaskID, err)
+		if entry == 0 {
+			var err error
+			if entry, err = q.publishIndex(ctx, next); err != nil {
+				return 0, err
+			}
 		}
-		next.IndexSeq = ack.Sequence
+		next.IndexSeq = entry
+	} else if entry != 0 {
+		q.dropIndex(newPart, entry) // published for nothing
 	}
 	var rev uint64
 	var err error
@@ -317,6 +327,15 @@ func (q *Queue) write(ctx context.Context, cur, next Record) (uint64, error) {
 		q.dropIndex(oldPart, old)
 	}
 	return rev, nil
+}
+
+// publishIndex publishes rec's index entry and returns its sequence.
+func (q *Queue) publishIndex(ctx context.Context, rec Record) (uint64, error) {
+	ack, err := q.shards[shardOf(rec.TaskID)].js.Publish(ctx, indexSubject(rec), []byte(rec.TaskID))
+	if err != nil {
+		return 0, fmt.Errorf("indexing task %s: %w", rec.TaskID, err)
+	}
+	return ack.Sequence, nil
 }
 
 // dropIndex removes an index entry in the background: the write that
@@ -414,7 +433,7 @@ func (q *Queue) readIndex(ctx context.Context, part int, filter string, from, to
 // the stream has no further match.
 func (q *Queue) directBatch(ctx context.Context, part int, filter string, from, to uint64, n int) (out []indexEntry, last uint64, more bool, err error) {
 	req := map[string]any{"seq": from, "next_by_subj": filter, "batch": n}
-	more, err = q.directGet(ctx, partName(part), req, n, func(m *nats.Msg) {
+	more, err = q.directGet(ctx, partShard(part), partName(part), req, n, func(m *nats.Msg) {
 		seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 		last = seq
 		if seq > to {
@@ -433,7 +452,7 @@ func (q *Queue) directBatch(ctx context.Context, part int, filter string, from, 
 // nil.
 func (q *Queue) nextEntry(ctx context.Context, part int, filter string, from uint64) (*indexEntry, error) {
 	var e *indexEntry
-	_, err := q.directGet(ctx, partName(part), map[string]any{"seq": from, "next_by_subj": filter}, 1, func(m *nats.Msg) {
+	_, err := q.directGet(ctx, partShard(part), partName(part), map[string]any{"seq": from, "next_by_subj": filter}, 1, func(m *nats.Msg) {
 		seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 		ts, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
 		e = &indexEntry{part: part, seq: seq, id: string(m.Data), subj: m.Header.Get(jetstream.SubjectHeader), time: ts}
@@ -444,22 +463,24 @@ func (q *Queue) nextEntry(ctx context.Context, part int, filter string, from uin
 	return e, nil
 }
 
-// directGet sends a batch direct-get request to a stream and hands every
-// message of the answer to each. more says whether the server reported
-// further matches after the batch.
-func (q *Queue) directGet(ctx context.Context, stream string, req map[string]any, n int, each func(*nats.Msg)) (more bool, err error) {
+// directGet sends a batch direct-get request to a stream of a state shard
+// (on the shard's connection) and hands every message of the answer to
+// each. more says whether the server reported further matches after the
+// batch.
+func (q *Queue) directGet(ctx context.Context, shard int, stream string, req map[string]any, n int, each func(*nats.Msg)) (more bool, err error) {
+	nc := q.shards[shard].nc
 	_, batch := req["batch"]
 	_, multi := req["multi_last"]
 	batch = batch || multi
 	body, _ := json.Marshal(req)
-	inbox := q.nc.NewRespInbox()
+	inbox := nc.NewRespInbox()
 	ch := make(chan *nats.Msg, n+1)
-	sub, err := q.nc.ChanSubscribe(inbox, ch)
+	sub, err := nc.ChanSubscribe(inbox, ch)
 	if err != nil {
 		return false, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := q.nc.PublishRequest(q.ix.apiPrefix+".DIRECT.GET."+stream, inbox, body); err != nil {
+	if err := nc.PublishRequest(q.ix.apiPrefix+".DIRECT.GET."+stream, inbox, body); err != nil {
 		return false, err
 	}
 	timer := time.NewTimer(10 * time.Second)
@@ -500,7 +521,7 @@ func (q *Queue) getRecords(ctx context.Context, shard int, ids []string) (map[st
 	}
 	out := make(map[string]Record, len(ids))
 	var bad error
-	_, err := q.directGet(ctx, "KV_"+bucket, map[string]any{"multi_last": subjects, "batch": len(ids)}, len(ids), func(m *nats.Msg) {
+	_, err := q.directGet(ctx, shard, "KV_"+bucket, map[string]any{"multi_last": subjects, "batch": len(ids)}, len(ids), func(m *nats.Msg) {
 		if m.Header.Get("KV-Operation") != "" { // deleted or purged
 			return
 		}

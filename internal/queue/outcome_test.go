@@ -203,3 +203,46 @@ func TestLostClaimNotifies(t *testing.T) {
 		t.Errorf("%d outcome lines for an attempt whose outcome was dropped", n)
 	}
 }
+
+// A try of an outcome write that was stored although its answer was lost
+// (a timeout during a broker failover) makes the next try conflict with
+// the attempt's own outcome: commit sees it is there and succeeds, with
+// no Lost transition, so the message is acked instead of redelivered.
+func TestCommitAfterLostAnswer(t *testing.T) {
+	var mu sync.Mutex
+	var seen []Transition
+	cfg := testConfig(t)
+	cfg.OnTransition = func(tr Transition) {
+		mu.Lock()
+		seen = append(seen, tr)
+		mu.Unlock()
+	}
+	q := open(t, cfg)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	mine := Record{TaskID: "la-1", State: Running, Attempts: 1, Owner: q.Owner(), Family: "automator", Type: "shell", Hook: "install", Started: &now, Seq: 7}
+	rev, err := q.write(ctx, Record{}, mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine.Revision = rev
+	done := mine
+	fin := now.Add(time.Millisecond)
+	done.State, done.Finished = Succeeded, &fin
+	if _, err := q.write(ctx, mine, done); err != nil { // the try whose answer was lost
+		t.Fatal(err)
+	}
+	if !q.commit(ctx, q.log, mine, done) {
+		t.Fatal("commit of an outcome already stored by its own earlier try reported a lost claim")
+	}
+	other := done
+	other.Owner = "someone-else"
+	if q.commit(ctx, q.log, mine, other) {
+		t.Error("commit over another attempt's outcome succeeded")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || seen[0].Lost || seen[0].Record.State != Succeeded || !seen[1].Lost {
+		t.Errorf("transitions = %+v, want succeeded (not lost), then the other outcome's lost claim", seen)
+	}
+}

@@ -1,13 +1,19 @@
 // Package queue is loomd's durable task queue on NATS JetStream.
 //
-// Tasks travel on a work-queue stream (LOOM_TASKS) under the subject
-// loom.task.<family>.<type>, with the task id as message id so the server
-// drops a second publish of the same task. Every plugin type has one
-// durable pull consumer, shared by every daemon that serves the type, so
-// tasks for a type nobody serves simply wait. Task state lives in a KV
-// bucket (LOOM_STATE, key task.<id>); every change is a compare-and-set on
-// the record's revision, which fences out a worker that lost its claim.
-// Results too large for a KV value go to an object store (LOOM_OUTPUT).
+// Tasks travel on work-queue streams, one per shard of the task ids
+// (LOOM_TASKS under the subject loom.task.<family>.<type> for shard 0,
+// LOOM_TASKS_<n> under loom.tasks.<n>.<family>.<type> for the others),
+// with the task id as message id so the server drops a second publish of
+// the same task. Every plugin type has one durable pull consumer per
+// shard, shared by every daemon that serves the type, so tasks for a type
+// nobody serves simply wait. Task state lives in KV buckets sharded the
+// same way (LOOM_STATE_<n>, key task.<id>); every change is a
+// compare-and-set on the record's revision, which fences out a worker that
+// lost its claim. Results too large for a KV value go to an object store
+// (LOOM_OUTPUT). A shard's streams and buckets share a connection of
+// their own. Each stream stores its writes one after the other, each with
+// an fsync, so the shards are what lets writes go to disk in parallel
+// (docs/benchmarks.md).
 //
 // The server is embedded in the process by default (file store, fsync on
 // every write); Config.URLs switches to an external NATS on the same code
@@ -37,30 +43,50 @@ import (
 
 // Names of the JetStream assets.
 const (
+	// StreamName is the task stream of shard 0, the only one before
+	// the task stream was sharded; shard n > 0 is StreamName_<n>.
 	StreamName    = "LOOM_TASKS"
 	StateBucket   = "LOOM_STATE" // shards are LOOM_STATE_0 .. LOOM_STATE_<StateShards-1>
 	OutputBucket  = "LOOM_OUTPUT"
-	subjectPrefix = "loom.task."
+	subjectPrefix = "loom.task."  // shard 0: loom.task.<family>.<type>
+	shardPrefix   = "loom.tasks." // shard n > 0: loom.tasks.<n>.<family>.<type>
 	keyPrefix     = "task."
 )
 
-// StateShards is how many KV buckets hold the task records. Each bucket is
-// a stream whose writes (each fsynced) are serialised; records are spread
-// over several so that concurrent tasks' writes fsync in parallel.
+// StateShards is how many shards the task ids are spread over (FNV-1a of
+// the id): each has its task stream, its KV bucket of records and its
+// index streams. Each stream stores its writes (each fsynced) one after
+// the other; shards let concurrent tasks' writes fsync in parallel. The
+// number is part of the stored layout: changing it would strand tasks.
 const StateShards = 4
+
+// taskStreamName is the task stream of a shard.
+func taskStreamName(shard int) string {
+	if shard == 0 {
+		return StreamName
+	}
+	return StreamName + "_" + strconv.Itoa(shard)
+}
 
 // Queue is a connection to the task queue. Its methods are safe for
 // concurrent use.
 type Queue struct {
-	cfg     Config
-	log     *slog.Logger
-	srvRef  *serverRef   // the embedded server; nil with an external NATS
-	store   storeState   // full or not, and why
-	auth    embeddedAuth // the embedded server's credentials
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	stream  jetstream.Stream
-	kvs     [StateShards]jetstream.KeyValue
+	cfg    Config
+	log    *slog.Logger
+	srvRef *serverRef   // the embedded server; nil with an external NATS
+	store  storeState   // full or not, and why
+	auth   embeddedAuth // the embedded server's credentials
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	tasks  [StateShards]jetstream.Stream   // the task streams, each on its shard's connection
+	kvs    [StateShards]jetstream.KeyValue // each on its shard's connection
+	// shards are one connection per shard, carrying that shard's task
+	// messages, pulls and acks, record reads and writes, and index
+	// entries. The server answers a record read (a direct get) inline in
+	// the connection's read loop, and a read waits for the bucket's write
+	// in progress, fsync included; on one shared connection every request
+	// queued behind it.
+	shards  [StateShards]shardConn
 	obj     jetstream.ObjectStore
 	watchMu sync.Mutex // guards watch: a server restart replaces them
 	watch   []jetstream.KeyWatcher
@@ -158,13 +184,24 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 		return nil, fmt.Errorf("connecting to nats at %s: %w (is the server running and reachable? check --nats and the credentials: --nats-nkey, --nats-token, --nats-user, --nats-creds, TLS)", redactURLs(cfg.URLs), err)
 	}
 	q.nc = nc
-	if cfg.Domain != "" && q.srvRef == nil {
-		q.js, err = jetstream.NewWithDomain(nc, cfg.Domain)
-	} else {
-		q.js, err = jetstream.New(nc)
+	if q.js, err = q.jetStream(nc); err != nil {
+		return nil, err
 	}
-	if err != nil {
-		return nil, fmt.Errorf("opening jetstream: %w", err)
+	for i := range q.shards {
+		// Quiet about disconnects: the main connection already says so.
+		quiet := []nats.Option{
+			nats.Name(fmt.Sprintf("loomd %s shard %d", cfg.Owner, i)),
+			nats.DisconnectErrHandler(func(*nats.Conn, error) {}),
+			nats.ReconnectHandler(func(*nats.Conn) {}),
+		}
+		sc, err := nats.Connect(url, slices.Concat(opts, quiet, cfg.NATSOptions)...)
+		if err != nil {
+			return nil, fmt.Errorf("connecting to nats for state shard %d: %w", i, err)
+		}
+		q.shards[i].nc = sc
+		if q.shards[i].js, err = q.jetStream(sc); err != nil {
+			return nil, err
+		}
 	}
 	if err := q.provision(ctx); err != nil {
 		return nil, err
@@ -181,6 +218,42 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 	ok = true
 	q.log.Debug("queue open", "mode", cfg.Mode(), "owner", cfg.Owner)
 	return q, nil
+}
+
+// shardConn is a connection of its own for one state shard's traffic.
+type shardConn struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+// connErr says which of the queue's connections is not connected, if
+// any.
+func (q *Queue) connErr() error {
+	if s := q.nc.Status(); s != nats.CONNECTED {
+		return fmt.Errorf("nats connection is %s", s)
+	}
+	for i, sc := range q.shards {
+		if s := sc.nc.Status(); s != nats.CONNECTED {
+			return fmt.Errorf("nats connection of shard %d is %s", i, s)
+		}
+	}
+	return nil
+}
+
+// jetStream is the JetStream context of a connection, in the configured
+// domain.
+func (q *Queue) jetStream(nc *nats.Conn) (jetstream.JetStream, error) {
+	var js jetstream.JetStream
+	var err error
+	if q.cfg.Domain != "" && q.srvRef == nil {
+		js, err = jetstream.NewWithDomain(nc, q.cfg.Domain)
+	} else {
+		js, err = jetstream.New(nc)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening jetstream: %w", err)
+	}
+	return js, nil
 }
 
 func startServer(cfg Config, auth embeddedAuth, onError func(string)) (*server.Server, error) {
@@ -236,21 +309,27 @@ func startServer(cfg Config, auth embeddedAuth, onError func(string)) (*server.S
 // provision creates or updates the stream and the buckets.
 func (q *Queue) provision(ctx context.Context) error {
 	var err error
-	q.stream, err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        StreamName,
-		Description: "loomd tasks; one durable consumer per plugin type",
-		Subjects:    []string{subjectPrefix + ">"},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		Duplicates:  q.cfg.Duplicates,
-		Replicas:    q.cfg.Replicas,
-	})
-	if err != nil {
-		return fmt.Errorf("creating stream %s: %w", StreamName, err)
+	for i := range q.tasks {
+		name, subjects := StreamName, []string{subjectPrefix + ">"}
+		if i > 0 {
+			name, subjects = taskStreamName(i), []string{shardPrefix + strconv.Itoa(i) + ".>"}
+		}
+		q.tasks[i], err = q.shards[i].js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:        name,
+			Description: fmt.Sprintf("loomd tasks, shard %d of %d; one durable consumer per plugin type", i, StateShards),
+			Subjects:    subjects,
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			Duplicates:  q.cfg.Duplicates,
+			Replicas:    q.cfg.Replicas,
+		})
+		if err != nil {
+			return fmt.Errorf("creating stream %s: %w", name, err)
+		}
 	}
 	for i := range q.kvs {
 		name := fmt.Sprintf("%s_%d", StateBucket, i)
-		q.kvs[i], err = q.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		q.kvs[i], err = q.shards[i].js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      name,
 			Description: fmt.Sprintf("loomd task state records, key task.<id>, shard %d of %d", i, StateShards),
 			History:     8,
@@ -329,17 +408,6 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 	} else if !errors.Is(err, ErrNotFound) {
 		return Record{}, false, err
 	}
-	// Publish first, then create the record: a worker that sees the message
-	// before the record creates it itself, so no task is ever left with a
-	// record and no message.
-	ack, err := q.publishTask(ctx, route, t.TaskID, task)
-	if err != nil {
-		q.noteWriteErr(err)
-		if full := q.storeFullErr(); full != nil {
-			return Record{}, false, fmt.Errorf("queueing task %s: %w", t.TaskID, full)
-		}
-		return Record{}, false, fmt.Errorf("queueing task %s: %w (it may or may not be queued: submitting it again with the same taskId is safe)", t.TaskID, err)
-	}
 	rec = Record{
 		TaskID:    t.TaskID,
 		TenantID:  t.TenantID,
@@ -350,12 +418,38 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 		Hook:      t.Hook(),
 		TaskName:  t.TaskName,
 		Created:   time.Now().UTC(),
-		Seq:       ack.Sequence, // what the reconciler checks the record against
 	}
+	// The record's index entry is published alongside the task: two
+	// fsynced writes to different streams at once, not one after the
+	// other. An entry left without a record (the publish failed, the
+	// process died) is stale, and readers drop it.
+	entry := make(chan uint64, 1)
+	go func() {
+		seq, err := q.publishIndex(ctx, rec)
+		if err != nil {
+			seq = 0 // the record's write publishes it again
+		}
+		entry <- seq
+	}()
+	// Publish first, then create the record: a worker that sees the message
+	// before the record creates it itself, so no task is ever left with a
+	// record and no message.
+	rec.Part = shardOf(t.TaskID)
+	ack, err := q.publishTask(ctx, route, rec.Part, t.TaskID, task)
+	entrySeq := <-entry
+	if err != nil {
+		q.dropIndex(recordPart(rec), entrySeq)
+		q.noteWriteErr(err)
+		if full := q.storeFullErr(); full != nil {
+			return Record{}, false, fmt.Errorf("queueing task %s: %w", t.TaskID, full)
+		}
+		return Record{}, false, fmt.Errorf("queueing task %s: %w (it may or may not be queued: submitting it again with the same taskId is safe)", t.TaskID, err)
+	}
+	rec.Seq = ack.Sequence // what the reconciler checks the record against
 	if q.afterPublish != nil {
 		q.afterPublish(t.TaskID)
 	}
-	rev, err := q.write(ctx, Record{}, rec)
+	rev, err := q.writeIndexed(ctx, Record{}, rec, entrySeq)
 	if !ack.Duplicate && !(err != nil && isStorageErr(err)) {
 		// Counted at the publish, the source of "queued": a worker may have
 		// claimed the task and written its record before this Create.
@@ -379,7 +473,7 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 		// still safe.
 		q.noteWriteErr(err)
 		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		derr := q.stream.DeleteMsg(dctx, ack.Sequence)
+		derr := q.taskStream(rec.Part).DeleteMsg(dctx, ack.Sequence)
 		cancel()
 		if derr != nil {
 			q.log.Warn("taking back a task whose record could not be written failed; it runs when a worker claims it", "task", t.TaskID, "err", derr)
@@ -425,6 +519,14 @@ func (q *Queue) get(ctx context.Context, id string) (Record, error) {
 		return Record{}, fmt.Errorf("reading the record of task %s: %w", id, err)
 	}
 	return decodeRecord(e)
+}
+
+// taskStream is the task stream of a shard (a record's Part).
+func (q *Queue) taskStream(part int) jetstream.Stream {
+	if part < 0 || part >= len(q.tasks) {
+		part = 0 // not written by loomd; LOOM_TASKS is the best guess
+	}
+	return q.tasks[part]
 }
 
 // kvFor is the state bucket that holds task id's record (FNV-1a).
@@ -541,20 +643,24 @@ func (q *Queue) wake(e jetstream.KeyValueEntry) {
 	}
 }
 
-// Depth counts the tasks in the stream (queued or running) by route,
-// including routes nobody serves.
+// Depth counts the tasks in the task streams (queued or running) by
+// route, including routes nobody serves.
 func (q *Queue) Depth(ctx context.Context) (map[Route]int, error) {
-	info, err := q.stream.Info(ctx, jetstream.WithSubjectFilter(subjectPrefix+">"))
-	if err != nil {
-		return nil, fmt.Errorf("reading the depth of stream %s: %w", StreamName, err)
-	}
 	out := map[Route]int{}
-	for subj, n := range info.State.Subjects {
-		fam, typ, ok := strings.Cut(strings.TrimPrefix(subj, subjectPrefix), ".")
-		if !ok {
-			continue
+	for i, st := range q.tasks {
+		filter := subjectPrefix + ">"
+		if i > 0 {
+			filter = shardPrefix + strconv.Itoa(i) + ".>"
 		}
-		out[Route{Family: fam, Type: typ}] += int(n)
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+		if err != nil {
+			return nil, fmt.Errorf("reading the depth of stream %s: %w", taskStreamName(i), err)
+		}
+		for subj, n := range info.State.Subjects {
+			if _, r, ok := routeOfSubject(subj); ok {
+				out[r] += int(n)
+			}
+		}
 	}
 	return out, nil
 }
@@ -571,10 +677,10 @@ func (q *Queue) Health(ctx context.Context) error {
 	if err := q.storeFullErr(); err != nil {
 		return err
 	}
-	if s := q.nc.Status(); s != nats.CONNECTED {
-		return fmt.Errorf("nats connection is %s", s)
+	if err := q.connErr(); err != nil {
+		return err
 	}
-	if _, err := q.stream.Info(ctx); err != nil {
+	if _, err := q.tasks[0].Info(ctx); err != nil {
 		return fmt.Errorf("jetstream does not answer: %w", err)
 	}
 	return nil
@@ -623,6 +729,12 @@ func (q *Queue) shutdown() {
 	if q.nc != nil {
 		_ = q.nc.FlushTimeout(2 * time.Second)
 		q.nc.Close()
+	}
+	for _, sc := range q.shards {
+		if sc.nc != nil {
+			_ = sc.nc.FlushTimeout(2 * time.Second)
+			sc.nc.Close()
+		}
 	}
 	q.watchWG.Wait()
 	if srv := q.server(); srv != nil {

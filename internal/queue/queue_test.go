@@ -260,7 +260,7 @@ func TestDuplicateCopyAfterWindow(t *testing.T) {
 	submit(t, q, task("copy-1", "shell"))
 	first := wait(t, q, "copy-1")
 	time.Sleep(300 * time.Millisecond) // let the dedupe window pass
-	ack, err := q.js.Publish(ctx, shell.Subject(), task("copy-1", "shell"), jetstream.WithMsgID("copy-1"))
+	ack, err := q.js.Publish(ctx, shell.subjectIn(shardOf("copy-1")), task("copy-1", "shell"), jetstream.WithMsgID("copy-1"))
 	if err != nil || ack.Duplicate {
 		t.Fatalf("publishing a copy: %v (duplicate=%v); want a new message", err, ack != nil && ack.Duplicate)
 	}
@@ -629,11 +629,12 @@ func TestMaxDeliveriesAdvisory(t *testing.T) {
 	q := open(t, testConfig(t))
 	ctx := context.Background()
 	submit(t, q, task("md-1", "nobody"))
-	msg, err := q.stream.GetLastMsgForSubject(ctx, "loom.task.automator.nobody")
+	shard := shardOf("md-1")
+	msg, err := q.taskStream(shard).GetLastMsgForSubject(ctx, Route{Family: "automator", Type: "nobody"}.subjectIn(shard))
 	if err != nil {
 		t.Fatal(err)
 	}
-	q.handleMaxDeliveries([]byte(fmt.Sprintf(`{"stream_seq":%d,"deliveries":5}`, msg.Sequence)))
+	q.handleMaxDeliveries([]byte(fmt.Sprintf(`{"stream":%q,"stream_seq":%d,"deliveries":5}`, taskStreamName(shard), msg.Sequence)))
 	got, _ := q.Get(ctx, "md-1")
 	if got.State != Failed || !strings.Contains(got.Error, "5 deliveries") {
 		t.Errorf("record = %+v, want failed after 5 deliveries", got)
@@ -683,7 +684,7 @@ func TestDataDirIsLocked(t *testing.T) {
 func TestDeletedConsumerIsRecreated(t *testing.T) {
 	q := open(t, testConfig(t))
 	serve(t, q, newCounter(nil), 2, shell)
-	if err := q.js.DeleteConsumer(context.Background(), StreamName, shell.consumerName()); err != nil {
+	if err := q.js.DeleteConsumer(context.Background(), taskStreamName(shardOf("rc-1")), shell.consumerName()); err != nil {
 		t.Fatal(err)
 	}
 	submit(t, q, task("rc-1", "shell"))

@@ -78,7 +78,7 @@ func (q *Queue) reconcileOne(ctx context.Context, rec Record) (*Repair, error) {
 		// check it against.
 		return nil, nil
 	}
-	switch _, err := q.stream.GetMsg(ctx, rec.Seq); {
+	switch _, err := q.taskStream(rec.Part).GetMsg(ctx, rec.Seq); {
 	case err == nil:
 		return nil, nil // the message is there: it will be (re)delivered
 	case !errors.Is(err, jetstream.ErrMsgNotFound):

@@ -50,7 +50,7 @@ func TestReconcilerRepairsWhatNoMessageBacks(t *testing.T) {
 	defer q.land("ours-running")
 	// The inconsistencies: messages gone from the stream.
 	for _, rec := range []Record{lostQueued, lostRunning, oursRunning} {
-		if err := q.stream.DeleteMsg(ctx, rec.Seq); err != nil {
+		if err := q.taskStream(rec.Part).DeleteMsg(ctx, rec.Seq); err != nil {
 			t.Fatalf("deleting the message of %s: %v", rec.TaskID, err)
 		}
 	}
@@ -102,7 +102,7 @@ func TestReconcilerWaitsOutTheGrace(t *testing.T) {
 	cfg.ReconcileGrace = time.Hour
 	q := open(t, cfg)
 	rec := submit(t, q, task("young", "shell"))
-	if err := q.stream.DeleteMsg(context.Background(), rec.Seq); err != nil {
+	if err := q.taskStream(rec.Part).DeleteMsg(context.Background(), rec.Seq); err != nil {
 		t.Fatal(err)
 	}
 	if repairs, err := q.Reconcile(context.Background()); err != nil || len(repairs) != 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -78,6 +79,10 @@ type Record struct {
 	// Seq is the stream sequence of the message the current attempt runs
 	// from; it tells a redelivery from a duplicate copy of the task.
 	Seq uint64 `json:"seq,omitempty"`
+	// Part is the shard of the task stream that holds message Seq: 0 is
+	// LOOM_TASKS (and every record from before the task stream was
+	// sharded), n is LOOM_TASKS_<n>.
+	Part int `json:"part,omitempty"`
 	// IndexSeq is the sequence of the task's current entry in the index
 	// stream (see index.go); an entry with another sequence is stale.
 	IndexSeq uint64 `json:"indexSeq,omitempty"`
@@ -100,8 +105,38 @@ type Route struct {
 	Type   string
 }
 
-// Subject is the stream subject tasks for this route travel on.
-func (r Route) Subject() string { return subjectPrefix + r.Family + "." + r.Type }
+// Subject is the stream subject tasks for this route travel on in shard
+// 0 of the task stream (LOOM_TASKS); see subjectIn for the others.
+func (r Route) Subject() string { return r.subjectIn(0) }
+
+// subjectIn is the subject of the route's tasks in a shard of the task
+// stream.
+func (r Route) subjectIn(shard int) string {
+	if shard == 0 {
+		return subjectPrefix + r.Family + "." + r.Type
+	}
+	return shardPrefix + strconv.Itoa(shard) + "." + r.Family + "." + r.Type
+}
+
+// routeOfSubject is the shard and route of a task subject.
+func routeOfSubject(subj string) (shard int, r Route, ok bool) {
+	rest, ok := strings.CutPrefix(subj, subjectPrefix)
+	if !ok {
+		var n string
+		if rest, ok = strings.CutPrefix(subj, shardPrefix); !ok {
+			return 0, Route{}, false
+		}
+		if n, rest, ok = strings.Cut(rest, "."); !ok {
+			return 0, Route{}, false
+		}
+		var err error
+		if shard, err = strconv.Atoi(n); err != nil || shard < 1 || shard >= StateShards {
+			return 0, Route{}, false
+		}
+	}
+	fam, typ, ok := strings.Cut(rest, ".")
+	return shard, Route{Family: fam, Type: typ}, ok
+}
 
 // String is "family/type", for logs.
 func (r Route) String() string { return r.Family + "/" + r.Type }

@@ -369,7 +369,7 @@ func TestIndexBackfill(t *testing.T) {
 func TestClaimCreatedRecordIndexedOnce(t *testing.T) {
 	q := open(t, testConfig(t))
 	serve(t, q, newCounter(nil), 1, shell)
-	if _, err := q.publishTask(context.Background(), shell, "cc-1", task("cc-1", "shell")); err != nil {
+	if _, err := q.publishTask(context.Background(), shell, shardOf("cc-1"), "cc-1", task("cc-1", "shell")); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)

@@ -38,28 +38,34 @@ type RunnerFunc func(ctx context.Context, task []byte) ([]byte, int, error)
 func (f RunnerFunc) Run(ctx context.Context, task []byte) ([]byte, int, error) { return f(ctx, task) }
 
 // workers tracks the routes this process serves and which of them may
-// have work, so idle slots pull only from consumers with messages.
+// have work, so idle slots pull only from consumers with messages. A
+// route has one consumer per shard of the task stream; the round robin
+// goes over (route, shard) pairs.
 type workers struct {
 	mu      sync.Mutex
-	setMu   sync.Mutex // serialises SetTypes
-	routes  map[Route]*routeState
-	ready   []*routeState // round robin of routes that may have messages
+	setMu   sync.Mutex              // serialises SetTypes
+	routes  map[Route][]*routeState // by shard
+	ready   []*routeState           // round robin of routes that may have messages
 	wake    chan struct{}
 	stopped bool
 }
 
 type routeState struct {
 	route Route
+	shard int // of the task stream
 	cons  jetstream.Consumer
 	sub   *nats.Subscription // wakes us when a task is published
 	ready bool
-	hot   bool   // woken by a publish: the message may not be stored yet
+	hot   int    // publishes seen since the last fetch: messages that may not be stored yet
 	gen   uint64 // bumped on every wake-up, so a stale "empty" does not hide new work
 	gone  bool
+
+	recreating bool      // a slot is creating the consumer again
+	warned     time.Time // last "recreating consumer failed" line
 }
 
 func (w *workers) init() {
-	w.routes = map[Route]*routeState{}
+	w.routes = map[Route][]*routeState{}
 	w.wake = make(chan struct{}, 1)
 }
 
@@ -67,7 +73,7 @@ func (w *workers) init() {
 func (w *workers) published(rs *routeState) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	rs.hot = true
+	rs.hot++
 	w.markReadyLocked(rs)
 }
 
@@ -89,14 +95,17 @@ func (w *workers) markReadyLocked(rs *routeState) {
 func (w *workers) markAllReady() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, rs := range w.routes {
-		w.markReadyLocked(rs)
+	for _, parts := range w.routes {
+		for _, rs := range parts {
+			w.markReadyLocked(rs)
+		}
 	}
 }
 
-// next pops the next route that may have work. hot says a publish woke
-// it, so the fetch should wait a moment for the message to be stored.
-func (w *workers) next() (rs *routeState, gen uint64, hot bool) {
+// next pops the next route that may have work. hot counts the publishes
+// that woke it, so the fetch should wait a moment for that many messages
+// to be stored.
+func (w *workers) next() (rs *routeState, gen uint64, hot int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for len(w.ready) > 0 {
@@ -104,12 +113,12 @@ func (w *workers) next() (rs *routeState, gen uint64, hot bool) {
 		w.ready = w.ready[1:]
 		rs.ready = false
 		hot := rs.hot
-		rs.hot = false
+		rs.hot = 0
 		if !rs.gone {
 			return rs, rs.gen, hot
 		}
 	}
-	return nil, 0, false
+	return nil, 0, 0
 }
 
 // fetched puts a route back at the end of the round robin, unless it was
@@ -134,9 +143,11 @@ func (w *workers) stop() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.stopped = true
-	for _, rs := range w.routes {
-		if rs.sub != nil {
-			_ = rs.sub.Unsubscribe()
+	for _, parts := range w.routes {
+		for _, rs := range parts {
+			if rs.sub != nil {
+				_ = rs.sub.Unsubscribe()
+			}
 		}
 	}
 }
@@ -166,28 +177,48 @@ func (q *Queue) SetTypes(ctx context.Context, routes []Route) error {
 			add = append(add, r)
 		}
 	}
-	for r, rs := range q.w.routes {
+	for r, parts := range q.w.routes {
 		if !want[r] {
-			rs.gone = true
-			if rs.sub != nil {
-				_ = rs.sub.Unsubscribe()
+			for _, rs := range parts {
+				rs.gone = true
+				if rs.sub != nil {
+					_ = rs.sub.Unsubscribe()
+				}
 			}
 			delete(q.w.routes, r)
-			q.w.ready = slices.DeleteFunc(q.w.ready, func(x *routeState) bool { return x == rs })
+			q.w.ready = slices.DeleteFunc(q.w.ready, func(x *routeState) bool { return x.route == r })
 			q.log.Info("stopped serving plugin type", "family", r.Family, "type", r.Type)
 		}
 	}
 	q.w.mu.Unlock()
 	slices.SortFunc(add, func(a, b Route) int { return cmpRoute(a, b) })
-	for _, r := range add {
-		rs, err := q.addRoute(ctx, r)
-		if err != nil {
-			errs = append(errs, err)
+	// Consumers are created a few routes at a time: each creation is a
+	// round trip and a write, and a daemon with many plugin types would
+	// otherwise start slowly.
+	added := make([][]*routeState, len(add))
+	addErrs := make([]error, len(add))
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i, r := range add {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			added[i], addErrs[i] = q.addRoute(ctx, r)
+		}()
+	}
+	wg.Wait()
+	for i, r := range add {
+		if addErrs[i] != nil {
+			errs = append(errs, addErrs[i])
 			continue
 		}
 		q.w.mu.Lock()
-		q.w.routes[r] = rs
-		q.w.markReadyLocked(rs)
+		q.w.routes[r] = added[i]
+		for _, rs := range added[i] {
+			q.w.markReadyLocked(rs)
+		}
 		q.w.mu.Unlock()
 		q.log.Info("serving plugin type", "family", r.Family, "type", r.Type, "consumer", r.consumerName())
 	}
@@ -223,11 +254,13 @@ func (q *Queue) Types() []Route {
 	return out
 }
 
-func (q *Queue) consumerConfig(r Route) jetstream.ConsumerConfig {
+// consumerConfig is the durable consumer of a route in a shard of the
+// task stream: the same name in every shard's stream.
+func (q *Queue) consumerConfig(r Route, shard int) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       r.consumerName(),
 		Description:   "loomd workers for " + r.String(),
-		FilterSubject: r.Subject(),
+		FilterSubject: r.subjectIn(shard),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckWait:       q.cfg.AckWait,
@@ -239,17 +272,39 @@ func (q *Queue) consumerConfig(r Route) jetstream.ConsumerConfig {
 	}
 }
 
-func (q *Queue) addRoute(ctx context.Context, r Route) (*routeState, error) {
-	cons, err := q.js.CreateOrUpdateConsumer(ctx, StreamName, q.consumerConfig(r))
-	if err != nil {
-		return nil, fmt.Errorf("creating consumer %s for plugin type %s: %w (another loomd with a different --ack-wait or --max-attempts may own it)", r.consumerName(), r, err)
+// addRoute sets up a route's consumer in every shard of the task stream
+// (the shards' streams in parallel).
+func (q *Queue) addRoute(ctx context.Context, r Route) ([]*routeState, error) {
+	parts := make([]*routeState, StateShards)
+	errs := make([]error, StateShards)
+	var wg sync.WaitGroup
+	for shard := range StateShards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cons, err := q.shards[shard].js.CreateOrUpdateConsumer(ctx, taskStreamName(shard), q.consumerConfig(r, shard))
+			if err != nil {
+				errs[shard] = fmt.Errorf("creating consumer %s on stream %s for plugin type %s: %w (another loomd with a different --ack-wait or --max-attempts may own it)", r.consumerName(), taskStreamName(shard), r, err)
+				return
+			}
+			rs := &routeState{route: r, shard: shard, cons: cons}
+			if rs.sub, err = q.nc.Subscribe(r.subjectIn(shard), func(*nats.Msg) { q.w.published(rs) }); err != nil {
+				errs[shard] = fmt.Errorf("subscribing to %s: %w", r.subjectIn(shard), err)
+				return
+			}
+			parts[shard] = rs
+		}()
 	}
-	rs := &routeState{route: r, cons: cons}
-	rs.sub, err = q.nc.Subscribe(r.Subject(), func(*nats.Msg) { q.w.published(rs) })
-	if err != nil {
-		return nil, fmt.Errorf("subscribing to %s: %w", r.Subject(), err)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, rs := range parts {
+			if rs != nil {
+				_ = rs.sub.Unsubscribe()
+			}
+		}
+		return nil, err
 	}
-	return rs, nil
+	return parts, nil
 }
 
 // Serve runs tasks with runner, at most concurrency at a time, pulling a
@@ -316,24 +371,17 @@ func (q *Queue) Serve(ctx context.Context, runner Runner, concurrency int) error
 			}
 			rs, gen, hot = q.w.next()
 		}
-		// The slot is ours: fetch (at most one message) and run it in its
-		// own goroutine, so slow fetches and tasks never hold up others.
+		// The slot is ours: fetch and run in their own goroutine, so slow
+		// fetches and tasks never hold up others.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			held := true
+			owned := 1 // slots this goroutine holds and has not handed to a task
 			defer func() {
-				if held {
+				for range owned {
 					<-slots
 				}
 			}()
-			// finish trades the run slot for a finisher slot.
-			finish := func() (done func()) {
-				finishers <- struct{}{}
-				held = false
-				<-slots
-				return func() { <-finishers }
-			}
 			if q.storeBroken() {
 				// The embedded store refuses every write until it is
 				// restarted: leave the tasks queued until then. (At a
@@ -347,12 +395,37 @@ func (q *Queue) Serve(ctx context.Context, runner Runner, concurrency int) error
 				}
 				return
 			}
+			// One fetch asks for as many tasks as there are free slots
+			// (and, when publishes woke the route, as were published), so
+			// a busy route costs one pull per batch rather than per task.
+			want := concurrency
+			if hot > 0 {
+				want = hot
+			}
+		grab:
+			for owned < want {
+				select {
+				case slots <- struct{}{}:
+					owned++
+				default:
+					break grab
+				}
+			}
 			q.w.mu.Lock()
 			cons := rs.cons
 			q.w.mu.Unlock()
-			msg, err := fetchOne(cons, hot)
-			q.w.fetched(rs, gen, msg != nil)
-			if err != nil {
+			got := 0
+			err := fetch(cons, owned, hot > 0, func(msg jetstream.Msg) {
+				got++
+				owned-- // the task's goroutine frees this slot
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					q.runTask(runner, rs.route, msg, slots, finishers)
+				}()
+			})
+			q.w.fetched(rs, gen, got > 0)
+			if err != nil && got == 0 {
 				if now := time.Now().UnixNano(); now-lastErr.Load() > int64(10*time.Second) {
 					lastErr.Store(now)
 					q.log.Warn("pulling a task failed; retrying", "type", rs.route.String(), "err", err)
@@ -364,52 +437,79 @@ func (q *Queue) Serve(ctx context.Context, runner Runner, concurrency int) error
 				case <-ctx.Done():
 				case <-time.After(min(q.cfg.PollInterval, 250*time.Millisecond)):
 				}
-				return
-			}
-			if msg != nil {
-				q.handle(runner, rs.route, msg, finish)
 			}
 		}()
 	}
 }
 
-// hotWait is how long a fetch woken by a publish waits for the message to
-// be stored (an fsync) before calling the route empty.
+// runTask runs one fetched task in the run slot it was fetched for, and
+// trades the slot for a finisher slot once the runner returned: the
+// outcome is recorded and acked while the next task starts.
+func (q *Queue) runTask(runner Runner, route Route, msg jetstream.Msg, slots, finishers chan struct{}) {
+	held := true
+	defer func() {
+		if held {
+			<-slots
+		}
+	}()
+	finish := func() (done func()) {
+		finishers <- struct{}{}
+		held = false
+		<-slots
+		return func() { <-finishers }
+	}
+	q.handle(runner, route, msg, finish)
+}
+
+// hotWait is how long a fetch woken by a publish waits for the messages
+// to be stored (an fsync each) before calling the route empty.
 const hotWait = 50 * time.Millisecond
 
-// fetchOne asks the consumer for one task that is available now (or,
-// when hot, within hotWait). The caller holds a free slot for it, so a
-// message delivered at any time during the wait has somewhere to run.
-func fetchOne(c jetstream.Consumer, hot bool) (jetstream.Msg, error) {
+// fetch asks the consumer for up to n tasks that are available now (or,
+// when hot, within hotWait) and hands each to run as it arrives. The
+// caller holds a free slot for each, so a message delivered at any time
+// during the wait has somewhere to run. An error with no message means
+// the pull failed.
+func fetch(c jetstream.Consumer, n int, hot bool, run func(jetstream.Msg)) error {
 	var b jetstream.MessageBatch
 	var err error
 	if hot {
-		b, err = c.Fetch(1, jetstream.FetchMaxWait(hotWait))
+		b, err = c.Fetch(n, jetstream.FetchMaxWait(hotWait))
 	} else {
-		b, err = c.FetchNoWait(1)
+		b, err = c.FetchNoWait(n)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var msg jetstream.Msg
 	for m := range b.Messages() {
-		msg = m
+		run(m)
 	}
-	if err := b.Error(); err != nil && msg == nil {
-		return nil, err
-	}
-	return msg, nil
+	return b.Error()
 }
 
+// recreate creates a route's consumer in its shard again, after pulls
+// found it gone (deleted by hand, or lost with a cluster's quorum). One
+// slot at a time does it; a failure is logged at most every 10 s.
 func (q *Queue) recreate(ctx context.Context, rs *routeState) {
-	cons, err := q.js.CreateOrUpdateConsumer(ctx, StreamName, q.consumerConfig(rs.route))
-	if err != nil {
-		q.log.Warn("recreating consumer failed", "type", rs.route.String(), "err", err)
+	q.w.mu.Lock()
+	if rs.recreating {
+		q.w.mu.Unlock()
 		return
 	}
-	q.w.mu.Lock()
-	rs.cons = cons
+	rs.recreating = true
 	q.w.mu.Unlock()
+	cons, err := q.shards[rs.shard].js.CreateOrUpdateConsumer(ctx, taskStreamName(rs.shard), q.consumerConfig(rs.route, rs.shard))
+	q.w.mu.Lock()
+	defer q.w.mu.Unlock()
+	rs.recreating = false
+	if err != nil {
+		if time.Since(rs.warned) > 10*time.Second {
+			rs.warned = time.Now()
+			q.log.Warn("recreating consumer failed; pulls retry it", "type", rs.route.String(), "stream", taskStreamName(rs.shard), "err", err)
+		}
+		return
+	}
+	rs.cons = cons
 }
 
 // handle runs one delivered task: claim, run with heartbeats, record the
@@ -602,7 +702,7 @@ func pluginError(status int, result []byte) string {
 // false when there is nothing to run: a duplicate, a finished task, or an
 // attempt limit reached (the message is then acked or terminated).
 func (q *Queue) claim(ctx context.Context, log *slog.Logger, id string, route Route, msg jetstream.Msg, meta *jetstream.MsgMetadata, task *runtime.Task, perr error) (Record, bool) {
-	seq := meta.Sequence.Stream
+	seq, part := meta.Sequence.Stream, max(taskShardOf(meta.Stream), 0)
 	for range 16 {
 		cur, err := q.get(ctx, id)
 		switch {
@@ -621,7 +721,7 @@ func (q *Queue) claim(ctx context.Context, log *slog.Logger, id string, route Ro
 			log.Debug("task already finished; dropping the duplicate delivery", "state", cur.State)
 			q.ack(log, msg)
 			return Record{}, false
-		case cur.State == Running && cur.Seq != seq && cur.Seq != 0 && q.msgExists(ctx, cur.Seq):
+		case cur.State == Running && (cur.Seq != seq || cur.Part != part) && cur.Seq != 0 && q.msgExists(ctx, cur.Part, cur.Seq):
 			// Another copy of the task (submitted again after the dedupe
 			// window) is running; that copy's message carries the retries.
 			log.Debug("task is running from another message; dropping this copy", "seq", seq, "running_seq", cur.Seq)
@@ -654,7 +754,7 @@ func (q *Queue) claim(ctx context.Context, log *slog.Logger, id string, route Ro
 			next.Attempts++
 			next.Owner = q.cfg.Owner
 			next.Started, next.Finished = &now, nil
-			next.Seq = seq
+			next.Seq, next.Part = seq, part
 		}
 		rev, err := q.write(ctx, cur, next)
 		if isConflict(err) {
@@ -700,6 +800,14 @@ func (q *Queue) commit(ctx context.Context, log *slog.Logger, cur, next Record) 
 			return true
 		}
 		if isConflict(err) {
+			// An earlier try may have been stored although its answer
+			// was lost (a timeout during a broker failover): then the
+			// record holds this very outcome, and the attempt is not lost.
+			if got, gerr := q.get(ctx, next.TaskID); gerr == nil && sameWrite(got, next) {
+				log.Info("the task's outcome was recorded by an earlier try whose answer was lost")
+				q.notify(Transition{From: cur.State, Record: got})
+				return true
+			}
 			log.Warn("lost the claim on the task: another attempt took it over; dropping this attempt's outcome", "state", next.State)
 			q.notify(Transition{From: cur.State, Record: cur, Lost: true})
 			return false
@@ -731,6 +839,16 @@ func (q *Queue) commit(ctx context.Context, log *slog.Logger, cur, next Record) 
 		}
 		time.Sleep(min(time.Duration(100*(i+1))*time.Millisecond, 2*time.Second))
 	}
+}
+
+// sameWrite reports whether stored is the record write next: same state,
+// attempt, owner, message, times and error. Times carry nanoseconds, so
+// another attempt's write never matches.
+func sameWrite(stored, next Record) bool {
+	eq := func(a, b *time.Time) bool { return a == nil && b == nil || a != nil && b != nil && a.Equal(*b) }
+	return stored.State == next.State && stored.Attempts == next.Attempts && stored.Owner == next.Owner &&
+		stored.Seq == next.Seq && stored.Part == next.Part && stored.Crashes == next.Crashes &&
+		stored.Error == capText(next.Error, maxRecordError) && eq(stored.Started, next.Started) && eq(stored.Finished, next.Finished)
 }
 
 // flight is a task this daemon holds: running, or writing its outcome.
@@ -780,27 +898,48 @@ func (q *Queue) ack(log *slog.Logger, msg jetstream.Msg) {
 	}
 }
 
-func (q *Queue) msgExists(ctx context.Context, seq uint64) bool {
-	_, err := q.stream.GetMsg(ctx, seq)
+// msgExists reports whether message seq is still in a shard's task
+// stream.
+func (q *Queue) msgExists(ctx context.Context, shard int, seq uint64) bool {
+	_, err := q.taskStream(shard).GetMsg(ctx, seq)
 	return err == nil
 }
 
-const maxDeliveriesAdvisory = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + StreamName + ".*"
+// taskShardOf is the shard of a task stream by name (0 for LOOM_TASKS),
+// or -1 for a stream that is not one.
+func taskShardOf(stream string) int {
+	for i := range StateShards {
+		if stream == taskStreamName(i) {
+			return i
+		}
+	}
+	return -1
+}
+
+// maxDeliveriesAdvisory matches the advisories of every stream's
+// consumers; those of the task streams are handled.
+const maxDeliveriesAdvisory = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.*.*"
 
 // handleMaxDeliveries finishes a task whose deliveries ran out before any
 // worker could give up on it (each died mid-task): MaxDeliver leaves such
 // a message in a work-queue stream, so it is marked failed and deleted.
 func (q *Queue) handleMaxDeliveries(data []byte) {
 	var adv struct {
+		Stream     string `json:"stream"`
 		StreamSeq  uint64 `json:"stream_seq"`
 		Deliveries uint64 `json:"deliveries"`
 	}
 	if err := json.Unmarshal(data, &adv); err != nil || adv.StreamSeq == 0 {
 		return
 	}
+	shard := taskShardOf(adv.Stream)
+	if shard < 0 {
+		return // not a task stream's consumer
+	}
+	stream := q.taskStream(shard)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m, err := q.stream.GetMsg(ctx, adv.StreamSeq)
+	m, err := stream.GetMsg(ctx, adv.StreamSeq)
 	if err != nil {
 		return // already gone
 	}
@@ -825,7 +964,7 @@ func (q *Queue) handleMaxDeliveries(data []byte) {
 		}
 		break
 	}
-	if err := q.stream.DeleteMsg(ctx, adv.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if err := stream.DeleteMsg(ctx, adv.StreamSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		log.Warn("removing an exhausted task from the stream failed", "err", err)
 	}
 }
