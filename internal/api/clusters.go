@@ -160,7 +160,7 @@ func jobReport(j *state.Job, detail bool, now time.Time) *JobReport {
 		if !detail || (t.Status != state.TaskRunning && t.Status != state.TaskFailed) {
 			continue
 		}
-		tr := TaskReport{Index: i, Name: t.Name, Node: t.Node, Service: t.Service, Stage: t.Stage, Runs: len(t.Runs)}
+		tr := TaskReport{Index: i, Name: t.Name, Node: t.Node, Service: t.Service, Stage: t.Stage, Runs: len(t.Runs), Message: t.Message}
 		if n := len(t.Runs); n > 0 {
 			last := t.Runs[n-1]
 			tr.TaskID, tr.Message = last.ID, last.Message

@@ -32,6 +32,23 @@ type clusterOptions struct {
 	client      clientOptions
 	taskTimeout time.Duration
 	live        bool
+	// retry is the command that resumes a failed job, for the summary.
+	retry string
+}
+
+// retryCommand is "loomd VERB TARGET" with the flags that say where the
+// cluster lives.
+func (o *clusterOptions) retryCommand(verb, target string) string {
+	cmd := "loomd " + verb + " " + target
+	if o.local {
+		cmd += " --local"
+	} else if o.client.server != "" && o.client.server != "http://"+api.DefaultAddr {
+		cmd += " --server " + o.client.server
+	}
+	if o.stateDir != "" {
+		cmd += " --state-dir " + o.stateDir
+	}
+	return cmd
 }
 
 func (o *clusterOptions) addFlags(fs *pflag.FlagSet, run bool) {
@@ -126,9 +143,10 @@ func (a *App) runApply(ctx context.Context, o *applyOptions) error {
 	if err != nil {
 		return usageErr(err)
 	}
+	o.cluster.retry = o.cluster.retryCommand("apply", o.file)
 	if len(steps) == 0 {
 		fmt.Fprintf(a.Out, "No changes: cluster %s is as %s says.\n\n", sp.Name, o.file)
-		return a.printClusterSummary(cl, nil, nil)
+		return a.printClusterSummary(cl, nil, nil, "")
 	}
 	return a.runSteps(ctx, o.g, &o.cluster, st, cl, steps, o.onFailure == "rollback")
 }
@@ -174,14 +192,14 @@ func (a *App) runSteps(ctx context.Context, g *globalOptions, o *clusterOptions,
 		if job.Status != state.JobComplete {
 			if rb := apply.Rollback(cl, job, step.Spec); rollback && rb != nil && ctx.Err() == nil {
 				// Report the failure, then undo it.
-				if err := a.printClusterSummary(cl, job, p); err != nil {
+				if err := a.printClusterSummary(cl, job, p, o.retry); err != nil {
 					return err
 				}
 				fmt.Fprintf(a.Out, "\n--on-failure rollback: %s\n", rb.Reason)
 				if err := run(*rb); err != nil {
 					return err
 				}
-				if err := a.printClusterSummary(cl, job, p); err != nil {
+				if err := a.printClusterSummary(cl, job, p, o.retry); err != nil {
 					return err
 				}
 				return silentExit(ExitFailure)
@@ -189,7 +207,7 @@ func (a *App) runSteps(ctx context.Context, g *globalOptions, o *clusterOptions,
 			break
 		}
 	}
-	if err := a.printClusterSummary(cl, job, p); err != nil {
+	if err := a.printClusterSummary(cl, job, p, o.retry); err != nil {
 		return err
 	}
 	if job.Status != state.JobComplete {
@@ -262,7 +280,7 @@ func (r *apiRunner) Run(ctx context.Context, id string, task []byte) (*runtime.R
 
 // printClusterSummary prints every node with its address, and the failed
 // tasks of the job with how to retry.
-func (a *App) printClusterSummary(cl *state.Cluster, job *state.Job, p *plan.Plan) error {
+func (a *App) printClusterSummary(cl *state.Cluster, job *state.Job, p *plan.Plan, retry string) error {
 	if cl == nil {
 		return nil
 	}
@@ -304,18 +322,22 @@ func (a *App) printClusterSummary(cl *state.Cluster, job *state.Job, p *plan.Pla
 	if p != nil {
 		for i, t := range p.Tasks {
 			rec := job.Tasks[i]
-			if rec == nil || rec.Status != state.TaskFailed || len(rec.Runs) == 0 {
+			if rec == nil || rec.Status != state.TaskFailed {
 				continue
 			}
-			last := rec.Runs[len(rec.Runs)-1]
 			what := t.Name
 			if t.Service != "" {
 				what += " " + t.Service
 			}
+			if len(rec.Runs) == 0 {
+				fmt.Fprintf(a.Out, "  failed: %s on %s (never started): %s\n", what, t.Node, rec.Message)
+				continue
+			}
+			last := rec.Runs[len(rec.Runs)-1]
 			fmt.Fprintf(a.Out, "  failed: %s on %s (task %s, %s, %d runs): %s\n", what, t.Node, last.ID, last.Name, len(rec.Runs), last.Message)
 		}
 	}
-	fmt.Fprintf(a.Out, "Fix the cause, then run 'loomd apply %s' again: it resumes job %s where it stopped (finished tasks are not run again).\n",
-		cl.SpecFile, job.ID)
+	fmt.Fprintf(a.Out, "Fix the cause, then run '%s' again: it resumes job %s where it stopped (finished tasks are not run again).\n",
+		retry, job.ID)
 	return nil
 }

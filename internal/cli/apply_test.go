@@ -162,10 +162,56 @@ services:
 	v.close()
 	frame := buf.String()
 	frame = frame[strings.LastIndex(frame, "job c-001"):]
-	for _, want := range []string{"job c-001 create: 1/8 tasks done, 1 running, 1 failed", "stage 1: 1/2 done", "running  c-n-1", "CONFIRM",
+	for _, want := range []string{"job c-001 create: 1/8 tasks done, 1 running, 1 failed", "stage 1: 1/2 done, 0 running, 0 pending, 1 failed or retrying", "running  c-n-1", "CONFIRM",
 		"failed   c-n-2        CREATE: quota exceeded"} {
 		if !strings.Contains(frame, want) {
 			t.Errorf("frame lacks %q:\n%s", want, frame)
+		}
+	}
+}
+
+// TestSummary: the summary names every node with its address and every
+// failed task with its message (a task that never started included), and
+// the command that resumes the job.
+func TestSummary(t *testing.T) {
+	sp, err := spec.Parse("c.yaml", []byte(`name: c
+provider: {type: p}
+nodegroups: [{name: n, count: 2, services: [s]}]
+services:
+  s: {actions: {install: {type: a}}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := plan.Build(plan.Input{Spec: sp, Nodes: sp.Nodes(), Action: plan.Create})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := &state.Job{ID: "c-001", Action: "create", Status: state.JobFailed, Message: "CREATE on c-n-2 failed: quota", Tasks: map[int]*state.Task{}}
+	for i, tk := range p.Tasks {
+		job.Tasks[i] = &state.Task{Status: state.TaskDone}
+		switch {
+		case tk.Name == "CREATE" && tk.Node == "c-n-2":
+			job.Tasks[i] = &state.Task{Status: state.TaskFailed, Runs: []state.Run{{ID: "c-001-0005-3", Name: "CREATE", Message: "quota exceeded"}}}
+		case tk.Name == "INSTALL" && tk.Node == "c-n-1":
+			job.Tasks[i] = &state.Task{Status: state.TaskFailed, Message: "macro %ip.service.s%: node c-n-2 has no bind_v4 address yet"}
+		}
+	}
+	cl := &state.Cluster{Name: "c", Status: state.Incomplete, Nodes: map[string]*state.Node{
+		"c-n-1": {ID: "c-n-1", Num: 1000, Hostname: "c-n-1.local", State: state.NodeCreated, IPAddresses: map[string]any{"access_v4": "192.0.2.1"}},
+		"c-n-2": {ID: "c-n-2", Num: 1001, Hostname: "c-n-2.local", State: state.NodeNew}}}
+	var out bytes.Buffer
+	a := &App{Out: &out}
+	o := &clusterOptions{local: true}
+	if err := a.printClusterSummary(cl, job, p, o.retryCommand("apply", "c.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Cluster c: incomplete (job c-001, create: failed", "c-n-1  c-n-1.local  192.0.2.1", "c-n-2  c-n-2.local  -",
+		"failed: CREATE on c-n-2 (task c-001-0005-3, CREATE, 1 runs): quota exceeded",
+		"failed: INSTALL s on c-n-1 (never started): macro %ip.service.s%",
+		"run 'loomd apply c.yaml --local' again: it resumes job c-001"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, out.String())
 		}
 	}
 }

@@ -87,6 +87,7 @@ func (a *App) runDestroy(ctx context.Context, o *destroyOptions) error {
 	if err != nil {
 		return fmt.Errorf("cluster %s: its saved spec no longer parses: %w", name, err)
 	}
+	o.cluster.retry = o.cluster.retryCommand("destroy", o.target)
 	step := apply.Step{Action: plan.Destroy, Spec: sp, Reason: "destroy"}
 	if j := cl.LastJob(); j != nil && j.Status != state.JobComplete && j.Action == string(plan.Destroy) && j.PlannedNodes == nil {
 		step.Resume = j

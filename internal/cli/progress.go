@@ -120,10 +120,15 @@ func (v *liveView) render(now time.Time) []string {
 	out := []string{fmt.Sprintf("job %s %s: %d/%d tasks done, %d running, %d failed", v.job, v.p.Action, done, len(v.p.Tasks), running, failed)}
 	shown := 0
 	for si, st := range v.p.Stages {
-		d := 0
+		d, r, f := 0, 0, 0
 		for _, i := range st {
-			if v.status[i] == state.TaskDone {
+			switch v.status[i] {
+			case state.TaskDone:
 				d++
+			case state.TaskRunning:
+				r++
+			case state.TaskFailed, "retrying":
+				f++
 			}
 		}
 		if d == len(st) {
@@ -134,7 +139,11 @@ func (v *liveView) render(now time.Time) []string {
 			break
 		}
 		shown++
-		out = append(out, fmt.Sprintf("  stage %d: %d/%d done", si+1, d, len(st)))
+		line := fmt.Sprintf("  stage %d: %d/%d done, %d running, %d pending", si+1, d, len(st), r, len(st)-d-r-f)
+		if f > 0 {
+			line += fmt.Sprintf(", %d failed or retrying", f)
+		}
+		out = append(out, line)
 	}
 	// At most 16 running and 10 failing tasks: the frame must fit a
 	// terminal; the summary lists every failure at the end.

@@ -525,6 +525,9 @@ func (e *executor) prereqDone(i int) {
 func (e *executor) fail(i int, msg string) {
 	e.tasks[i].status = state.TaskFailed
 	e.job.Tasks[i].Status = state.TaskFailed
+	if len(e.job.Tasks[i].Runs) == 0 {
+		e.job.Tasks[i].Message = msg
+	}
 	e.failed = append(e.failed, i)
 	if !e.stopping {
 		t := e.plan.Tasks[i]

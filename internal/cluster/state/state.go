@@ -132,6 +132,9 @@ type Task struct {
 	Node    string `json:"node,omitempty"`
 	Service string `json:"service,omitempty"`
 	Stage   int    `json:"stage,omitempty"`
+	// Message says why a failed task failed when no run of it says
+	// (it never started: a macro's address never came).
+	Message string `json:"message,omitempty"`
 	Runs    []Run  `json:"runs,omitempty"`
 }
 
