@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: build test vet unit race hostile faults bench stubs adapters proto
+.PHONY: build test vet unit race hostile faults bench stubs adapters proto rancher-conformance
 
 build:
 	$(GO) build -o bin/loomd ./cmd/loomd
@@ -82,3 +82,11 @@ proto:
 		--go_out=internal/rancher/driverpb --go_opt=paths=source_relative \
 		--go-grpc_out=internal/rancher/driverpb --go-grpc_opt=paths=source_relative \
 		drivers.proto
+
+# The Rancher cluster driver host against kontainer-engine's own Go client
+# (test/rancherconformance, a module of its own that pins grpc v1.26 and
+# golang/protobuf v1.3.2): a bundle launched and driven as Rancher does.
+# Not part of `make test`: a clean run downloads the client's dependency
+# graph and compiles it (about 30 s, docs/benchmarks.md).
+rancher-conformance: build
+	cd test/rancherconformance && $(GO) vet ./... && LOOMD=$(CURDIR)/bin/loomd $(GO) test -count=1 ./...

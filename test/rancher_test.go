@@ -53,14 +53,19 @@ func (l *rpcLog) intercept(ctx context.Context, method string, req, reply any, c
 
 // freePortOnly is a free port, asked of the kernel and released, as
 // Rancher does.
-func freePortOnly(t *testing.T) string {
-	_, port, _ := net.SplitHostPort(freePort(t))
+func freePortOnly(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	return port
 }
 
 // startDriver runs bin with args and a free port appended, then waits
 // until GetCapabilities answers (Rancher's readiness probe).
-func startDriver(t *testing.T, log *rpcLog, env []string, bin string, args ...string) *driverProc {
+func startDriver(t testing.TB, log *rpcLog, env []string, bin string, args ...string) *driverProc {
 	t.Helper()
 	port := freePortOnly(t)
 	p := &driverProc{stderr: &bytes.Buffer{}}
@@ -74,6 +79,24 @@ func startDriver(t *testing.T, log *rpcLog, env []string, bin string, args ...st
 	exited := make(chan error, 1)
 	go func() { exited <- p.cmd.Wait() }()
 	t.Cleanup(func() { p.kill() })
+	// Wait for the port first: a gRPC client whose first dial fails backs
+	// off for a second before the next.
+	for end := time.Now().Add(deadline); ; {
+		c, err := net.Dial("tcp", "127.0.0.1:"+port)
+		if err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("%s %v exited before serving: %v\n%s", bin, args, err, p.stderr)
+		default:
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%s %v did not listen on %s: %v\n%s", bin, args, port, err, p.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	if log != nil {
 		opts = append(opts, grpc.WithUnaryInterceptor(log.intercept))
@@ -103,7 +126,7 @@ func startDriver(t *testing.T, log *rpcLog, env []string, bin string, args ...st
 	}
 }
 
-func mustConn(t *testing.T, port string) *grpc.ClientConn {
+func mustConn(t testing.TB, port string) *grpc.ClientConn {
 	conn, err := grpc.NewClient("127.0.0.1:"+port, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -409,4 +432,34 @@ func sha256File(path string) (string, error) {
 	}
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:]), nil
+}
+
+// BenchmarkRancherStart measures what Rancher waits for at every
+// operation: a bundle started with a port until GetCapabilities answers,
+// against `loomd version` (process start, no plugin) in the same rounds.
+// Rancher probes after 5 s.
+func BenchmarkRancherStart(b *testing.B) {
+	dir := b.TempDir()
+	out := filepath.Join(dir, "kontainer-engine-driver-gkelike")
+	if o, err := exec.Command(loomdBin, "bundle", "--plugin", examples("kinds", "gkelike"), "-o", out).CombinedOutput(); err != nil {
+		b.Fatalf("bundle: %v\n%s", err, o)
+	}
+	env := []string{"PATH=/usr/bin", "TMPDIR=" + dir}
+	var ratios []float64
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if err := exec.Command(loomdBin, "version").Run(); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		p := startDriver(b, nil, env, out)
+		t2 := time.Now()
+		p.kill()
+		total += t2.Sub(t1)
+		ratios = append(ratios, float64(t2.Sub(t1))/float64(t1.Sub(t0)))
+	}
+	sort.Float64s(ratios)
+	b.ReportMetric(ratios[len(ratios)/2], "x-version")
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/start")
 }
