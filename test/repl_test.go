@@ -110,6 +110,16 @@ func hasFlag(args []string, flag string) bool {
 	return false
 }
 
+// wantAll reports each of wants missing from one of p's streams.
+func (p piped) wantAll(t *testing.T, name, stream string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(stream, w) {
+			t.Errorf("%s lacks %q:\n%s", name, w, p)
+		}
+	}
+}
+
 func (p piped) String() string {
 	return fmt.Sprintf("exit %d\n--- stdout:\n%s\n--- stderr:\n%s", p.code, p.stdout, p.stderr)
 }
@@ -201,7 +211,7 @@ func TestREPLPipedErrorLocations(t *testing.T) {
 	if p.code != 1 {
 		t.Fatalf("want exit 1:\n%s", p)
 	}
-	for _, w := range []string{
+	p.wantAll(t, "stderr", p.stderr,
 		"error: stdin:6: attempt to index a non-table object(nil) with key 'x'",
 		"stdin:6: in function 'nested'",
 		"skeleton-provider.lua:51: in function 'SkeletonProvider:confirm'",
@@ -211,11 +221,7 @@ func TestREPLPipedErrorLocations(t *testing.T) {
 		"error: stdin:14: last",
 		"error: stdin:9: CONFIRM (skeleton confirm) failed with status 1: ",
 		"error: stdin:15: unknown command :bogus",
-	} {
-		if !strings.Contains(p.stderr, w) {
-			t.Errorf("stderr lacks %q:\n%s", w, p)
-		}
-	}
+	)
 	for _, bad := range []string{"repl:1", "stdlib/loom.lua:45: refused"} {
 		if strings.Contains(p.stderr, bad) {
 			t.Errorf("stderr has %q:\n%s", bad, p)
@@ -235,17 +241,13 @@ func TestREPLPipedHelpAndTest(t *testing.T) {
 	if p.code != 0 || p.stderr != "" {
 		t.Fatalf("want exit 0 and no errors:\n%s", p)
 	}
-	for _, w := range []string{
+	p.wantAll(t, "stdout", p.stdout,
 		"loom.ssh.connect(opts table) -> ssh.conn\n  Opens (or reuses) a pooled connection",
 		"loom.ssh.conn:exec(cmd string, opts? table) -> table",
 		"ok 1 - CREATE claims a free host whose labels match the flavor and image",
 		"# 1 passed, 0 failed",
 		"no result yet: :run a hook first",
-	} {
-		if !strings.Contains(p.stdout, w) {
-			t.Errorf("stdout lacks %q:\n%s", w, p)
-		}
-	}
+	)
 	p = runPiped(t, ":test\n", "--plugins", filepath.Join(repoRoot(), "plugins"))
 	if p.code != 1 || !strings.Contains(p.stderr, "no plugin loaded: :load TYPE first") {
 		t.Errorf(":test in a bare sandbox should say to :load a type:\n%s", p)
