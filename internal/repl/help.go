@@ -36,7 +36,18 @@ func newHelpTopics(modules []bindings.ModuleSpec) *helpTopics {
 			h.funcs = append(h.funcs, helpEntry{name: "loom." + m.Name + "." + f.Name, params: f.Params, returns: f.Returns, doc: f.Doc})
 		}
 	}
-	for _, e := range stubEntries(stdlib.LoomStub()) {
+	// The stub's typed entries first; the stdlib source adds what the
+	// stub leaves out (Kind:fail, ClusterDriver:option...).
+	entries := stubEntries(stdlib.LoomStub())
+	if src, ok := stdlib.Source("loom"); ok {
+		entries = append(entries, stubEntries(src)...)
+	}
+	seen := map[string]bool{}
+	for _, e := range entries {
+		if seen[e.name] {
+			continue
+		}
+		seen[e.name] = true
 		h.funcs = append(h.funcs, e)
 		cls, _, _ := strings.Cut(e.name, ":")
 		h.classes[cls] = append(h.classes[cls], e.name)
@@ -45,14 +56,16 @@ func newHelpTopics(modules []bindings.ModuleSpec) *helpTopics {
 }
 
 var (
-	stubClassVar = regexp.MustCompile(`^local (\w+) = \{\}`)
-	stubFunc     = regexp.MustCompile(`^function (\w+)([:.])(\w+)\((.*)\) end`)
+	stubClassVar = regexp.MustCompile(`^local (\w+) = (\{|\w+:extend\()`)
+	stubFunc     = regexp.MustCompile(`^function (\w+)([:.])(\w+)\((.*)\)`)
 	stubParam    = regexp.MustCompile(`^---@param (\S+) (.+)$`)
 	stubReturn   = regexp.MustCompile(`^---@return (.+)$`)
 )
 
 // stubEntries reads the methods of the base tables from the stdlib's
-// stub of require("loom"): their "--- doc" lines and @param/@return.
+// stub of require("loom") or its source: their "--- doc" lines, and
+// @param/@return (the source's parameter names when there are none).
+// Only documented methods of local tables count.
 func stubEntries(stub []byte) []helpEntry {
 	var out []helpEntry
 	var doc []string
@@ -74,7 +87,10 @@ func stubEntries(stub []byte) []helpEntry {
 			doc = append(doc, strings.TrimPrefix(line, "--- "))
 		case stubFunc.MatchString(line):
 			m := stubFunc.FindStringSubmatch(line)
-			if classes[m[1]] {
+			if params == nil && m[4] != "" {
+				params = strings.Split(strings.ReplaceAll(m[4], " ", ""), ",")
+			}
+			if classes[m[1]] && (len(doc) > 0 || len(params) > 0) {
 				out = append(out, helpEntry{name: "loom." + m[1] + m[2] + m[3], params: params, returns: returns, doc: strings.Join(doc, " ")})
 			}
 			doc, params, returns = nil, nil, nil
@@ -152,11 +168,13 @@ func (h *helpTopics) write(w io.Writer, topic string) error {
 			hits = append(hits, &h.funcs[i])
 		}
 	}
-	switch len(hits) {
-	case 0:
+	switch {
+	case len(hits) == 0:
 		return fmt.Errorf("no help on %q: topics are the commands (:help), the loom modules (:help loom lists them), their functions (:help loom.ssh.connect) and the base tables (:help loom.Provider)", topic)
-	case 1:
-		h.writeFunc(w, hits[0], "")
+	case len(hits) <= 3:
+		for _, e := range hits {
+			h.writeFunc(w, e, "")
+		}
 	default:
 		fmt.Fprintf(w, "%q is in several modules:\n", topic)
 		for _, e := range hits {
