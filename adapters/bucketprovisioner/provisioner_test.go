@@ -24,6 +24,7 @@ import (
 	"github.com/loomrt/loom/bindings/std"
 	"github.com/loomrt/loom/runtime"
 	"github.com/loomrt/loom/runtime/kindcall"
+	"github.com/loomrt/loom/runtime/luatest"
 )
 
 // store is a fake of the S3-compatible admin API that the example plugin
@@ -102,18 +103,11 @@ func (s *store) state() (buckets, users, grants int) {
 func newProvisioner(t *testing.T, opts Options) (*Provisioner, string) {
 	t.Helper()
 	work := t.TempDir()
-	rt, err := runtime.New(runtime.Options{
+	rt := luatest.NewRuntime(t, runtime.Options{
 		PluginsDir: filepath.Join("..", "..", "examples", "kinds"),
 		WorkDir:    work,
 		Bindings:   std.New(std.Options{}),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
-	if err := rt.Load(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	p, err := New(rt, "s3like", opts)
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ import (
 	"github.com/loomrt/loom/bindings/std"
 	"github.com/loomrt/loom/runtime"
 	"github.com/loomrt/loom/runtime/kindcall"
+	"github.com/loomrt/loom/runtime/luatest"
 )
 
 // servers is a fake of the Hetzner-like servers API that the example
@@ -91,18 +92,10 @@ func (s *servers) count() int {
 
 func newProvider(t *testing.T) (*Provider, *runtime.Runtime) {
 	t.Helper()
-	rt, err := runtime.New(runtime.Options{
+	rt := luatest.NewRuntime(t, runtime.Options{
 		PluginsDir: filepath.Join("..", "..", "examples", "kinds"),
-		WorkDir:    t.TempDir(),
 		Bindings:   std.New(std.Options{}),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
-	if err := rt.Load(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	p, err := New(rt, "fakecloud")
 	if err != nil {
 		t.Fatal(err)
