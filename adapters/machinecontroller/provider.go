@@ -178,7 +178,13 @@ func hostErrors(hook string, ce *kindcall.Error) []error {
 	case runtime.ClassNotFound:
 		out = append(out, cperrors.ErrInstanceNotFound)
 	case runtime.ClassTerminal:
-		out = append(out, cperrors.TerminalError{Reason: terminalReason(hook, ce.Reason), Message: ce.Error()})
+		reason := ce.Reason
+		if errors.Is(ce.Err, runtime.ErrInvalidCall) {
+			// The machine or spec breaks the contract: a configuration
+			// problem, whichever method it reached.
+			reason = string(common.InvalidConfigurationMachineError)
+		}
+		out = append(out, cperrors.TerminalError{Reason: terminalReason(hook, reason), Message: ce.Error()})
 	}
 	return out
 }

@@ -285,6 +285,11 @@ func TestProviderErrors(t *testing.T) {
 		!strings.Contains(err.Error(), "sshPublicKeys") {
 		t.Fatalf("Validate of a malformed providerSpec: %v (terminal %v %q)", err, ok, r)
 	}
+	if _, err := p.Create(ctx, log, &clusterv1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "w", UID: "u"}, Spec: bad}, nil, ""); err == nil {
+		t.Fatal("Create of a malformed providerSpec succeeded")
+	} else if r, ok := terminal(err); !ok || r != common.InvalidConfigurationMachineError || api.count() != 0 {
+		t.Fatalf("Create of a malformed providerSpec: %v (terminal %v %q)", err, ok, r)
+	}
 
 	// New refuses a type of another kind, and an unknown one.
 	if _, err := New(rt, "s3like"); err == nil || !strings.Contains(err.Error(), `"s3like"`) || !strings.Contains(err.Error(), "bucketprovisioner type, not a cloudprovider type") {
