@@ -7,7 +7,13 @@
 --
 -- HTTP error statuses come back as data (resp.status) so the hooks can
 -- decide what a 404 or a 401 means for them; network failures raise the
--- binding's error table (kind "connect", "timeout", "permission").
+-- binding's error table (kind "connect", "timeout", "permission"), and a
+-- rate limit that would outlast the hook deadline raises a "digitalocean"
+-- error with http_status 429 (lib/limits.lua).
+--
+-- Every request goes through the account's shared rate-limit budget
+-- (lib/limits.lua), and the account's SSH keys are cached
+-- (Client:account_keys).
 
 local http = require("loom.http")
 local limits = require("lib.limits")
