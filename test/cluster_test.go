@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/sshdtest"
 )
 
@@ -646,5 +647,58 @@ func (e *clusterEnv) waitRunning(steps []planStep, task, service string, exited 
 			}
 			return done
 		}
+	}
+}
+
+// TestClusterImport: a cluster whose state is in files (applied with
+// --local) is not silently created anew through a daemon: plan and apply
+// say where its state is and how to import it; loomd cluster import moves
+// it into the daemon's store, once.
+func TestClusterImport(t *testing.T) {
+	dir := t.TempDir()
+	writePlugin(t, filepath.Join(dir, "plugins"), "noop", "1")
+	d := startDaemon(t, dir, "serve.log", nil)
+	home := filepath.Join(dir, "home")
+	fs := &state.FileStore{Dir: filepath.Join(home, ".local", "state", "loomd", "clusters")}
+	spec := "name: old\nprovider: {type: p}\nnodegroups: [{name: n, count: 1, services: [s]}]\nservices: {s: {actions: {install: {type: noop}}}}\n"
+	if err := os.WriteFile(filepath.Join(dir, "old.yaml"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := fs.Put(&state.Cluster{Name: "old", Status: state.Active, Spec: spec, SpecFile: "old.yaml", NextJob: 2, NextNum: 1001,
+		Nodes: map[string]*state.Node{"old-n-1": {ID: "old-n-1", Num: 1000, Hostname: "old-n-1.local", State: state.NodeActive, Services: []string{"s"},
+			Results: map[string]any{"providerid": "vm-1"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(want int, args ...string) (string, string) {
+		t.Helper()
+		cmd := exec.Command(loomdBin, append(args, "--server", d.url())...)
+		cmd.Dir = dir
+		cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH")}
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		cmd.Run()
+		if code := cmd.ProcessState.ExitCode(); code != want {
+			t.Fatalf("loomd %v: exit %d, want %d\n%s%s", args, code, want, out.String(), errb.String())
+		}
+		return out.String(), errb.String()
+	}
+	if _, errs := run(1, "plan", "old.yaml"); !strings.Contains(errs, "run 'loomd cluster import old --server "+d.url()+"'") {
+		t.Errorf("plan of a cluster kept in files: %s", errs)
+	}
+	if _, errs := run(1, "apply", "old.yaml"); !strings.Contains(errs, "holds its state (applied with --local)") {
+		t.Errorf("apply of a cluster kept in files: %s", errs)
+	}
+	if out, _ := run(0, "cluster", "import", "old"); !strings.Contains(out, "Cluster old (active, 1 nodes, 0 jobs) imported") {
+		t.Errorf("import: %s", out)
+	}
+	if out, _ := run(0, "cluster", "get", "old"); !strings.Contains(out, `"providerid": "vm-1"`) {
+		t.Errorf("get after import: %s", out)
+	}
+	if out, _ := run(0, "plan", "old.yaml"); !strings.Contains(out, "No changes") {
+		t.Errorf("plan after import: %s", out)
+	}
+	if _, errs := run(2, "cluster", "import", "old"); !strings.Contains(errs, "already in the store") {
+		t.Errorf("second import: %s", errs)
 	}
 }

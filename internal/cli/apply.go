@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -62,15 +61,6 @@ func (o *clusterOptions) addFlags(fs *pflag.FlagSet, run bool) {
 	fs.IntVar(&o.parallelism, "parallelism", 16, "most tasks running at once (never more than one per node)")
 	fs.BoolVar(&o.live, "live", true, "on a terminal, show a live view (stages, running tasks, failures) instead of log lines; --live=false or --log-format json keeps the log lines")
 	fs.DurationVar(&o.taskTimeout, "task-timeout", 0, "without --local, give up waiting for one task after this long (0: the daemon's own deadlines)")
-}
-
-// getCluster returns the cluster's state, or nil when there is none.
-func getCluster(st state.Store, name string) (*state.Cluster, error) {
-	cl, err := st.Get(name)
-	if errors.Is(err, state.ErrNotFound) {
-		return nil, nil
-	}
-	return cl, err
 }
 
 type applyOptions struct {
@@ -135,7 +125,7 @@ func (a *App) runApply(ctx context.Context, o *applyOptions) error {
 		return err
 	}
 	defer unlock()
-	cl, err := getCluster(st, sp.Name)
+	cl, err := a.getCluster(st, sp.Name)
 	if err != nil {
 		return err
 	}

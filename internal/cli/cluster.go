@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
@@ -77,7 +78,7 @@ func (a *App) runDestroy(ctx context.Context, o *destroyOptions) error {
 	defer unlock()
 	cl, err := st.Get(name)
 	if err != nil {
-		return clusterGetErr(st, err)
+		return a.clusterGetErr(st, name, err)
 	}
 	if len(cl.Nodes) == 0 {
 		fmt.Fprintf(a.Out, "Cluster %s has no nodes: nothing to destroy.\n", name)
@@ -145,6 +146,19 @@ func (a *App) newClusterCmd(g *globalOptions) *cobra.Command {
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
+		Use:   "import NAME",
+		Short: "Move a cluster's state from state files (--local) to the loomd at --server",
+		Long: `Copy a cluster's state from the state files of 'loomd apply --local' (--state-dir, or
+the default state dir) into the store of the loomd at --server, so that later applies
+run through the daemon. The cluster must not be in the daemon's store yet. The files
+are left in place: remove them once the daemon has the cluster (they are no longer
+read without --local).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.importCluster(cmd.Context(), o, args[0])
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
 		Use:   "history NAME",
 		Short: "List a cluster's jobs, one line each, oldest first",
 		Args:  cobra.ExactArgs(1),
@@ -182,16 +196,61 @@ func (a *App) loadCluster(ctx context.Context, o *clusterOptions, name string) (
 	}
 	cl, err := st.Get(name)
 	if err != nil {
-		return nil, clusterGetErr(st, err)
+		return nil, a.clusterGetErr(st, name, err)
 	}
 	return cl, nil
 }
 
 // clusterGetErr says where an unknown cluster was looked for (a usage
 // error); other errors pass.
-func clusterGetErr(st clusterStore, err error) error {
+func (a *App) clusterGetErr(st clusterStore, name string, err error) error {
+	if hint := a.stateFileHint(st, name); hint != "" && errors.Is(err, state.ErrNotFound) {
+		return usageErr(errors.New(hint))
+	}
 	if errors.Is(err, state.ErrNotFound) || errors.Is(err, state.ErrBadName) {
 		return usageErr(fmt.Errorf("%w: 'loomd cluster list' shows the clusters %s knows", err, st.Where()))
 	}
 	return err
+}
+
+// importCluster copies a cluster's state files into the daemon's store.
+func (a *App) importCluster(ctx context.Context, o *clusterOptions, name string) error {
+	dir := o.stateDir
+	if dir == "" {
+		var err error
+		if dir, err = a.defaultStateDir(); err != nil {
+			return err
+		}
+	}
+	from := &state.FileStore{Dir: dir}
+	c, err := o.client.client()
+	if err != nil {
+		return err
+	}
+	to := &apiStore{c: c, ctx: ctx, warn: func(msg string) { fmt.Fprintln(a.Err, "loomd: "+msg) }}
+	unlockFrom, err := from.Lock(name)
+	if err != nil {
+		return err
+	}
+	defer unlockFrom()
+	cl, err := from.Get(name)
+	if err != nil {
+		return usageErr(fmt.Errorf("%w: 'loomd cluster list --state-dir %s' shows the clusters there", err, dir))
+	}
+	unlock, err := to.Lock(name)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if _, err := to.Get(name); err == nil {
+		return usageErr(fmt.Errorf("cluster %s is already in the store of the loomd at %s: nothing imported (compare 'loomd cluster get %s' with and without --local)", name, c.base, name))
+	} else if !errors.Is(err, state.ErrNotFound) {
+		return err
+	}
+	if err := to.Put(cl); err != nil {
+		return fmt.Errorf("cluster %s: importing into the loomd at %s: %w", name, c.base, err)
+	}
+	fmt.Fprintf(a.Out, "Cluster %s (%s, %d nodes, %d jobs) imported from %s into the loomd at %s.\nThe state files there are no longer read without --local: remove %s once you have checked 'loomd cluster get %s'.\n",
+		name, cl.Status, len(cl.Nodes), len(cl.Jobs), dir, c.base, filepath.Join(dir, name+".json"), name)
+	return nil
 }

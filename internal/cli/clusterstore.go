@@ -42,16 +42,57 @@ func (a *App) clusterStore(ctx context.Context, o *clusterOptions) (clusterStore
 	}
 	dir := o.stateDir
 	if dir == "" {
-		switch {
-		case a.Getenv("XDG_STATE_HOME") != "":
-			dir = filepath.Join(a.Getenv("XDG_STATE_HOME"), "loomd", "clusters")
-		case a.Getenv("HOME") != "":
-			dir = filepath.Join(a.Getenv("HOME"), ".local", "state", "loomd", "clusters")
-		default:
-			return nil, usageErr(errors.New("no --state-dir, and neither XDG_STATE_HOME nor HOME is set"))
+		var err error
+		if dir, err = a.defaultStateDir(); err != nil {
+			return nil, err
 		}
 	}
 	return fileStore{&state.FileStore{Dir: dir}}, nil
+}
+
+// defaultStateDir is where --local keeps cluster state files.
+func (a *App) defaultStateDir() (string, error) {
+	switch {
+	case a.Getenv("XDG_STATE_HOME") != "":
+		return filepath.Join(a.Getenv("XDG_STATE_HOME"), "loomd", "clusters"), nil
+	case a.Getenv("HOME") != "":
+		return filepath.Join(a.Getenv("HOME"), ".local", "state", "loomd", "clusters"), nil
+	}
+	return "", usageErr(errors.New("no --state-dir, and neither XDG_STATE_HOME nor HOME is set"))
+}
+
+// getCluster returns the cluster's state, or nil when there is none. A
+// cluster the daemon does not know but whose state file is in the default
+// state dir (applied with --local, or before the daemon kept cluster
+// state) is an error: applying it anew would make its machines twice.
+func (a *App) getCluster(st clusterStore, name string) (*state.Cluster, error) {
+	cl, err := st.Get(name)
+	if errors.Is(err, state.ErrNotFound) {
+		if hint := a.stateFileHint(st, name); hint != "" {
+			return nil, errors.New(hint)
+		}
+		return nil, nil
+	}
+	return cl, err
+}
+
+// stateFileHint says where a cluster the daemon does not know has its
+// state file, or "".
+func (a *App) stateFileHint(st clusterStore, name string) string {
+	as, ok := st.(*apiStore)
+	if !ok {
+		return ""
+	}
+	dir, err := a.defaultStateDir()
+	if err != nil {
+		return ""
+	}
+	if _, err := (&state.FileStore{Dir: dir}).Get(name); err != nil {
+		return ""
+	}
+	return fmt.Sprintf("cluster %s is not in the store of the loomd at %s, but %s holds its state (applied with --local): "+
+		"run 'loomd cluster import %s --server %s' to move it to the daemon, or add --local to keep it in files",
+		name, as.c.base, filepath.Join(dir, name+".json"), name, as.c.base)
 }
 
 type fileStore struct{ *state.FileStore }

@@ -79,7 +79,7 @@ func (a *App) runPlan(ctx context.Context, o *planOptions) error {
 	if err != nil {
 		return err
 	}
-	cl, err := getCluster(st, sp.Name)
+	cl, err := a.getCluster(st, sp.Name)
 	if err != nil {
 		return err
 	}
