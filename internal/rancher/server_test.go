@@ -1,11 +1,16 @@
 package rancher
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/loomrt/loom/internal/rancher/driverpb"
 	"github.com/loomrt/loom/runtime"
@@ -123,5 +128,83 @@ func TestDocsTable(t *testing.T) {
 		if !strings.Contains(line, "| `"+m.Hook+"` |") {
 			t.Fatalf("docs/kinds/rancher.md: the row of %s does not name hook %s: %s", m.RPC, m.Hook, line)
 		}
+	}
+}
+
+// fakeCaller answers every call with res and err, and keeps the request.
+type fakeCaller struct {
+	res *runtime.CallResult
+	err error
+	req *runtime.CallRequest
+}
+
+func (f *fakeCaller) Call(_ context.Context, c *runtime.CallRequest) (*runtime.CallResult, error) {
+	f.req = c
+	return f.res, f.err
+}
+
+func failed(class, reason, msg string, result any) *runtime.CallResult {
+	return &runtime.CallResult{Status: 1, Result: result, Message: msg,
+		Error: &runtime.CallError{Class: class, Reason: reason, Message: msg}}
+}
+
+func TestServerAnswers(t *testing.T) {
+	ctx := context.Background()
+	f := &fakeCaller{}
+	s := NewServer(f, "drv", nil)
+
+	// A partial create answers OK with create_error; the retry's input
+	// has no create_error, and a successful answer clears it.
+	f.res = failed(runtime.ClassRetry, "", "quota", map[string]any{"metadata": map[string]any{"state": "{}"}, "create_error": "old"})
+	ci, err := s.Create(ctx, &driverpb.CreateRequest{})
+	if err != nil || ci.GetCreateError() != "drv create: quota" || ci.GetMetadata()["state"] != "{}" {
+		t.Fatalf("partial Create: %v, %v", ci, err)
+	}
+	f.res = &runtime.CallResult{Result: map[string]any{"endpoint": "e", "create_error": "stale"}}
+	ci, err = s.Create(ctx, &driverpb.CreateRequest{ClusterInfo: ci})
+	if err != nil || ci.GetCreateError() != "" || strings.Contains(string(f.req.Input), "create_error") {
+		t.Fatalf("retried Create: %v, %v; input %s", ci, err, f.req.Input)
+	}
+	if f.req.Type != "drv" || f.req.Hook != "create" || !strings.HasPrefix(f.req.CallID, "rancher-drv-") {
+		t.Fatalf("request: %+v", f.req)
+	}
+
+	// Never a nil message.
+	f.res = &runtime.CallResult{}
+	if e, err := s.Remove(ctx, &driverpb.ClusterInfo{}); err != nil || e == nil {
+		t.Fatalf("Remove: %v, %v", e, err)
+	}
+	if v, err := s.GetVersion(ctx, &driverpb.ClusterInfo{}); err != nil || v == nil {
+		t.Fatalf("GetVersion with no result: %v, %v", v, err)
+	}
+
+	// A flag default the protocol cannot carry is the plugin's bug.
+	f.res = &runtime.CallResult{Result: map[string]any{"n": map[string]any{"type": "int", "default": "x"}}}
+	_, err = s.GetDriverCreateOptions(ctx, &driverpb.Empty{})
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), `drv create_options: the result does not fit the Rancher protocol: flag "n"`) {
+		t.Fatalf("bad default: %v", err)
+	}
+
+	// Calls that could not run.
+	for _, tc := range []struct {
+		err  error
+		want codes.Code
+	}{
+		{fmt.Errorf("%w: bad input", runtime.ErrInvalidCall), codes.InvalidArgument},
+		{runtime.ErrClosed, codes.Unavailable},
+		{fmt.Errorf("%w: ctx", runtime.ErrCancelled), codes.Canceled},
+		{errors.New("boom"), codes.Internal},
+	} {
+		f.res, f.err = nil, tc.err
+		_, err := s.PostCheck(ctx, &driverpb.ClusterInfo{})
+		if status.Code(err) != tc.want || !strings.Contains(err.Error(), "drv post_check: ") {
+			t.Errorf("host error %v: got %v, want %s", tc.err, err, tc.want)
+		}
+	}
+	dctx, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+	defer cancel()
+	f.err = fmt.Errorf("%w: deadline", runtime.ErrCancelled)
+	if _, err := s.PostCheck(dctx, &driverpb.ClusterInfo{}); status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("deadline: %v", err)
 	}
 }
