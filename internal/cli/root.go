@@ -117,6 +117,7 @@ environment, which wins over the file.`,
 	a.addKindCommands(root, g)
 	root.AddCommand(a.newDriverCmd(g), a.newBundleCmd(g))
 	root.AddCommand(a.newServeCmd(g), a.newSubmitCmd(g), a.newTaskCmd(g))
+	root.AddCommand(a.newCooprCmd())
 	return root
 }
 
