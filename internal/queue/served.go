@@ -43,6 +43,12 @@ type served struct {
 	wg   sync.WaitGroup
 
 	failing bool // the last announcement failed (announce loop only)
+
+	// This daemon's own announcements coming back through the watch are
+	// the proof that its view of the bucket is current (guarded by mu).
+	owner     string
+	lastSelf  time.Time // local time the last one was seen
+	viewSince time.Time // when they were seen again after a gap
 }
 
 type seenEntry struct {
@@ -88,7 +94,7 @@ func (q *Queue) startServed(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := &served{kv: kv, ttl: q.cfg.ServedTTL, kick: make(chan struct{}, 1), seen: map[string]seenEntry{}, announced: map[string]bool{}}
+	s := &served{kv: kv, ttl: q.cfg.ServedTTL, kick: make(chan struct{}, 1), seen: map[string]seenEntry{}, announced: map[string]bool{}, owner: q.cfg.Owner}
 	w, err := kv.WatchAll(context.Background())
 	if err != nil {
 		return fmt.Errorf("watching kv bucket %s: %w", ServedBucket, err)
@@ -148,6 +154,11 @@ func (s *served) observe(e jetstream.KeyValueEntry, initial bool) {
 	at := time.Now()
 	if initial {
 		at = e.Created() // written before we looked: may already be stale
+	} else if a.Owner == s.owner {
+		if !s.lastSelf.IsZero() && at.Sub(s.lastSelf) > s.ttl*2/3 {
+			s.viewSince = at // a round of ours went missing: an outage, or a stalled watch
+		}
+		s.lastSelf = at
 	}
 	s.seen[e.Key()] = seenEntry{route: Route{Family: a.Family, Type: a.Type}, owner: a.Owner, at: at}
 }
@@ -242,7 +253,12 @@ func (s *served) close() {
 }
 
 // ownerLive reports whether the daemon named owner announced any served
-// type within the TTL: it is alive and connected.
+// type within the TTL: it is alive and connected. It also answers true
+// while this daemon cannot tell: its own announcements are not coming
+// back through the watch, or came back after a gap less than a TTL ago.
+// After a broker outage every daemon's announcements lapse, and the
+// others' resume a round or two after ours: silence then proves nothing,
+// and taking their tasks over would run hooks twice.
 func (s *served) ownerLive(owner string) bool {
 	now := time.Now()
 	s.mu.Lock()
@@ -251,6 +267,9 @@ func (s *served) ownerLive(owner string) bool {
 		if e.owner == owner && now.Sub(e.at) <= s.ttl {
 			return true
 		}
+	}
+	if len(s.announced) > 0 && !s.lastSelf.IsZero() && (now.Sub(s.lastSelf) > s.ttl*2/3 || now.Sub(s.viewSince) < s.ttl) {
+		return true // our own view is stale, or fresh from a gap
 	}
 	return false
 }

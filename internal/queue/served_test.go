@@ -91,3 +91,45 @@ func TestServedKeyEscapes(t *testing.T) {
 		t.Errorf("servedKey = %q, want %q", got, want)
 	}
 }
+
+// A daemon calls another one dead (so that it may take its tasks over)
+// only while its own announcements come back through its watch, and not
+// until a TTL after they came back from a gap (a broker outage): the
+// others' announcements resume a round or two after its own.
+func TestOwnerLiveAfterAGap(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.ServedTTL = 600 * time.Millisecond
+	q := open(t, cfg)
+	ctx := context.Background()
+	if err := q.SetTypes(ctx, []Route{shell}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.served.kv.Put(ctx, servedKey(shell, "other"), mustJSON(servedEntry{Family: shell.Family, Type: shell.Type, Owner: "other", At: time.Now()})); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(func() bool { return q.ownerLive("other") }) {
+		t.Fatal("the other daemon's announcement was never seen")
+	}
+	if !eventually(func() bool { return !q.ownerLive("other") }) {
+		t.Fatal("a daemon silent for longer than the TTL still counts as live")
+	}
+	// A gap: this daemon's own announcements stopped coming back.
+	s := q.served
+	s.mu.Lock()
+	s.lastSelf = time.Now().Add(-cfg.ServedTTL)
+	s.mu.Unlock()
+	if !q.ownerLive("other") {
+		t.Error("with its own announcements missing, the daemon called another one dead")
+	}
+	// They come back (the announce loop renews every third of the TTL):
+	// still no verdict for a TTL.
+	if !eventually(func() bool { s.mu.Lock(); defer s.mu.Unlock(); return time.Since(s.lastSelf) < cfg.ServedTTL/3 }) {
+		t.Fatal("the daemon's own announcements never came back")
+	}
+	if !q.ownerLive("other") {
+		t.Error("right after its own announcements came back, the daemon called another one dead")
+	}
+	if !eventually(func() bool { return !q.ownerLive("other") }) {
+		t.Error("a TTL after the gap, a silent daemon still counts as live")
+	}
+}

@@ -738,7 +738,7 @@ func (q *Queue) claim(ctx context.Context, log *slog.Logger, id string, route Ro
 			return Record{}, false
 		case cur.State == Running:
 			cur.Error = fmt.Sprintf("attempt %d on %s did not finish: its daemon stopped or lost its connection", cur.Attempts, cur.Owner)
-			log.Warn("taking over a task whose worker went silent", "previous_owner", cur.Owner, "previous_attempt", cur.Attempts)
+			log.Warn("taking over a task whose worker went silent", "owner", q.cfg.Owner, "previous_owner", cur.Owner, "previous_attempt", cur.Attempts)
 		}
 		next := cur
 		now := time.Now().UTC()
