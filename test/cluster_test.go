@@ -36,13 +36,14 @@ const (
 	clTenant = "cl"
 )
 
-// effectScript appends "<ns> <taskName> <service> <nodeId> <greeting>"
+// effectScript appends "<ns> <taskName> <service> <nodeId> <greeting>
+// <peers>" (peers: the cluster config's macros, expanded for the node)
 // to the host's log; START db then waits for the gate file while the hold
 // file exists (the kill test stops an apply there).
 const effectScript = `#!/bin/sh
 set -e
 mkdir -p ` + fxDir + `
-echo "$(date +%s%N) $(loom_lookup_key taskName) $(loom_lookup_key config/service/name) $(loom_lookup_key nodeId) $(loom_lookup_key config/cluster/greeting)" >> ` + fxLog + `
+echo "$(date +%s%N) $(loom_lookup_key taskName) $(loom_lookup_key config/service/name) $(loom_lookup_key nodeId) $(loom_lookup_key config/cluster/greeting) $(loom_lookup_key config/cluster/peers)" >> ` + fxLog + `
 if [ -e ` + fxHold + ` ] && [ "$(loom_lookup_key taskName)" = START ] && [ "$(loom_lookup_key config/service/name)" = db ]; then
 	i=0
 	while [ ! -e ` + fxGate + ` ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
@@ -109,6 +110,7 @@ provider:
   fields: {confirm_wait: "5", ssh_timeout: "5"}
 config:
   greeting: %s
+  peers: "%%num.service.web%%/%%instance.self.service.web%%/%%ip.access_v4.service.db%%"
 nodegroups:
   - {name: db, count: 1, flavor: small, image: debian12, services: [base, db]}
   - {name: web, count: %d, flavor: small, image: debian12, services: [base, web]}
@@ -197,8 +199,8 @@ func (e *clusterEnv) plan() []planStep {
 }
 
 type effect struct {
-	ns                            int64
-	task, service, node, greeting string
+	ns                                   int64
+	task, service, node, greeting, peers string
 }
 
 func (f effect) key() string { return f.task + " " + f.service + "@" + f.node }
@@ -225,6 +227,9 @@ func (e *clusterEnv) effects() []effect {
 			fx := effect{ns: ns, task: f[1], service: f[2], node: f[3]}
 			if len(f) > 4 {
 				fx.greeting = f[4]
+			}
+			if len(f) > 5 {
+				fx.peers = f[5]
 			}
 			all = append(all, fx)
 		}
@@ -396,6 +401,15 @@ func TestClusterLifecycle(t *testing.T) {
 	for _, f := range fx {
 		if f.greeting != "hello" {
 			t.Errorf("%s saw greeting %q, want the cluster config's", f.key(), f.greeting)
+		}
+		// Coopr macros, expanded for the node: 2 web nodes, this one's
+		// rank among them, the db node's address.
+		want := "2//" + e.hosts[0].Host
+		if n, ok := strings.CutPrefix(f.node, "shop-web-"); ok {
+			want = "2/" + n + "/" + e.hosts[0].Host
+		}
+		if f.peers != want {
+			t.Errorf("%s saw peers %q, want %q", f.key(), f.peers, want)
 		}
 	}
 	e.onceEach(fx, doneBefore)
