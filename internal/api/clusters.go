@@ -177,6 +177,11 @@ func jobReport(j *state.Job, detail bool, now time.Time) *JobReport {
 			r.Failed = append(r.Failed, tr)
 		}
 	}
+	// Tasks not started yet may have no record.
+	if j.TaskCount > p.Total {
+		p.Pending += j.TaskCount - p.Total
+		p.Total = j.TaskCount
+	}
 	return r
 }
 

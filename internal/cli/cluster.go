@@ -180,7 +180,7 @@ read without --local).`,
 						done++
 					}
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", j.ID, j.Action, j.Status, j.Started.UTC().Format(time.RFC3339), dur, done, len(j.Tasks), j.Message)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", j.ID, j.Action, j.Status, j.Started.UTC().Format(time.RFC3339), dur, done, max(j.TaskCount, len(j.Tasks)), j.Message)
 			}
 			return tw.Flush()
 		},

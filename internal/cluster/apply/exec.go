@@ -190,6 +190,7 @@ func (e *executor) run(ctx context.Context) error {
 	}
 	e.job.Status = state.JobRunning
 	e.job.Message = ""
+	e.job.TaskCount = n
 	e.cl.Status = state.Pending
 	e.save()
 	e.log.Info("job started", "action", e.job.Action, "tasks", n, "stages", len(e.plan.Stages), "parallelism", e.o.Parallelism)

@@ -27,7 +27,7 @@ const Bucket = "LOOM_CLUSTERS"
 //	<name>.c                  the cluster (status, spec, counters, job ids)
 //	<name>.n.<node id>        a node
 //	<name>.j.<job id>         a job, without its tasks
-//	<name>.t.<job id>.<index> a task of a job (plan index)
+//	<name>.t.<job id>.<index> a task of a job (plan index), once it ran
 //	<name>.lock               who is applying the cluster, until when
 //
 // Cluster names, node ids and job ids are lower-case DNS labels, valid in
@@ -210,12 +210,20 @@ func encode(c *Cluster) (map[string][]byte, error) {
 			return nil, err
 		}
 		for i, t := range j.Tasks {
+			if untouched(t) {
+				continue // absent means pending: a big job's start writes no task
+			}
 			if err := put(taskKey(c.Name, j.ID, i), t); err != nil {
 				return nil, err
 			}
 		}
 	}
 	return out, nil
+}
+
+// untouched is a task that never ran: the store keeps no record of it.
+func untouched(t *Task) bool {
+	return t.Status == TaskPending && len(t.Runs) == 0 && t.Message == ""
 }
 
 func taskKey(name, job string, i int) string { return name + ".t." + job + "." + strconv.Itoa(i) }
@@ -261,12 +269,33 @@ func hash(b []byte) uint64 {
 	return h.Sum64()
 }
 
-// write publishes puts (values from vals) and delete markers for dels at
-// once, and waits for every acknowledgement.
+// write publishes puts (values from vals) and delete markers for dels,
+// up to window unacknowledged at once, and waits for every
+// acknowledgement.
 func (s *KVStore) write(ctx context.Context, name string, puts []string, vals map[string][]byte, dels []string) error {
+	const window = 256 // the client stalls past 4,000 in flight
 	var futs []jetstream.PubAckFuture
 	var keys []string
+	var errs error
+	acked := 0
+	wait := func(upto int) error {
+		for ; acked < upto; acked++ {
+			select {
+			case <-futs[acked].Ok():
+			case e := <-futs[acked].Err():
+				errs = errors.Join(errs, fmt.Errorf("writing key %s: %w", keys[acked], e))
+			case <-ctx.Done():
+				return errors.Join(errs, fmt.Errorf("writing key %s of bucket %s: %w", keys[acked], Bucket, ctx.Err()))
+			}
+		}
+		return nil
+	}
 	pub := func(key string, msg *nats.Msg) error {
+		if len(futs)-acked >= window {
+			if err := wait(len(futs) - window/2); err != nil {
+				return err
+			}
+		}
 		f, err := s.js.PublishMsgAsync(msg)
 		if err != nil {
 			return fmt.Errorf("writing key %s: %w", key, err)
@@ -292,16 +321,10 @@ func (s *KVStore) write(ctx context.Context, name string, puts []string, vals ma
 	}
 	// Wait for what went out even after an error, so nothing is left
 	// in flight behind the caller's back.
-	for i, f := range futs {
-		select {
-		case <-f.Ok():
-		case e := <-f.Err():
-			err = errors.Join(err, fmt.Errorf("writing key %s: %w", keys[i], e))
-		case <-ctx.Done():
-			return errors.Join(err, fmt.Errorf("writing key %s of bucket %s: %w", keys[i], Bucket, ctx.Err()))
-		}
+	if werr := wait(len(futs)); werr != nil {
+		return errors.Join(err, werr)
 	}
-	return err
+	return errors.Join(err, errs)
 }
 
 // Append implements Journal: each change is written to the key it

@@ -111,6 +111,9 @@ type Job struct {
 	Ended   time.Time `json:"ended,omitzero"`
 	// Tasks by plan index.
 	Tasks map[int]*Task `json:"tasks"`
+	// TaskCount is the plan's number of tasks (a store may leave out
+	// the records of tasks not started yet).
+	TaskCount int `json:"taskCount,omitempty"`
 }
 
 // Job statuses.

@@ -1,0 +1,48 @@
+package state
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// BenchmarkKVPutGet1000: a 1,000-node cluster with a 9,000-task job,
+// written whole (first Put), rewritten with one task changed (the Put at
+// a job's end), and read back.
+func BenchmarkKVPutGet1000(b *testing.B) {
+	s := openKV(b)
+	c := &Cluster{Name: "big", Status: Pending, Nodes: map[string]*Node{}}
+	for i := 0; i < 1000; i++ {
+		id := fmt.Sprintf("big-n-%d", i+1)
+		c.Nodes[id] = &Node{ID: id, Num: 1000 + i, Hostname: id + ".local", State: NodeActive, Services: []string{"a", "b"},
+			IPAddresses: map[string]any{"access_v4": "10.0.0.1"}, Results: map[string]any{"providerid": "vm-" + id}}
+	}
+	j := &Job{ID: "big-001", Action: "create", Status: JobRunning, Tasks: map[int]*Task{}}
+	for i := 0; i < 9000; i++ {
+		j.Tasks[i] = &Task{Status: TaskDone, Name: "INSTALL", Node: "big-n-1", Service: "a", Stage: 4,
+			Runs: []Run{{ID: fmt.Sprintf("big-001-%04d-1", i+1), Name: "INSTALL", Status: TaskDone, Started: time.Now(), Duration: 12.5}}}
+	}
+	c.Jobs = []*Job{j}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if err := s.Put(c); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		j.Tasks[5].Status = TaskFailed
+		if err := s.Put(c); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		got, err := s.Get("big")
+		if err != nil || len(got.LastJob().Tasks) != 9000 {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		b.ReportMetric(t1.Sub(t0).Seconds()*1000, "ms/put-first")
+		b.ReportMetric(t2.Sub(t1).Seconds()*1000, "ms/put-one-change")
+		b.ReportMetric(t3.Sub(t2).Seconds()*1000, "ms/get")
+		j.Tasks[5].Status = TaskDone
+	}
+}
