@@ -63,18 +63,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		o.token = token
 	}
 	e := &env{t: t, fake: newFakeDO(t, o.token), logs: &luatest.LogBuffer{}, workDir: t.TempDir()}
-	bs := []bindings.Binding{logb.New(), jsonb.New(), fsb.New(), timeb.New(),
-		httpb.New(httpb.Options{Transport: e.fake.transport(), RetryDelay: time.Millisecond})}
-	if o.ssh != nil {
-		bs = append(bs, o.ssh)
-	}
-	e.rt = luatest.NewRuntime(t, runtime.Options{
-		PluginsDir: copyPlugin(t),
-		WorkDir:    e.workDir,
-		Bindings:   bindings.NewRegistry(bs...),
-		Logger:     e.logs.Logger(),
-		Timeout:    o.timeout,
-	})
+	e.rt = e.newRuntime(o)
 	// Whatever a test did, the token must not have reached the logs.
 	t.Cleanup(func() {
 		if strings.Contains(e.logs.String(), token) {
@@ -82,6 +71,25 @@ func newEnv(t *testing.T, o envOptions) *env {
 		}
 	})
 	return e
+}
+
+// newRuntime builds a runtime of its own (bindings, VM pool, HTTP
+// transport) serving the plugin against the env's fake and work dir, as a
+// second worker process of one daemon would.
+func (e *env) newRuntime(o envOptions) *runtime.Runtime {
+	e.t.Helper()
+	bs := []bindings.Binding{logb.New(), jsonb.New(), fsb.New(), timeb.New(),
+		httpb.New(httpb.Options{Transport: e.fake.transport(), RetryDelay: time.Millisecond})}
+	if o.ssh != nil {
+		bs = append(bs, o.ssh)
+	}
+	return luatest.NewRuntime(e.t, runtime.Options{
+		PluginsDir: copyPlugin(e.t),
+		WorkDir:    e.workDir,
+		Bindings:   bindings.NewRegistry(bs...),
+		Logger:     e.logs.Logger(),
+		Timeout:    o.timeout,
+	})
 }
 
 // copyPlugin copies the plugin folder as shipped (definition and Lua,

@@ -213,3 +213,31 @@ func TestCreateRelistsKeysReplacedSinceTheyWereCached(t *testing.T) {
 		t.Errorf("no log line about the re-listing:\n%s", e.logs.String())
 	}
 }
+
+// TestRuntimesShareTheBudgetThroughTheWorkDir: two runtimes (as two worker
+// processes of loomd serve: no binding, VM or memory in common, only the
+// work dir) create 12 nodes at once and still list the keys once.
+func TestRuntimesShareTheBudgetThroughTheWorkDir(t *testing.T) {
+	e := newEnv(t, envOptions{timeout: 20 * time.Second})
+	rts := []*runtime.Runtime{e.rt, e.newRuntime(envOptions{timeout: 20 * time.Second})}
+	var wg sync.WaitGroup
+	results := make([]*runtime.Result, 12)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			node := fmt.Sprintf("node-%d", i)
+			results[i] = luatest.Run(t, rts[i%2], task("CREATE", fields(nil),
+				map[string]any{"nodeId": node, "hostname": node + ".example.com"}))
+		}()
+	}
+	wg.Wait()
+	for i, res := range results {
+		if res.Status != 0 {
+			t.Errorf("node %d: status %d: %s", i, res.Status, res.Message)
+		}
+	}
+	if n := len(e.fake.calls("GET /v2/account/keys")); n != 3 {
+		t.Errorf("%d key list requests, want 3 (one listing of 3 pages for both runtimes)", n)
+	}
+}
