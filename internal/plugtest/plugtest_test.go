@@ -121,7 +121,7 @@ func TestClock(t *testing.T) {
 // SSH fake hosts; all must pass.
 func TestSSHFake(t *testing.T) {
 	rep, out := run(t, Options{Dirs: []string{"testdata/sshapi"}})
-	if !rep.OK() || rep.Passed != 13 {
+	if !rep.OK() || rep.Passed != 14 {
 		t.Fatalf("%d passed, %d failed\n%s", rep.Passed, rep.Failed, out)
 	}
 }

@@ -12,7 +12,8 @@ end
 -- INSTALL: run fields.cmd with an environment and stdin.
 function SSHApi:install(input)
   local conn = ssh.from_input(input, self.task)
-  local r = conn:exec(input.fields.cmd, { env = { GREETING = "hi there" }, stdin = "some input\n", sudo = sudo(input.fields) })
+  local r = conn:exec(input.fields.cmd, { env = { GREETING = "hi there" }, stdin = "some input\n", sudo = sudo(input.fields),
+    pty = input.fields.pty == "yes" })
   self.result.result.out = r.stdout
   self.result.result.err = r.stderr
   self.result.result.code = r.exit_code
