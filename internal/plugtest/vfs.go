@@ -442,38 +442,33 @@ func (s *sftpFS) Filecmd(r *sftp.Request) error {
 	case "Remove":
 		return v.remove(r.Filepath)
 	case "Mkdir":
-		v.mu.Lock()
-		defer v.mu.Unlock()
-		rp, n, err := v.resolve(r.Filepath, false)
-		if err != nil {
-			return err
-		}
-		if n != nil {
-			return os.ErrExist
-		}
-		if err := v.parentDir(rp); err != nil {
-			return os.ErrNotExist
-		}
-		v.nodes[rp] = &vnode{mode: fs.ModeDir | 0o755, owner: s.user, group: s.user, mtime: time.Now()}
-		return nil
+		return s.create(r.Filepath, &vnode{mode: fs.ModeDir | 0o755})
 	case "Symlink":
 		// pkg/sftp: Filepath is the target, Target the link's path.
-		v.mu.Lock()
-		defer v.mu.Unlock()
-		rp, n, err := v.resolve(r.Target, false)
-		if err != nil {
-			return err
-		}
-		if n != nil {
-			return os.ErrExist
-		}
-		if err := v.parentDir(rp); err != nil {
-			return os.ErrNotExist
-		}
-		v.nodes[rp] = &vnode{mode: fs.ModeSymlink | 0o777, link: r.Filepath, owner: s.user, group: s.user, mtime: time.Now()}
-		return nil
+		return s.create(r.Target, &vnode{mode: fs.ModeSymlink | 0o777, link: r.Filepath})
 	}
 	return fmt.Errorf("the SSH fake's SFTP server does not support %s", r.Method)
+}
+
+// create adds a new dir or link at p, owned by the login user, as
+// mkdir(2) and symlink(2) do: p must not exist, its parent must.
+func (s *sftpFS) create(p string, n *vnode) error {
+	v := s.v
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	rp, old, err := v.resolve(p, false)
+	if err != nil {
+		return err
+	}
+	if old != nil {
+		return os.ErrExist
+	}
+	if err := v.parentDir(rp); err != nil {
+		return os.ErrNotExist
+	}
+	n.owner, n.group, n.mtime = s.user, s.user, time.Now()
+	v.nodes[rp] = n
+	return nil
 }
 
 // PosixRename implements sftp.PosixRenameFileCmder.
