@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"sort"
 	"strings"
 	"time"
 
@@ -209,7 +208,7 @@ func (e *executor) run(ctx context.Context) error {
 		e.launch(ctx)
 		if e.running == 0 && len(e.waiting) > 0 && !e.stopping {
 			// Nothing left that could bring the addresses they wait for.
-			for _, i := range sortedInts(e.waiting) {
+			for _, i := range sortedKeys(e.waiting) {
 				e.log.Error("task failed", "taskName", e.plan.Tasks[i].Name, "node", e.plan.Tasks[i].Node, "message", e.waiting[i])
 				e.observe(i, e.plan.Tasks[i].Name, state.TaskFailed, e.waiting[i])
 				e.fail(i, e.waiting[i])
@@ -644,15 +643,6 @@ func (e *executor) save() {
 		e.log.Error("cannot save the cluster state: stopping the job", "error", err)
 		e.stopping = true
 	}
-}
-
-func sortedInts[V any](m map[int]V) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Ints(out)
-	return out
 }
 
 // firstLine is the first non-empty line of msg, else of alt.

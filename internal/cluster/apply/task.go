@@ -1,10 +1,11 @@
 package apply
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/loomrt/loom/internal/cluster/macro"
@@ -194,11 +195,4 @@ func (b *taskBuilder) build(id, name string, n *state.Node, svc string) ([]byte,
 }
 
 // sortedKeys returns m's keys, sorted.
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K { return slices.Sorted(maps.Keys(m)) }

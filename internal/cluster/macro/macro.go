@@ -26,6 +26,8 @@ package macro
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -293,7 +295,7 @@ func walk(v any, f func(string) error) error {
 	case string:
 		return f(x)
 	case map[string]any:
-		for _, k := range sortedKeys(x) {
+		for _, k := range slices.Sorted(maps.Keys(x)) {
 			if err := walk(x[k], f); err != nil {
 				return err
 			}
@@ -413,10 +415,7 @@ func (c *Cluster) ExpandValue(v any, self string) (any, error) {
 				continue
 			}
 			if out == nil {
-				out = make(map[string]any, len(x))
-				for k2, v2 := range x {
-					out[k2] = v2
-				}
+				out = maps.Clone(x)
 			}
 			out[k] = ne
 		}
@@ -491,13 +490,4 @@ func (c *Cluster) eval(e *expr, text, self string) ([]string, error) {
 		out = append(out, ip)
 	}
 	return out, nil
-}
-
-func sortedKeys(m map[string]any) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
