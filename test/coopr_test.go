@@ -95,9 +95,21 @@ func TestCooprServerDrivesNode(t *testing.T) {
 		return r.Result
 	}
 
+	// retaken turns the server's task timeout off once it has handed a
+	// task out the second time: a slow run on a loaded machine is not
+	// timed out again.
+	retaken := func(taskID string) {
+		go func() {
+			for ctx.Err() == nil && coopr.Takes(taskID) < 2 {
+				time.Sleep(10 * time.Millisecond)
+			}
+			coopr.SetTaskTimeout(0)
+		}()
+	}
 	// The answer to the first take is lost (the server died after
 	// dequeuing): the task waits out the server's timeout and runs once.
 	coopr.AddFault(coopfake.Fault{Path: "/v2/tasks/take", DropAfter: true, WhenStatus: 200})
+	retaken("00000061-001-001")
 	step("CREATE", nil)
 	if n := coopr.Takes("00000061-001-001"); n != 2 {
 		t.Errorf("CREATE taken %d times, want 2 (the first answer was lost)", n)
@@ -133,6 +145,8 @@ func TestCooprServerDrivesNode(t *testing.T) {
 	// the task out and hands it to the restarted loomd, which runs it; the
 	// script is idempotent, so the node ends as if it ran once.
 	task := node.task("STOP", serviceAction("web", "mark.sh", filepath.Join(outDir, "mark")))
+	coopr.SetTaskTimeout(3 * time.Second)
+	retaken(task["taskId"].(string))
 	b, _ := json.Marshal(task)
 	coopr.Enqueue(e.tenant, b)
 	d.waitFor("the STOP script to start", func() bool { _, err := os.Stat(filepath.Join(outDir, "mark.runs")); return err == nil })

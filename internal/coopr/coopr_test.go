@@ -252,6 +252,8 @@ func TestTakeLostMidRestart(t *testing.T) {
 	srv.AddFault(coopfake.Fault{Path: "/v2/tasks/take", DropAfter: true, WhenStatus: 200})
 	srv.Enqueue("t", task("lost-take"))
 	startWith(t, srv, coopr.Config{Runner: r, Tenants: map[string]int{"t": 1}})
+	eventually(t, "the task to be handed out again", func() bool { return srv.Takes("lost-take") == 2 })
+	srv.SetTaskTimeout(0) // a slow finish on a loaded machine must not time it out again
 	if _, err := srv.WaitFinished(ctx(t), "lost-take"); err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,8 @@ type Fault struct {
 type Server struct {
 	// TaskTimeout requeues a task taken this long ago and not finished,
 	// as the server's server.task.timeout.seconds (default 1800 s) does.
-	// Zero means never.
+	// Zero means never. Set it before the first request; SetTaskTimeout
+	// changes it while serving.
 	TaskTimeout time.Duration
 
 	mu           sync.Mutex
@@ -564,6 +565,16 @@ func (s *Server) take(w http.ResponseWriter, r *http.Request) {
 	s.takes[t.id]++
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(t.body)
+}
+
+// SetTaskTimeout changes TaskTimeout while the server serves. Tests that
+// need one timeout (a lost take, a killed provisioner) turn it off again
+// once the task is handed out anew, so a slow run on a loaded machine is
+// not timed out a second time.
+func (s *Server) SetTaskTimeout(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.TaskTimeout = d
 }
 
 // requeueTimedOut puts tasks in progress past TaskTimeout back in their
