@@ -83,13 +83,17 @@ cluster { name: loomtest, listen: 127.0.0.1:%d, routes: [%s] }
 			_ = p.Wait()
 		}
 	})
-	// Wait until the cluster has a JetStream meta leader.
+	// Wait until the cluster places a 3-replica stream: a meta leader is
+	// not enough, the three peers must be known online too.
 	end := time.Now().Add(30 * time.Second)
 	for time.Now().Before(end) {
 		if nc, err := nats.Connect(strings.Join(c.urls, ",")); err == nil {
 			js, _ := jetstream.New(nc)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_, err = js.AccountInfo(ctx)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "LOOM_READY", Subjects: []string{"loom.ready"}, Replicas: 3})
+			if err == nil {
+				err = js.DeleteStream(ctx, "LOOM_READY")
+			}
 			cancel()
 			nc.Close()
 			if err == nil {
@@ -154,12 +158,14 @@ func TestFaultLeaderFailoverNoRerun(t *testing.T) {
 	// redelivered meanwhile. Outcomes wait in memory, and redeliveries are
 	// left to the daemon that holds them. (Before, a result save gave up
 	// after 5 tries and the other daemon ran the hook again.)
+	// Once, before a commit recognised its own outcome stored by a try
+	// whose answer was lost and before a daemon waited for its own view
+	// of the served bucket to be current again before calling others
+	// dead, a task was still unfinished 3 minutes after the quorum came
+	// back, with takeovers logged; LOOM_FAULTS_SHORT=1 skips this case.
 	t.Run("quorum-loss-30s", func(t *testing.T) {
-		if os.Getenv("LOOM_FAULTS_LONG") != "1" {
-			// Not in CI: once, a task was still unfinished 3 minutes after
-			// the quorum came back (the cluster kept refusing consumer
-			// updates); see the closing note of issue 11.
-			t.Skip("quorum-loss case: run with LOOM_FAULTS_LONG=1")
+		if os.Getenv("LOOM_FAULTS_SHORT") == "1" {
+			t.Skip("quorum-loss case skipped (LOOM_FAULTS_SHORT=1)")
 		}
 		failover(t, n, func(c *natsCluster, leader string) {
 			other := ""
@@ -247,8 +253,11 @@ func failover(t *testing.T, n int, fault func(c *natsCluster, leader string)) {
 	wg.Wait()
 	close(ids)
 	var failed, twice, never int
+	// One deadline for all: a stuck task fails the test in minutes, not
+	// in minutes per task.
+	deadline := time.Now().Add(3 * time.Minute)
 	for id := range ids {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		rec, err := qs[0].Wait(ctx, id)
 		cancel()
 		switch {
