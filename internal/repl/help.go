@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 
+	lua "github.com/yuin/gopher-lua"
+
 	"github.com/loomrt/loom/bindings"
 	"github.com/loomrt/loom/stdlib"
 )
@@ -170,7 +172,7 @@ func (h *helpTopics) write(w io.Writer, topic string) error {
 	}
 	switch {
 	case len(hits) == 0:
-		return fmt.Errorf("no help on %q: topics are the commands (:help), the loom modules (:help loom lists them), their functions (:help loom.ssh.connect) and the base tables (:help loom.Provider)", topic)
+		return fmt.Errorf("no help on %q: topics are the commands (:help), the loom modules (:help loom lists them), their functions (:help loom.ssh.connect), the base tables (:help loom.Provider) and the Lua functions the session holds (:help HelloAutomator:install)", topic)
 	case len(hits) <= 3:
 		for _, e := range hits {
 			h.writeFunc(w, e, "")
@@ -289,4 +291,35 @@ func summary(doc string) string {
 		s = s[:69] + "..."
 	}
 	return strings.TrimSuffix(s, ".")
+}
+
+// liveHelp documents a Lua function the session holds that no spec
+// covers (HelloAutomator:install, a helper defined at the prompt): where
+// it is defined and its parameters. It reports whether topic was one.
+func (r *REPL) liveHelp(topic string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	L := r.s.State()
+	v, ok := resolve(L, strings.Split(strings.Replace(topic, ":", ".", 1), "."))
+	fn, isFn := v.(*lua.LFunction)
+	if !ok || !isFn {
+		return false
+	}
+	if fn.IsG || fn.Proto == nil {
+		fmt.Fprintf(r.out, "%s: a built-in function (no Lua source)\n", topic)
+		return true
+	}
+	p := fn.Proto
+	var params []string
+	for i := 0; i < int(p.NumParameters) && i < len(p.DbgLocals); i++ {
+		if i == 0 && p.DbgLocals[i].Name == "self" && strings.Contains(topic, ":") {
+			continue // implicit in Class:method
+		}
+		params = append(params, p.DbgLocals[i].Name)
+	}
+	if p.IsVarArg != 0 {
+		params = append(params, "...")
+	}
+	fmt.Fprintf(r.out, "%s(%s)\n  a Lua function defined at %s:%d-%d\n", topic, strings.Join(params, ", "), p.SourceName, p.LineDefined, p.LastLineDefined)
+	return true
 }

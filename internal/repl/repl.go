@@ -479,6 +479,9 @@ func (r *REPL) command(ctx context.Context, line string) bool {
 	switch name {
 	case ":help", ":h", ":?":
 		err = r.help.write(r.out, arg)
+		if err != nil && r.liveHelp(arg) {
+			err = nil
+		}
 	case ":plugins":
 		r.cmdPlugins()
 	case ":load":

@@ -370,7 +370,7 @@ func TestCallPiped(t *testing.T) {
 }
 
 func TestHelpTopics(t *testing.T) {
-	r, _, _ := newREPL(t, Options{})
+	r, out, _ := newREPL(t, Options{})
 	cases := []struct {
 		topic string
 		want  []string // in the output, in order
@@ -405,6 +405,13 @@ func TestHelpTopics(t *testing.T) {
 			}
 			at += i + len(w)
 		}
+	}
+	// A Lua function of the live state that no spec covers.
+	if !r.liveHelp("loom.Provider:extend") || r.liveHelp("loom.nope") {
+		t.Error("liveHelp should document a function the session holds, and only that")
+	}
+	if want := "loom.Provider:extend(name, fields)\n  a Lua function defined at stdlib/loom.lua:"; !strings.Contains(out.String(), want) {
+		t.Errorf("liveHelp output lacks %q:\n%s", want, out)
 	}
 	if err := r.help.write(io.Discard, "loom.nope.x"); err == nil || !strings.Contains(err.Error(), "no help on") {
 		t.Errorf("an unknown topic should say what topics there are: %v", err)
