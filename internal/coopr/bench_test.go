@@ -3,6 +3,8 @@ package coopr_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -22,18 +24,22 @@ func BenchmarkTakeFinish(b *testing.B) {
 			}
 		}
 	})
-	for _, slots := range []int{1, 4} {
-		b.Run(fmt.Sprintf("Slots%d", slots), func(b *testing.B) {
-			srv, err := coopfake.Start()
-			if err != nil {
-				b.Fatal(err)
-			}
+	for _, c := range []struct {
+		slots int
+		tls   bool
+	}{{1, false}, {1, true}, {4, false}} {
+		name := fmt.Sprintf("Slots%d", c.slots)
+		if c.tls {
+			name += "TLS" // https with a client certificate the server verifies
+		}
+		b.Run(name, func(b *testing.B) {
+			srv, files := benchServer(b, c.tls)
 			defer srv.Close()
 			for i := 0; i < b.N; i++ {
 				srv.Enqueue("t", task(fmt.Sprintf("b-%d", i)))
 			}
 			p, err := coopr.New(coopr.Config{ServerURL: srv.URL(), ID: "bench", Listen: "127.0.0.1:0", Runner: &runner{},
-				Tenants: map[string]int{"t": slots}, Poll: time.Millisecond, Heartbeat: time.Second})
+				Tenants: map[string]int{"t": c.slots}, Poll: time.Millisecond, Heartbeat: time.Second, TLS: files})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -53,4 +59,36 @@ func BenchmarkTakeFinish(b *testing.B) {
 			p.Stop(time.Second)
 		})
 	}
+}
+
+// benchServer is the fake, plain or requiring a client certificate (then
+// with the provisioner's TLS files).
+func benchServer(b *testing.B, withTLS bool) (*coopfake.Server, coopr.TLS) {
+	if !withTLS {
+		srv, err := coopfake.Start()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return srv, coopr.TLS{}
+	}
+	ca, err := coopfake.NewCA("bench-ca")
+	if err != nil {
+		b.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.Issue("bench-client", false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	files := coopr.TLS{CAFile: filepath.Join(dir, "ca.pem"), CertFile: filepath.Join(dir, "c.pem"), KeyFile: filepath.Join(dir, "c.key")}
+	for f, data := range map[string][]byte{files.CAFile: ca.PEM, files.CertFile: certPEM, files.KeyFile: keyPEM} {
+		if err := os.WriteFile(f, data, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	srv, err := coopfake.StartRequiringClientCerts(ca)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return srv, files
 }
