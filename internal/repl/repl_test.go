@@ -467,3 +467,17 @@ end)`}})
 		}
 	}
 }
+
+func TestCRLFWriter(t *testing.T) {
+	var b bytes.Buffer
+	w := &crlfWriter{w: &b}
+	for _, p := range []string{"=1+1\n", "2\r\n", "a\r", "\nb\n\n", ""} {
+		if n, err := w.Write([]byte(p)); n != len(p) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", p, n, err)
+		}
+	}
+	// A CR at the end of one write still pairs with the LF of the next.
+	if got, want := b.String(), "=1+1\r\n2\r\na\r\nb\r\n\r\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

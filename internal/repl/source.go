@@ -176,6 +176,7 @@ func (p *pipedSource) Close() error {
 // REPL's own output is written after readline restores the terminal,
 // whose output processing turns "\n" into "\r\n" itself.
 type crlfWriter struct {
+	mu     sync.Mutex // readline writes from its own goroutine too
 	w      io.Writer
 	lastCR bool // the last byte written was '\r'
 }
@@ -183,6 +184,8 @@ type crlfWriter struct {
 // Write implements io.Writer; it reports len(p) written when all of the
 // converted output was.
 func (c *crlfWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if bytes.IndexByte(p, '\n') < 0 {
 		if _, err := c.w.Write(p); err != nil {
 			return 0, err
