@@ -323,7 +323,9 @@ const completeMark = ".complete"
 func (b *Bundle) installIn(root string) (string, error) {
 	uid := os.Getuid()
 	parent := filepath.Join(root, fmt.Sprintf("loomd-bundles-%d", uid))
-	if err := os.MkdirAll(parent, 0o700); err != nil {
+	// Mkdir, not MkdirAll: a root that does not exist (no /tmp in a bare
+	// jail) is the next root's turn, not a directory to create.
+	if err := os.Mkdir(parent, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", err
 	}
 	fi, err := os.Lstat(parent)

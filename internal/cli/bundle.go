@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -190,11 +191,27 @@ func bundledArgs(args []string) []string {
 			return args
 		}
 	}
-	exe, err := os.Executable()
+	exe, err := selfPath()
 	if err != nil || !bundle.Has(exe) {
 		return args
 	}
 	return append([]string{"driver", "rancher", "--bundled"}, args...)
+}
+
+// selfPath is this process's executable. os.Executable reads
+// /proc/self/exe, which Rancher's driver jail (a bare chroot) lacks; then
+// argv[0], the path Rancher ran, names it.
+func selfPath() (string, error) {
+	exe, err := os.Executable()
+	if err == nil {
+		return exe, nil
+	}
+	if len(os.Args) > 0 && os.Args[0] != "" {
+		if p, lerr := exec.LookPath(os.Args[0]); lerr == nil {
+			return filepath.Abs(p)
+		}
+	}
+	return "", err
 }
 
 func fileSHA256(path string) (string, error) {

@@ -229,7 +229,7 @@ func (a *App) executable() (string, error) {
 	if a.Executable != "" {
 		return a.Executable, nil
 	}
-	exe, err := os.Executable()
+	exe, err := selfPath()
 	if err != nil {
 		return "", fmt.Errorf("finding this executable: %w", err)
 	}

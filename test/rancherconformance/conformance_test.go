@@ -14,6 +14,7 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"debug/elf"
 	"encoding/json"
 	"net"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,13 +51,18 @@ func loomd(t *testing.T) string {
 
 // driver is one start of the bundle, as Rancher's RunningDriver.Start.
 type driver struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	client types.CloseableDriver
-	stderr bytes.Buffer
+	t       *testing.T
+	cmd     *exec.Cmd
+	client  types.CloseableDriver
+	stderr  bytes.Buffer
+	exited  <-chan struct{} // closed when the process has exited
+	waitErr error
 }
 
-func start(t *testing.T, bin, tmp string) *driver {
+// launcher makes the command that starts the driver with port.
+type launcher func(port string) *exec.Cmd
+
+func start(t *testing.T, launch launcher, name string) *driver {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -64,12 +71,14 @@ func start(t *testing.T, bin, tmp string) *driver {
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	ln.Close()
 	d := &driver{t: t}
-	d.cmd = exec.Command(bin, port)
-	d.cmd.Env = []string{"PATH=/usr/bin", "TMPDIR=" + tmp}
+	d.cmd = launch(port)
 	d.cmd.Stderr = &d.stderr
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	go func() { d.waitErr = d.cmd.Wait(); close(exited) }()
+	d.exited = exited
 	t.Cleanup(d.kill)
 	// Rancher sleeps 5 s before it dials. Waiting for the port instead
 	// keeps grpc from backing off a second after a refused first dial.
@@ -79,12 +88,16 @@ func start(t *testing.T, bin, tmp string) *driver {
 			c.Close()
 			break
 		}
+		select {
+		case <-exited:
+			t.Fatalf("the driver exited before it listened: %v\n%s", d.waitErr, &d.stderr)
+		default:
+		}
 		if time.Now().After(end) {
 			t.Fatalf("the driver did not listen on %s: %v\n%s", port, err, &d.stderr)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	name := strings.TrimPrefix(filepath.Base(bin), "kontainer-engine-driver-")
 	if d.client, err = types.NewClient(name, "127.0.0.1:"+port); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +124,7 @@ func (d *driver) kill() {
 	}
 	if d.cmd.Process != nil {
 		d.cmd.Process.Kill()
-		d.cmd.Wait()
+		<-d.exited
 	}
 }
 
@@ -159,19 +172,69 @@ func options(name string, ints map[string]int64, metadata map[string]string) *ty
 	return o
 }
 
-func TestConformance(t *testing.T) {
-	dir := t.TempDir()
+// bundle builds kontainer-engine-driver-confdriver in dir.
+func bundle(t *testing.T, loomdBin, dir string) string {
 	bin := filepath.Join(dir, "kontainer-engine-driver-confdriver")
-	out, err := exec.Command(loomd(t), "bundle", "--plugin", filepath.Join("testdata", "confdriver"), "-o", bin).Output()
+	out, err := exec.Command(loomdBin, "bundle", "--plugin", filepath.Join("testdata", "confdriver"), "-o", bin).CombinedOutput()
 	if err != nil {
 		t.Fatalf("loomd bundle: %v\n%s", err, out)
 	}
+	return bin
+}
+
+// TestConformance runs the bundle as Rancher does with CATTLE_DEV_MODE set:
+// no jail, PATH=/usr/bin.
+func TestConformance(t *testing.T) {
+	bin := bundle(t, loomd(t), t.TempDir())
 	tmp := t.TempDir()
+	run(t, func(port string) *exec.Cmd {
+		cmd := exec.Command(bin, port)
+		cmd.Env = []string{"PATH=/usr/bin", "TMPDIR=" + tmp}
+		return cmd
+	})
+}
+
+// TestConformanceInJail runs the bundle as Rancher does by default:
+// chrooted into a directory that holds the binary and nothing else (no
+// libc, no /tmp), with PATH=/usr/bin. It needs root (chroot) and a
+// statically linked loomd, which make rancher-conformance builds.
+func TestConformanceInJail(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("chroot needs root")
+	}
+	l := loomd(t)
+	if f, err := elf.Open(l); err == nil {
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP {
+				f.Close()
+				t.Skipf("%s is dynamically linked: the jail has no libc (make rancher-conformance builds a static loomd)", l)
+			}
+		}
+		f.Close()
+	}
+	jail := t.TempDir()
+	os.Mkdir(filepath.Join(jail, "bin"), 0o755)
+	bundle(t, l, filepath.Join(jail, "bin"))
+	run(t, func(port string) *exec.Cmd {
+		cmd := exec.Command("/bin/kontainer-engine-driver-confdriver", port)
+		cmd.Env = []string{"PATH=/usr/bin"}
+		cmd.Dir = "/"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: jail}
+		return cmd
+	})
+	// Without a /tmp the plugin was unpacked beside the binary.
+	if copies, _ := filepath.Glob(filepath.Join(jail, "bin", "loomd-bundles-0", "*")); len(copies) != 1 {
+		t.Fatalf("unpacked copies in the jail: %v", copies)
+	}
+}
+
+// run drives the operations kontainer-engine runs, each in a new process.
+func run(t *testing.T, launch launcher) {
+	var err error
 	ctx, cancel := context.WithTimeout(context.Background(), 5*deadline)
 	defer cancel()
-	// op runs one operation in a fresh process.
 	op := func(f func(c types.CloseableDriver)) {
-		d := start(t, bin, tmp)
+		d := start(t, launch, "confdriver")
 		f(d.client)
 		d.kill()
 	}
