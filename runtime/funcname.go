@@ -15,8 +15,25 @@ import (
 // method and is joined with ":". "" when it is not reachable.
 //
 // It reads tables raw (no metamethod runs) and only when a traceback is
-// being built.
+// being built; answers are cached until the next task.
 func (v *vm) funcName(L *lua.LState, fn *lua.LFunction) string {
+	if name, ok := v.names[fn]; ok {
+		return name
+	}
+	name := v.searchFuncName(L, fn)
+	if v.names == nil || len(v.names) >= funcNameCache {
+		v.names = make(map[*lua.LFunction]string, 8)
+	}
+	v.names[fn] = name
+	return name
+}
+
+// funcNameCache bounds the names cached per task: closures made in a
+// loop are new functions each time.
+const funcNameCache = 256
+
+// searchFuncName is funcName without the cache.
+func (v *vm) searchFuncName(L *lua.LState, fn *lua.LFunction) string {
 	sep := "."
 	if isMethod(fn) {
 		sep = ":"

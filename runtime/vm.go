@@ -45,6 +45,10 @@ type vm struct {
 
 	uses   int
 	broken bool // timed out, hit a limit or panicked: never reuse
+
+	// names caches funcName's answers for the current task (a pcall loop
+	// builds a traceback per caught error); begin clears it.
+	names map[*lua.LFunction]string
 }
 
 // moduleName is what require accepts: dotted Lua identifiers.
@@ -304,6 +308,7 @@ func (v *vm) begin(ctx context.Context, taskID, hook string, logger *slog.Logger
 	v.ctx = ctx
 	v.taskID = taskID
 	v.coroutines = 0
+	clear(v.names)
 	v.secrets = redact.New()
 	v.logger = nil
 	v.baseLogger = logger
