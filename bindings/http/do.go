@@ -301,8 +301,11 @@ func permanent(err error) bool {
 		hn  x509.HostnameError
 		inv x509.CertificateInvalidError
 	)
+	// A transport can say an error will not change on retry (loomd
+	// test's router: no fake serves that host).
+	var p interface{ Permanent() bool }
 	return errors.As(err, &cv) || errors.As(err, &rh) || errors.As(err, &ua) ||
-		errors.As(err, &hn) || errors.As(err, &inv)
+		errors.As(err, &hn) || errors.As(err, &inv) || (errors.As(err, &p) && p.Permanent())
 }
 
 // backoff is the wait before retry number n (1-based): retryDelay doubled

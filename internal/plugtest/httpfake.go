@@ -91,8 +91,8 @@ func (r *router) RoundTrip(req *http.Request) (*http.Response, error) {
 		if len(known) > 0 {
 			hint = "fakes serve " + strings.Join(known, ", ")
 		}
-		return nil, fmt.Errorf("loomd test: no HTTP fake serves %s (%s %s; %s): tests never reach the network; add one with loom.test.http{host = %q}",
-			req.URL.Host, req.Method, req.URL.Path, hint, host)
+		return nil, noFakeError(fmt.Sprintf("loomd test: no HTTP fake serves %s (%s %s; %s): tests never reach the network; add one with loom.test.http{host = %q}",
+			req.URL.Host, req.Method, req.URL.Path, hint, host))
 	}
 	out := req.Clone(req.Context())
 	out.URL.Scheme = "http"
@@ -103,6 +103,13 @@ func (r *router) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func (r *router) close() { r.base.CloseIdleConnections() }
+
+// noFakeError is a request for a host no fake serves: retrying cannot
+// help, so loom.http does not.
+type noFakeError string
+
+func (e noFakeError) Error() string   { return string(e) }
+func (e noFakeError) Permanent() bool { return true }
 
 // response is a canned HTTP response, converted from Lua once.
 type response struct {
