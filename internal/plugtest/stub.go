@@ -227,6 +227,16 @@ function SSHFake:interactions(kind) end
 function SSHFake:reset() end
 function SSHFake:close() end
 
+---@class loomtest.SSHD
+---@field host string
+---@field port integer
+---@field user string
+---@field nopasswd_user string
+---@field password string
+---@field key string
+---@field host_keys table<string, string>
+---@field sshauth {user: string, password: string, port: integer}
+
 ---@class loomtest.Clock
 local Clock = {}
 ---@return number[] seconds
@@ -269,6 +279,8 @@ function test.http(opts) end
 ---@param opts? {host?: string, hosts?: string[], port?: integer, user?: string, password?: string, keys?: string[], sudo?: boolean|{password: string}, commands?: table<string, loomtest.SSHAnswer|loomtest.SSHAnswer[]|function>, files?: table<string, string|{content?: string, mode?: string, owner?: string, group?: string}>, tar?: boolean, known?: boolean, strict?: boolean}
 ---@return loomtest.SSHFake
 function test.ssh(opts) end
+---@return loomtest.SSHD
+function test.sshd() end
 ---@return string[]
 function test.files() end
 
