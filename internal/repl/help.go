@@ -115,9 +115,7 @@ func (h *helpTopics) names() []string {
 	for _, f := range h.funcs {
 		out = append(out, f.name)
 	}
-	for _, c := range commandNames() {
-		out = append(out, c)
-	}
+	out = append(out, commandNames()...)
 	sort.Strings(out)
 	return out
 }
