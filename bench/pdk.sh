@@ -11,7 +11,11 @@ wall() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>&1; e=$(date +%s.%N); ec
 lua=$(for _ in $(seq "$n"); do wall bin/loomd test plugins/digitalocean; done | median)
 gosuite=$(for _ in $(seq "$n"); do (cd plugins/digitalocean && wall ../../bin/digitalocean.test -test.count=1); done | median)
 all=$(for _ in $(seq "$n"); do wall bin/loomd test plugins/... examples/...; done | median)
+shell=$(for _ in $(seq "$n"); do wall bin/loomd test plugins/shell; done | median)
+cover=$(for _ in $(seq "$n"); do wall bin/loomd test plugins/... examples/... --coverage; done | median)
 echo "loomd test plugins/digitalocean (Lua suite):      ${lua}s"
 echo "digitalocean Go suite (prebuilt test binary):     ${gosuite}s"
 echo "ratio Lua/Go:                                     $(echo "scale=2; $lua / $gosuite" | bc)"
 echo "loomd test plugins/... examples/... (all suites): ${all}s"
+echo "  the same with --coverage:                       ${cover}s (ratio $(echo "scale=2; $cover / $all" | bc))"
+echo "loomd test plugins/shell (SSH fake host suite):   ${shell}s"
