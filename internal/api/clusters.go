@@ -319,7 +319,7 @@ func (s *Server) putClusterState(w http.ResponseWriter, r *http.Request) {
 		clusterErr(w, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	writeJSON(w, http.StatusOK, map[string]any{"cluster": name, "saved": true})
 }
 
 func (s *Server) deleteClusterState(w http.ResponseWriter, r *http.Request) {
@@ -332,7 +332,7 @@ func (s *Server) deleteClusterState(w http.ResponseWriter, r *http.Request) {
 		clusterErr(w, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	writeJSON(w, http.StatusOK, map[string]any{"cluster": r.PathValue("name"), "deleted": true})
 }
 
 // ClusterChanges is the body of POST /v1/clusters/{name}/changes.
@@ -359,7 +359,7 @@ func (s *Server) appendClusterChanges(w http.ResponseWriter, r *http.Request) {
 		clusterErr(w, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	writeJSON(w, http.StatusOK, map[string]any{"cluster": r.PathValue("name"), "changes": len(ch.Changes)})
 }
 
 // LockRequest is the body of POST /v1/clusters/{name}/lock.
@@ -426,5 +426,5 @@ func (s *Server) unlockCluster(w http.ResponseWriter, r *http.Request) {
 		clusterErr(w, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	writeJSON(w, http.StatusOK, map[string]any{"cluster": r.PathValue("name"), "released": true})
 }
