@@ -14,8 +14,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync/atomic"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/reflection"
@@ -113,7 +115,7 @@ func (s *Server) call(ctx context.Context, rpc, hook string, input map[string]an
 		attrs = append(attrs, "traceback", res.Stderr)
 	}
 	s.logger.Error("rpc failed", attrs...)
-	return res.Result, hookError(s.typ, hook, res.Error)
+	return res.Result, hookError(s.typ, hook, res.Error, id)
 }
 
 // Code is the gRPC status code of a hook's error: Unknown for a retry
@@ -137,8 +139,26 @@ func Code(e *runtime.CallError) codes.Code {
 	return codes.Unknown
 }
 
-func hookError(typ, hook string, e *runtime.CallError) error {
-	return status.Error(Code(e), errorText(typ, hook, e))
+// hookError is the status of a hook's error. Its ErrorInfo detail
+// (domain loom.clusterdriver) carries the class and reason for clients
+// that read details; Rancher's reads the message only.
+func hookError(typ, hook string, e *runtime.CallError, callID string) error {
+	st := status.New(Code(e), errorText(typ, hook, e))
+	reason := e.Reason
+	if reason == "" {
+		reason = e.Class
+	}
+	md := map[string]string{"class": e.Class, "type": typ, "hook": hook}
+	if e.Reason != "" {
+		md["reason"] = e.Reason
+	}
+	if callID != "" {
+		md["call_id"] = callID
+	}
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: strings.ToUpper(reason), Domain: "loom.clusterdriver", Metadata: md}); err == nil {
+		st = d
+	}
+	return st.Err()
 }
 
 // errorText is what Rancher shows: the type, the hook and the message.
@@ -334,5 +354,5 @@ func (s *Server) resultError(hook string, err error) error {
 	e := &runtime.CallError{Class: runtime.ClassTerminal, Reason: runtime.ReasonInvalidResult,
 		Message: fmt.Sprintf("the result does not fit the Rancher protocol: %v (docs/kinds/clusterdriver.md)", err)}
 	s.logger.Error("rpc failed", "hook", hook, "class", e.Class, "reason", e.Reason, "message", e.Message)
-	return hookError(s.typ, hook, e)
+	return hookError(s.typ, hook, e, "")
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -167,6 +168,18 @@ func TestServerAnswers(t *testing.T) {
 	}
 	if f.req.Type != "drv" || f.req.Hook != "create" || !strings.HasPrefix(f.req.CallID, "rancher-drv-") {
 		t.Fatalf("request: %+v", f.req)
+	}
+
+	// A hook's error carries its class and reason as an ErrorInfo.
+	f.res = failed(runtime.ClassTerminal, runtime.ReasonUnimplemented, "ETCD backup operations are not implemented", nil)
+	_, err = s.ETCDSave(ctx, &driverpb.SaveETCDSnapshotRequest{})
+	st := status.Convert(err)
+	if st.Code() != codes.Unimplemented || st.Message() != "drv etcd_save: ETCD backup operations are not implemented" || len(st.Details()) != 1 {
+		t.Fatalf("ETCDSave: %v", err)
+	}
+	if ei, ok := st.Details()[0].(*errdetails.ErrorInfo); !ok || ei.GetReason() != "UNIMPLEMENTED" || ei.GetDomain() != "loom.clusterdriver" ||
+		ei.GetMetadata()["class"] != "terminal" || ei.GetMetadata()["hook"] != "etcd_save" || ei.GetMetadata()["call_id"] == "" {
+		t.Fatalf("ETCDSave details: %v", st.Details())
 	}
 
 	// Never a nil message.
