@@ -111,7 +111,7 @@ end)
 
 describe("a whole node", function()
   it("carries CREATE's result into CONFIRM and DELETE, and fails CONFIRM when sshd does not answer", function()
-    -- 127.0.0.1:1: nothing listens there, so CONFIRM's keyscan fails fast.
+    -- No SSH fake serves 127.0.0.1:1, so CONFIRM's keyscan fails at once.
     inventory({ { id = "a", address = "127.0.0.1", port = 1, labels = { flavor = "small", image = "debian" } } })
     local c = loom.test.chain({ fields = fields, stop_on_failure = false })
     assert.same({ "CREATE", "CONFIRM", "DELETE" }, c.order)
@@ -122,4 +122,40 @@ describe("a whole node", function()
   end)
 end)
 
-pending("CONFIRM against an SSH fake host")
+describe("CONFIRM", function()
+  local function claimed(host)
+    inventory({ host })
+    local made = loom.test.run("CREATE", { fields = fields })
+    assert.equals(0, made.status, made.message)
+    return made.result.providerid
+  end
+
+  it("records the host keys the host's sshd presents, for the automators to pin", function()
+    local node = loom.test.ssh({ host = "10.0.0.1" })
+    local id = claimed({ id = "a", address = "10.0.0.1", labels = { flavor = "small", image = "debian" } })
+    local res = loom.test.run("CONFIRM", { fields = fields, providerid = id })
+    assert.equals(0, res.status, res.message)
+    assert.equals(node.host_key, res.result.ssh_host_keys.ed25519)
+    assert.equals("10.0.0.1", res.ipaddresses.access_v4)
+  end)
+
+  it("refuses a host whose key is not the one the inventory pins", function()
+    loom.test.ssh({ host = "10.0.0.1" })
+    local other = loom.test.ssh({ host = "10.0.0.99" }).host_key
+    local id = claimed({ id = "a", address = "10.0.0.1", labels = { flavor = "small", image = "debian" },
+      host_keys = { ed25519 = other } })
+    local res = loom.test.run("CONFIRM", { fields = fields, providerid = id })
+    assert.equals(1, res.status)
+    assert.equals("host_key", res.error.kind)
+  end)
+
+  it("waits for a booting host up to confirm_wait, once a second", function()
+    local id = claimed({ id = "a", address = "10.0.0.1", labels = { flavor = "small", image = "debian" } })
+    local wait = { ssh_password = fields.ssh_password, confirm_wait = "10", ssh_timeout = "1" }
+    local res = loom.test.run("CONFIRM", { fields = wait, providerid = id })
+    assert.equals(1, res.status)
+    assert.matches("did not answer within 10s", res.message)
+    -- 9 one-second waits on the virtual clock: the test takes milliseconds.
+    assert.equals(9, #loom.test.clock.sleeps())
+  end)
+end)
