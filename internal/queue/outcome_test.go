@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -124,14 +125,8 @@ func TestOutcomeLogInfraFailure(t *testing.T) {
 // publish and the submit's own record: the submit still counts the task
 // as queued, once (it undercounted 2 in 20,000 under load).
 func TestSubmitCountsQueuedWhenWorkerWritesFirst(t *testing.T) {
-	var mu sync.Mutex
-	var seen []Transition
 	cfg := testConfig(t)
-	cfg.OnTransition = func(tr Transition) {
-		mu.Lock()
-		seen = append(seen, tr)
-		mu.Unlock()
-	}
+	seen := recordTransitions(&cfg)
 	q := open(t, cfg)
 	q.afterPublish = func(id string) { // a worker's claim wins the race
 		now := time.Now().UTC()
@@ -148,16 +143,14 @@ func TestSubmitCountsQueuedWhenWorkerWritesFirst(t *testing.T) {
 	if _, isNew, err := q.Submit(context.Background(), task("race-1", "shell")); err != nil || isNew {
 		t.Fatalf("second Submit: new %v, err %v; want a duplicate", isNew, err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	queued := 0
-	for _, tr := range seen {
+	for _, tr := range seen() {
 		if tr.From == "" && tr.Record.State == Queued && tr.Record.TaskID == "race-1" {
 			queued++
 		}
 	}
 	if queued != 1 {
-		t.Errorf("%d queued transitions for race-1, want 1: %+v", queued, seen)
+		t.Errorf("%d queued transitions for race-1, want 1: %+v", queued, seen())
 	}
 }
 
@@ -165,16 +158,10 @@ func TestSubmitCountsQueuedWhenWorkerWritesFirst(t *testing.T) {
 // (no state change, no outcome line), so the running gauge can count it
 // down.
 func TestLostClaimNotifies(t *testing.T) {
-	var mu sync.Mutex
-	var seen []Transition
 	var logs logBuffer
 	cfg := testConfig(t)
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
-	cfg.OnTransition = func(tr Transition) {
-		mu.Lock()
-		seen = append(seen, tr)
-		mu.Unlock()
-	}
+	transitions := recordTransitions(&cfg)
 	q := open(t, cfg)
 	ctx := context.Background()
 	now := time.Now().UTC()
@@ -194,9 +181,7 @@ func TestLostClaimNotifies(t *testing.T) {
 	if q.commit(ctx, q.log, mine, done) {
 		t.Fatal("commit over a taken-over claim succeeded")
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(seen) != 1 || !seen[0].Lost || seen[0].Record.State != Running || seen[0].Record.TaskID != "lost-1" {
+	if seen := transitions(); len(seen) != 1 || !seen[0].Lost || seen[0].Record.State != Running || seen[0].Record.TaskID != "lost-1" {
 		t.Errorf("transitions = %+v, want one Lost transition of the running attempt", seen)
 	}
 	if n := len(logs.lines("task finished")) + len(logs.lines("task failed")); n != 0 {
@@ -209,14 +194,8 @@ func TestLostClaimNotifies(t *testing.T) {
 // the attempt's own outcome: commit sees it is there and succeeds, with
 // no Lost transition, so the message is acked instead of redelivered.
 func TestCommitAfterLostAnswer(t *testing.T) {
-	var mu sync.Mutex
-	var seen []Transition
 	cfg := testConfig(t)
-	cfg.OnTransition = func(tr Transition) {
-		mu.Lock()
-		seen = append(seen, tr)
-		mu.Unlock()
-	}
+	transitions := recordTransitions(&cfg)
 	q := open(t, cfg)
 	ctx := context.Background()
 	now := time.Now().UTC()
@@ -240,9 +219,24 @@ func TestCommitAfterLostAnswer(t *testing.T) {
 	if q.commit(ctx, q.log, mine, other) {
 		t.Error("commit over another attempt's outcome succeeded")
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(seen) != 2 || seen[0].Lost || seen[0].Record.State != Succeeded || !seen[1].Lost {
+	if seen := transitions(); len(seen) != 2 || seen[0].Lost || seen[0].Record.State != Succeeded || !seen[1].Lost {
 		t.Errorf("transitions = %+v, want succeeded (not lost), then the other outcome's lost claim", seen)
+	}
+}
+
+// recordTransitions makes cfg collect the transitions the queue reports;
+// the function returned lists them so far.
+func recordTransitions(cfg *Config) func() []Transition {
+	var mu sync.Mutex
+	var seen []Transition
+	cfg.OnTransition = func(tr Transition) {
+		mu.Lock()
+		seen = append(seen, tr)
+		mu.Unlock()
+	}
+	return func() []Transition {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
 	}
 }
