@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 
 	lua "github.com/yuin/gopher-lua"
@@ -117,6 +118,55 @@ type ModuleSpec struct {
 	Doc string
 	// Funcs lists the module's functions and methods in table order.
 	Funcs []FuncSpec
+	// Types declares the module's classes: option tables, result tables
+	// and handles, named "<module>.<Name>" ("ssh.ExecOptions"). Params,
+	// Returns and fields refer to them by name; the stubs render them as
+	// LuaLS ---@class blocks so an editor completes and checks their keys.
+	Types []TypeSpec
+}
+
+// TypeSpec documents one class of a module.
+type TypeSpec struct {
+	// Name is the class name, "ssh.ExecOptions".
+	Name string
+	// Doc is a one-line description.
+	Doc string
+	// Exact marks a table whose keys are all listed (an options table the
+	// binding rejects unknown keys of): LuaLS flags any other key.
+	Exact bool
+	// Methods, when set, is the receiver name of the FuncSpecs that are
+	// this class's methods: "conn" for "conn:exec".
+	Methods string
+	// Aliases are older names of the class that stay valid ("ssh.conn").
+	Aliases []string
+	// Fields lists the keys, in the order the docs show them.
+	Fields []FieldSpec
+}
+
+// FieldSpec documents one key of a class.
+type FieldSpec struct {
+	// Name is the key.
+	Name string
+	// Type in LuaLS notation: "string", "number|string", "ssh.SudoOptions".
+	Type string
+	// Optional keys may be absent (nil).
+	Optional bool
+	// Doc is a one-line description, with the default in parentheses.
+	Doc string
+}
+
+// Optional returns a copy of t named name whose fields are all optional,
+// for a table that overrides some keys of t (ssh.from_input's opts).
+func (t TypeSpec) Optional(name, doc string) TypeSpec {
+	o := t
+	o.Name, o.Doc, o.Aliases, o.Methods = name, doc, nil, ""
+	o.Fields = make([]FieldSpec, len(t.Fields))
+	for i, f := range t.Fields {
+		f.Optional = true
+		f.Doc = strings.TrimSpace(strings.ReplaceAll(f.Doc, "(required)", ""))
+		o.Fields[i] = f
+	}
+	return o
 }
 
 // FuncSpec documents one function or method.

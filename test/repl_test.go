@@ -242,8 +242,8 @@ func TestREPLPipedHelpAndTest(t *testing.T) {
 		t.Fatalf("want exit 0 and no errors:\n%s", p)
 	}
 	p.wantAll(t, "stdout", p.stdout,
-		"loom.ssh.connect(opts table) -> ssh.conn\n  Opens (or reuses) a pooled connection",
-		"loom.ssh.conn:exec(cmd string, opts? table) -> table",
+		"loom.ssh.connect(opts ssh.ConnectOptions) -> ssh.Conn\n  Opens (or reuses) a pooled connection",
+		"loom.ssh.conn:exec(cmd string, opts? ssh.ExecOptions) -> ssh.ExecResult",
 		"ok 1 - CREATE claims a free host whose labels match the flavor and image",
 		"# 1 passed, 0 failed",
 		"no result yet: :run a hook first",

@@ -10,11 +10,12 @@ var moduleSpec = bindings.ModuleSpec{
 		"Connections are shared across hooks and tasks per (host, port, user, credentials, host-key policy, jump chain). " +
 		"Errors are tables {kind=, message=, host=, port=, user=, ...} with kind config, permission, connect, auth, host_key, " +
 		"timeout, transport_lost, command or io.",
+	Types: types,
 	Funcs: []bindings.FuncSpec{
 		{
 			Name:    "connect",
-			Params:  []string{"opts table"},
-			Returns: []string{"ssh.conn"},
+			Params:  []string{"opts ssh.ConnectOptions"},
+			Returns: []string{"ssh.Conn"},
 			Doc: "Opens (or reuses) a pooled connection and returns a handle. opts: host (required), port (22), user (required); " +
 				"password, or key (PEM text) or key_file (path relative to the work dir; see Local paths: own work dir, plugin folder, or a resource the task names), " +
 				"passphrase, cert (OpenSSH user certificate line); host_key = {policy = \"strict\"|\"pinned\"|\"tofu\"|\"insecure\", " +
@@ -26,8 +27,8 @@ var moduleSpec = bindings.ModuleSpec{
 		},
 		{
 			Name:    "from_input",
-			Params:  []string{"input table", "task? table", "opts? table"},
-			Returns: []string{"ssh.conn"},
+			Params:  []string{"input table", "task? table", "opts? ssh.ConnectOverrides"},
+			Returns: []string{"ssh.Conn"},
 			Doc: "Connects to an automator hook's host the Coopr way: host from input.ipaddress (else task.config.ipaddresses.access_v4), " +
 				"user/password/identityfile/port from input.sshauth (else task.config[\"ssh-auth\"]; user defaults to task.config.sshuser, " +
 				"then root), and host keys pinned from task.config.ssh_host_keys ({rsa=, ed25519=, ecdsa=} base64 blobs). opts may " +
@@ -35,8 +36,8 @@ var moduleSpec = bindings.ModuleSpec{
 		},
 		{
 			Name:    "keyscan",
-			Params:  []string{"opts table"},
-			Returns: []string{"table"},
+			Params:  []string{"opts ssh.KeyscanOptions"},
+			Returns: []string{"ssh.HostKeys"},
 			Doc: "Returns the host keys a server presents as {ed25519=, ecdsa=, rsa=} base64 blobs (types it lacks are absent). " +
 				"opts: host (required), port (22), timeout (10s). Unverified by nature: use it where the provider vouches for the host " +
 				"(a CONFIRM hook right after creation) and record the result as result.ssh_host_keys so automators pin it. " +
@@ -50,8 +51,8 @@ var moduleSpec = bindings.ModuleSpec{
 		},
 		{
 			Name:    "conn:exec",
-			Params:  []string{"cmd string", "opts? table"},
-			Returns: []string{"table"},
+			Params:  []string{"cmd string", "opts? ssh.ExecOptions"},
+			Returns: []string{"ssh.ExecResult"},
 			Doc: "Runs a shell command and returns {stdout, stderr, exit_code, signal, timed_out, stopped, truncated, duration_ms, ok}. " +
 				"A non-zero exit is data unless opts.check = true, which raises kind \"command\" with command, stdout, stderr, exit_code " +
 				"(and \"timeout\" when timed out). opts: timeout (none; the hook deadline always applies), kill_grace (5s), " +
@@ -67,8 +68,8 @@ var moduleSpec = bindings.ModuleSpec{
 		},
 		{
 			Name:    "conn:upload",
-			Params:  []string{"local string", "remote string", "opts? table"},
-			Returns: []string{"table"},
+			Params:  []string{"local string", "remote string", "opts? ssh.UploadOptions"},
+			Returns: []string{"ssh.TransferResult"},
 			Doc: "Copies a local file (relative to the work dir; own work dir, plugin folder or a resource the task names) to an absolute remote " +
 				"path over SFTP and returns {bytes, duration_ms}. opts: mode (\"0640\"; default: the existing file's, else 0644), " +
 				"owner, group, sudo (true | {user=, password=}: stage in a private temp file, then a root shell installs it), " +
@@ -76,8 +77,8 @@ var moduleSpec = bindings.ModuleSpec{
 		},
 		{
 			Name:    "conn:upload_dir",
-			Params:  []string{"local string|table", "remote string", "opts? table"},
-			Returns: []string{"table"},
+			Params:  []string{"local string|table<string, string>", "remote string", "opts? ssh.UploadDirOptions"},
+			Returns: []string{"ssh.TransferResult"},
 			Doc: "Copies a local directory tree into a remote directory (created if missing) and returns {files, dirs, links, bytes, " +
 				"method, duration_ms}. local may be a table {name = local dir, ...}: every tree goes in the same stream, into " +
 				"remote/<name>. Modes and mtimes are kept; symlinks travel as symlinks and are never followed, unless follow_links " +
@@ -90,20 +91,20 @@ var moduleSpec = bindings.ModuleSpec{
 		},
 		{
 			Name:    "conn:download",
-			Params:  []string{"remote string", "local string", "opts? table"},
-			Returns: []string{"table"},
+			Params:  []string{"remote string", "local string", "opts? ssh.DownloadOptions"},
+			Returns: []string{"ssh.TransferResult"},
 			Doc: "Copies a remote file to a local path (created atomically, parent dirs made, inside the hook's own work dir " +
 				"only) and returns {bytes, duration_ms}. opts: max_size (\"1GiB\"), mode (\"0644\").",
 		},
 		{
 			Name:    "conn:write",
-			Params:  []string{"remote string", "content string", "opts? table"},
-			Returns: []string{"table"},
+			Params:  []string{"remote string", "content string", "opts? ssh.UploadOptions"},
+			Returns: []string{"ssh.TransferResult"},
 			Doc:     "Writes a string to a remote file; same options and result as conn:upload.",
 		},
 		{
 			Name:    "conn:read",
-			Params:  []string{"remote string", "opts? table"},
+			Params:  []string{"remote string", "opts? ssh.ReadOptions"},
 			Returns: []string{"string"},
 			Doc:     "Returns a remote file's content. opts: max_size (\"16MiB\"; larger files raise \"io\"), sudo (read through sudo cat).",
 		},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/yuin/gopher-lua/parse"
 
+	"github.com/loomrt/loom/bindings"
 	"github.com/loomrt/loom/runtime"
 )
 
@@ -73,5 +74,26 @@ func TestStubsParse(t *testing.T) {
 	}
 	if got := luaParamName("local?"); got != "local_?" {
 		t.Errorf(`luaParamName("local?") = %q`, got)
+	}
+}
+
+// TestSpecTypesDeclared fails when a Params, Returns or field type of any
+// binding names a class that no spec declares: the editor would silently
+// treat it as any.
+func TestSpecTypesDeclared(t *testing.T) {
+	a := &App{Getenv: func(string) string { return "" }, Version: "test"}
+	reg := a.newBindings(&globalOptions{workDir: t.TempDir()}, discardLogger())
+	defer reg.Close()
+	for _, name := range reg.Names() {
+		b, _ := reg.Lookup(name)
+		for _, bad := range b.Spec().UndeclaredTypes(nil) {
+			t.Errorf("undeclared type in loom.%s: %s (declare it in the spec's Types, or fix the name)", name, bad)
+		}
+	}
+	// The check itself must catch a typo.
+	s := bindings.ModuleSpec{Name: "x", Types: []bindings.TypeSpec{{Name: "x.Opts"}},
+		Funcs: []bindings.FuncSpec{{Name: "f", Params: []string{"o? x.Opt", "p {mode?: string}"}, Returns: []string{"x.Opts|nil"}}}}
+	if got := s.UndeclaredTypes(nil); len(got) != 1 || got[0] != "x.f param o?: x.Opt" {
+		t.Errorf("UndeclaredTypes = %q, want the one typo x.Opt", got)
 	}
 }

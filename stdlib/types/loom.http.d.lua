@@ -76,12 +76,13 @@ function loom_http.patch(url, opts) end
 ---@return table
 function loom_http.delete(url, opts) end
 
+---@class loom_http_resp
+local loom_http_resp = {}
+
 --- Decodes the response body as JSON (objects become tables, arrays sequences, null nil), within
 --- the JSON converter's depth and size limits. Returns nil for an empty body. Raises an "http"
 --- error naming the URL when the body is not valid JSON.
 ---@return any
----@class loom_http_resp
-local loom_http_resp = {}
 function loom_http_resp:json() end
 
 return loom_http

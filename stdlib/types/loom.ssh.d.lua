@@ -8,6 +8,134 @@
 ---@class loom_ssh
 local loom_ssh = {}
 
+--- A connection handle from ssh.connect or ssh.from_input.
+---@class ssh.Conn
+local loom_ssh_conn = {}
+
+---@alias ssh.conn ssh.Conn
+---@alias loom_ssh_conn ssh.Conn
+
+--- ssh.connect's options (also a jump host's). Durations are seconds or strings like "30s".
+---@class (exact) ssh.ConnectOptions
+---@field host string host name or address (required)
+---@field port? integer TCP port (22)
+---@field user string login user (required)
+---@field password? string password (a secret)
+---@field key? string private key as PEM or OpenSSH text (a secret); not with key_file
+---@field key_file? string private key file: own work dir, plugin folder or a resource the task names
+---@field passphrase? string the key's passphrase (a secret)
+---@field cert? string OpenSSH user certificate line for the key
+---@field host_key? ssh.HostKeyOptions host-key policy (strict: known_hosts)
+---@field jump? ssh.ConnectOptions a bastion to connect through (up to 4 deep)
+---@field connect_timeout? number|string TCP connect timeout (10s)
+---@field handshake_timeout? number|string SSH handshake timeout (15s)
+---@field keepalive? number|string keepalive interval (15s)
+---@field keepalive_max? integer unanswered keepalives before the connection is dropped (3)
+---@field reuse? boolean share a pooled connection (true); false gives a private one closed by conn:close()
+
+--- ssh.from_input's opts: any ssh.connect option, overriding what the task gives.
+---@class (exact) ssh.ConnectOverrides
+---@field host? string host name or address
+---@field port? integer TCP port (22)
+---@field user? string login user
+---@field password? string password (a secret)
+---@field key? string private key as PEM or OpenSSH text (a secret); not with key_file
+---@field key_file? string private key file: own work dir, plugin folder or a resource the task names
+---@field passphrase? string the key's passphrase (a secret)
+---@field cert? string OpenSSH user certificate line for the key
+---@field host_key? ssh.HostKeyOptions host-key policy (strict: known_hosts)
+---@field jump? ssh.ConnectOptions a bastion to connect through (up to 4 deep)
+---@field connect_timeout? number|string TCP connect timeout (10s)
+---@field handshake_timeout? number|string SSH handshake timeout (15s)
+---@field keepalive? number|string keepalive interval (15s)
+---@field keepalive_max? integer unanswered keepalives before the connection is dropped (3)
+---@field reuse? boolean share a pooled connection (true); false gives a private one closed by conn:close()
+
+--- How the server's host key is verified.
+---@class (exact) ssh.HostKeyOptions
+---@field policy? "strict"|"pinned"|"tofu"|"insecure" strict (known_hosts), or pinned when pinned is given; tofu and insecure need the daemon's consent
+---@field pinned? string|string[] accepted keys: "SHA256:..." fingerprints, key lines or base64 blobs
+---@field known_hosts? string|string[] known_hosts files to check against
+
+--- ssh.keyscan's options.
+---@class (exact) ssh.KeyscanOptions
+---@field host string host name or address (required)
+---@field port? integer TCP port (22)
+---@field timeout? number|string overall timeout (10s)
+
+--- Host keys as base64 blobs; the types a server lacks are absent.
+---@class ssh.HostKeys
+---@field ed25519? string ssh-ed25519 key
+---@field ecdsa? string ecdsa-sha2-nistp256 key
+---@field rsa? string ssh-rsa key
+
+--- Run as another user through sudo; sudo = true means {user = "root"}.
+---@class (exact) ssh.SudoOptions
+---@field user? string target user (root)
+---@field password? string sudo password, written only at sudo's prompt (a secret); without it sudo -n
+
+--- conn:exec's options.
+---@class (exact) ssh.ExecOptions
+---@field check? boolean raise "command" on a non-zero exit, "timeout" on a timeout (false)
+---@field timeout? number|string command timeout (none; the hook deadline always applies)
+---@field kill_grace? number|string wait between TERM and KILL of a stopped command (5s)
+---@field env? table<string, string> environment (Setenv, else an export prefix)
+---@field stdin? string standard input
+---@field pty? boolean allocate a terminal; merges stderr into stdout (false)
+---@field sudo? boolean|ssh.SudoOptions run through sudo
+---@field on_stdout? fun(line: string) called with each line of stdout
+---@field on_stderr? fun(line: string) called with each line of stderr
+---@field max_capture? number|string captured bytes per stream ("4MiB"); the rest is drained and counted
+---@field cleanup? string shell code run on the node after a stopped command is dead
+
+--- What conn:exec returns.
+---@class ssh.ExecResult
+---@field stdout string captured standard output
+---@field stderr string captured standard error
+---@field exit_code integer exit status
+---@field signal? string the signal that ended the command, if any
+---@field timed_out boolean the timeout stopped the command
+---@field stopped? string what was killed when the command was stopped
+---@field truncated boolean output beyond max_capture was dropped
+---@field duration_ms integer run time in milliseconds
+---@field ok boolean exit_code == 0 and not timed out
+
+--- conn:upload's and conn:write's options.
+---@class (exact) ssh.UploadOptions
+---@field mode? string octal mode like "0640" (the existing file's, else 0644)
+---@field owner? string chown to this user
+---@field group? string chgrp to this group
+---@field sudo? boolean|ssh.SudoOptions stage in a private temp file, then a root shell installs it
+---@field atomic? boolean write a temp file in the same dir, then rename over the target (true)
+
+--- conn:upload_dir's options.
+---@class (exact) ssh.UploadDirOptions
+---@field method? "auto"|"tar"|"sftp" auto: a tar stream when the host has tar, else SFTP (auto)
+---@field owner? string chown -R to this user afterwards
+---@field group? string chgrp -R to this group afterwards
+---@field sudo? boolean|ssh.SudoOptions extract as another user (method tar only)
+---@field follow_links? boolean send what symlinks point to instead of the links (false)
+---@field after? string shell code run once the trees are in place; a non-zero exit raises "command"
+
+--- conn:download's options.
+---@class (exact) ssh.DownloadOptions
+---@field max_size? number|string largest file accepted ("1GiB")
+---@field mode? string octal mode of the local file ("0644")
+
+--- conn:read's options.
+---@class (exact) ssh.ReadOptions
+---@field max_size? number|string largest file accepted ("16MiB"); larger raises "io"
+---@field sudo? boolean|ssh.SudoOptions read through sudo cat
+
+--- What conn:upload, conn:write, conn:download and conn:upload_dir return.
+---@class ssh.TransferResult
+---@field bytes integer bytes copied
+---@field duration_ms integer copy time in milliseconds
+---@field files? integer upload_dir: regular files sent
+---@field dirs? integer upload_dir: directories sent
+---@field links? integer upload_dir: symlinks sent
+---@field method? "tar"|"sftp" upload_dir: how the trees travelled
+
 --- Opens (or reuses) a pooled connection and returns a handle. opts: host (required), port (22),
 --- user (required); password, or key (PEM text) or key_file (path relative to the work dir; see
 --- Local paths: own work dir, plugin folder, or a resource the task names), passphrase, cert
@@ -18,8 +146,8 @@ local loom_ssh = {}
 --- Durations are seconds or strings like "30s". Passwords, keys and passphrases are registered as
 --- secrets. Raises config, permission (tofu/insecure not enabled, path outside the roots), connect,
 --- auth, host_key (shows both fingerprints on a mismatch) or timeout.
----@param opts table
----@return ssh.conn
+---@param opts ssh.ConnectOptions
+---@return ssh.Conn
 function loom_ssh.connect(opts) end
 
 --- Connects to an automator hook's host the Coopr way: host from input.ipaddress (else
@@ -29,16 +157,16 @@ function loom_ssh.connect(opts) end
 --- ssh.connect field; its host_key is merged with the task's pins.
 ---@param input table
 ---@param task? table
----@param opts? table
----@return ssh.conn
+---@param opts? ssh.ConnectOverrides
+---@return ssh.Conn
 function loom_ssh.from_input(input, task, opts) end
 
 --- Returns the host keys a server presents as {ed25519=, ecdsa=, rsa=} base64 blobs (types it lacks
 --- are absent). opts: host (required), port (22), timeout (10s). Unverified by nature: use it where
 --- the provider vouches for the host (a CONFIRM hook right after creation) and record the result as
 --- result.ssh_host_keys so automators pin it. Raises connect or timeout when no key could be read.
----@param opts table
----@return table
+---@param opts ssh.KeyscanOptions
+---@return ssh.HostKeys
 function loom_ssh.keyscan(opts) end
 
 --- Quotes each argument as one POSIX shell word and joins them with spaces: ssh.quote("it's") ==
@@ -62,10 +190,8 @@ function loom_ssh.quote(...) end
 --- behind, and stopped says what was killed. A dropped connection raises "transport_lost" (the
 --- command is never re-run); sudo refusals raise "auth" or "permission".
 ---@param cmd string
----@param opts? table
----@return table
----@class loom_ssh_conn
-local loom_ssh_conn = {}
+---@param opts? ssh.ExecOptions
+---@return ssh.ExecResult
 function loom_ssh_conn:exec(cmd, opts) end
 
 --- Copies a local file (relative to the work dir; own work dir, plugin folder or a resource the
@@ -75,8 +201,8 @@ function loom_ssh_conn:exec(cmd, opts) end
 --- file in the same dir, chmod/chown, then rename over the target).
 ---@param local_ string
 ---@param remote string
----@param opts? table
----@return table
+---@param opts? ssh.UploadOptions
+---@return ssh.TransferResult
 function loom_ssh_conn:upload(local_, remote, opts) end
 
 --- Copies a local directory tree into a remote directory (created if missing) and returns {files,
@@ -89,31 +215,31 @@ function loom_ssh_conn:upload(local_, remote, opts) end
 --- group (chown -R afterwards), sudo (tar only), after (shell code run once the trees are in place,
 --- in the same exec and as the same user, stdin /dev/null; a non-zero exit raises "command" with
 --- its stdout, stderr and exit_code).
----@param local_ string|table
+---@param local_ string|table<string, string>
 ---@param remote string
----@param opts? table
----@return table
+---@param opts? ssh.UploadDirOptions
+---@return ssh.TransferResult
 function loom_ssh_conn:upload_dir(local_, remote, opts) end
 
 --- Copies a remote file to a local path (created atomically, parent dirs made, inside the hook's
 --- own work dir only) and returns {bytes, duration_ms}. opts: max_size ("1GiB"), mode ("0644").
 ---@param remote string
 ---@param local_ string
----@param opts? table
----@return table
+---@param opts? ssh.DownloadOptions
+---@return ssh.TransferResult
 function loom_ssh_conn:download(remote, local_, opts) end
 
 --- Writes a string to a remote file; same options and result as conn:upload.
 ---@param remote string
 ---@param content string
----@param opts? table
----@return table
+---@param opts? ssh.UploadOptions
+---@return ssh.TransferResult
 function loom_ssh_conn:write(remote, content, opts) end
 
 --- Returns a remote file's content. opts: max_size ("16MiB"; larger files raise "io"), sudo (read
 --- through sudo cat).
 ---@param remote string
----@param opts? table
+---@param opts? ssh.ReadOptions
 ---@return string
 function loom_ssh_conn:read(remote, opts) end
 
