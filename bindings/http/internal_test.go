@@ -147,3 +147,32 @@ func TestCheckDenied(t *testing.T) {
 		}
 	}
 }
+
+// TestOptionClassesMatchParser keeps the spec's http.RequestOptions and
+// http.TLSOptions classes (the LuaLS stubs) equal to the keys the parser
+// accepts, so an editor never flags a valid option or misses a typo.
+func TestOptionClassesMatchParser(t *testing.T) {
+	want := map[string]map[string]bool{"http.RequestOptions": optionKeys, "http.TLSOptions": tlsKeys}
+	for _, ty := range New(Options{}).Spec().Types {
+		keys, ok := want[ty.Name]
+		if !ok {
+			continue
+		}
+		delete(want, ty.Name)
+		declared := map[string]bool{}
+		for _, f := range ty.Fields {
+			declared[f.Name] = true
+			if !keys[f.Name] {
+				t.Errorf("%s declares %s, which the parser rejects", ty.Name, f.Name)
+			}
+		}
+		for k := range keys {
+			if !declared[k] {
+				t.Errorf("%s lacks %s, which the parser accepts", ty.Name, k)
+			}
+		}
+	}
+	for name := range want {
+		t.Errorf("the spec declares no %s", name)
+	}
+}

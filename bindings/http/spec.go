@@ -32,8 +32,8 @@ func (b *Binding) Spec() bindings.ModuleSpec {
 	verb := func(name, method string) bindings.FuncSpec {
 		return bindings.FuncSpec{
 			Name:    name,
-			Params:  []string{"url string", "opts? table"},
-			Returns: []string{"table"},
+			Params:  []string{"url string", "opts? http.RequestOptions"},
+			Returns: []string{"http.Response"},
 			Doc:     "Same as http.request(\"" + method + "\", url, opts).",
 		}
 	}
@@ -42,11 +42,12 @@ func (b *Binding) Spec() bindings.ModuleSpec {
 		Doc: "HTTP client for cloud APIs: JSON in and out, timeouts bounded by the hook deadline, retries that honour " +
 			"Retry-After, TLS with private CAs and client certificates, unix sockets, pooled connections, the plugin's " +
 			"host allow-list, and credentials kept out of logs and errors.",
+		Types: types,
 		Funcs: []bindings.FuncSpec{
 			{
 				Name:    "request",
-				Params:  []string{"method string", "url string", "opts? table"},
-				Returns: []string{"table"},
+				Params:  []string{"method string", "url string", "opts? http.RequestOptions"},
+				Returns: []string{"http.Response"},
 				Doc:     "Sends an HTTP request and reads the whole response. " + responseDoc + "\n" + optsDoc + "\n" + errorsDoc,
 			},
 			verb("get", "GET"),

@@ -7,6 +7,49 @@
 ---@class loom_http
 local loom_http = {}
 
+--- The options of http.request and of every verb function; all optional.
+---@class (exact) http.RequestOptions
+---@field headers? table<string, string|string[]> request headers, name -> value or list of values
+---@field query? table<string, string|number|boolean|table> appended to the URL's query; a list value repeats the name
+---@field body? string request body; not with json
+---@field json? any a Lua value sent as JSON (sets Content-Type and Accept); not with body
+---@field timeout? number seconds per attempt (the time left before the hook deadline, always bounded by it)
+---@field retries? integer retries after a connection error, timeout, 429 or 5xx (0)
+---@field retry_delay? number first back-off in seconds (0.5), exponential with jitter
+---@field retry_max_delay? number back-off cap in seconds (30); a longer Retry-After ends the retries
+---@field retry_non_idempotent? boolean also retry POST and PATCH (false)
+---@field max_body? integer response body cap in bytes (4 MiB); larger raises "http"
+---@field follow_redirects? boolean|integer true (up to 10), false (3xx are data) or a maximum count
+---@field tls? http.TLSOptions private CA, client certificate, server name
+---@field unix_socket? string connect to this unix socket instead of the URL's host
+---@field basic_auth? http.BasicAuth|string[] sets Authorization: Basic (a secret)
+---@field bearer? string sets Authorization: Bearer (a secret)
+---@field check? boolean raise an "http" error for a status >= 400 (false)
+
+--- TLS settings of a request.
+---@class (exact) http.TLSOptions
+---@field ca? string PEM CA certificates trusted instead of the system roots
+---@field client_cert? string PEM client certificate; with client_key
+---@field client_key? string PEM client key (a secret); with client_cert
+---@field server_name? string name to verify instead of the URL's host
+---@field insecure_skip_verify? boolean skip certificate verification (logged as a warning)
+
+--- Basic credentials; {user, password} as a list works too.
+---@class http.BasicAuth
+---@field user string user name
+---@field password? string password
+
+--- What a request returns; statuses >= 400 are data unless opts.check is true.
+---@class http.Response
+---@field status integer HTTP status code
+---@field ok boolean true for 2xx
+---@field headers table<string, string> lower-case names; repeated headers joined with ", "
+---@field body string the whole body
+---@field url string the final URL after redirects, without credentials
+local loom_http_resp = {}
+
+---@alias loom_http_resp http.Response
+
 --- Sends an HTTP request and reads the whole response. Returns a response table: status (number),
 --- ok (true for 2xx), headers (lower-case names; repeated headers joined with ", "), body (string),
 --- url (the final URL after redirects, without credentials), and the method resp:json(). Statuses
@@ -36,48 +79,45 @@ local loom_http = {}
 --- (fields status, max_body), or too many redirects.
 ---@param method string
 ---@param url string
----@param opts? table
----@return table
+---@param opts? http.RequestOptions
+---@return http.Response
 function loom_http.request(method, url, opts) end
 
 --- Same as http.request("GET", url, opts).
 ---@param url string
----@param opts? table
----@return table
+---@param opts? http.RequestOptions
+---@return http.Response
 function loom_http.get(url, opts) end
 
 --- Same as http.request("HEAD", url, opts).
 ---@param url string
----@param opts? table
----@return table
+---@param opts? http.RequestOptions
+---@return http.Response
 function loom_http.head(url, opts) end
 
 --- Same as http.request("POST", url, opts).
 ---@param url string
----@param opts? table
----@return table
+---@param opts? http.RequestOptions
+---@return http.Response
 function loom_http.post(url, opts) end
 
 --- Same as http.request("PUT", url, opts).
 ---@param url string
----@param opts? table
----@return table
+---@param opts? http.RequestOptions
+---@return http.Response
 function loom_http.put(url, opts) end
 
 --- Same as http.request("PATCH", url, opts).
 ---@param url string
----@param opts? table
----@return table
+---@param opts? http.RequestOptions
+---@return http.Response
 function loom_http.patch(url, opts) end
 
 --- Same as http.request("DELETE", url, opts).
 ---@param url string
----@param opts? table
----@return table
+---@param opts? http.RequestOptions
+---@return http.Response
 function loom_http.delete(url, opts) end
-
----@class loom_http_resp
-local loom_http_resp = {}
 
 --- Decodes the response body as JSON (objects become tables, arrays sequences, null nil), within
 --- the JSON converter's depth and size limits. Returns nil for an empty body. Raises an "http"
