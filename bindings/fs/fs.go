@@ -44,9 +44,17 @@ func (b *Binding) Spec() bindings.ModuleSpec {
 			"resources the task names (read only, e.g. config[\"ssh-auth\"].identityfile). Relative paths are relative to the work dir. " +
 			"Paths that resolve elsewhere, by \"..\", absolute path or symlink, raise a \"permission\" error that says nothing about " +
 			"what is there; I/O failures raise \"io\".",
+		Types: []bindings.TypeSpec{{
+			Name:  "fs.WriteOptions",
+			Doc:   "fs.write's options. Other keys are ignored at run time; the stubs flag them as typos.",
+			Exact: true,
+			Fields: []bindings.FieldSpec{
+				{Name: "mode", Type: "string", Optional: true, Doc: "octal file mode such as \"0644\" (\"0600\")"},
+			},
+		}},
 		Funcs: []bindings.FuncSpec{
 			{Name: "read", Params: p, Returns: []string{"string"}, Doc: "Returns the file's content (at most 64 MiB)."},
-			{Name: "write", Params: []string{"path string", "content string", "opts? {mode?: string}"},
+			{Name: "write", Params: []string{"path string", "content string", "opts? fs.WriteOptions"},
 				Doc: "Writes atomically (a temp file renamed over the target), creating parent dirs. mode is octal, default \"0600\"."},
 			{Name: "exists", Params: p, Returns: []string{"boolean"}, Doc: "Reports whether the path exists."},
 			{Name: "remove", Params: p, Returns: []string{"boolean"}, Doc: "Removes a file or an empty dir; returns false when it did not exist."},

@@ -20,8 +20,16 @@ func (b *Binding) Spec() bindings.ModuleSpec {
 	return bindings.ModuleSpec{
 		Name: "json",
 		Doc:  "JSON encoding and decoding. null decodes to nil; empty tables encode as {} unless marked with json.array.",
+		Types: []bindings.TypeSpec{{
+			Name:  "json.EncodeOptions",
+			Doc:   "json.encode's options. Other keys are ignored at run time; the stubs flag them as typos.",
+			Exact: true,
+			Fields: []bindings.FieldSpec{
+				{Name: "indent", Type: "string", Optional: true, Doc: "indent each level with this string (none: compact output)"},
+			},
+		}},
 		Funcs: []bindings.FuncSpec{
-			{Name: "encode", Params: []string{"value any", "opts? {indent?: string}"}, Returns: []string{"string"},
+			{Name: "encode", Params: []string{"value any", "opts? json.EncodeOptions"}, Returns: []string{"string"},
 				Doc: "Encodes a value. Object keys are sorted. Raises on functions, cycles, NaN, or nesting deeper than 64."},
 			{Name: "decode", Params: []string{"text string"}, Returns: []string{"any"},
 				Doc: "Decodes JSON text. Raises with the line and column of a syntax error. Objects become tables, arrays sequences, null nil."},

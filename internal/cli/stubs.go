@@ -212,7 +212,7 @@ func renderClassMarkdown(b *strings.Builder, t bindings.TypeSpec) {
 		fmt.Fprintf(b, "%s", t.Doc)
 	}
 	if t.Exact {
-		b.WriteString(" Exact: other keys are an error.")
+		b.WriteString(" Exact: the stubs flag any other key.")
 	}
 	if len(t.Aliases) > 0 {
 		fmt.Fprintf(b, " Also named %s.", "`"+strings.Join(t.Aliases, "`, `")+"`")

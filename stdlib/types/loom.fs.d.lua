@@ -9,6 +9,10 @@
 ---@class loom_fs
 local loom_fs = {}
 
+--- fs.write's options. Other keys are ignored at run time; the stubs flag them as typos.
+---@class (exact) fs.WriteOptions
+---@field mode? string octal file mode such as "0644" ("0600")
+
 --- Returns the file's content (at most 64 MiB).
 ---@param path string
 ---@return string
@@ -18,7 +22,7 @@ function loom_fs.read(path) end
 --- default "0600".
 ---@param path string
 ---@param content string
----@param opts? {mode?: string}
+---@param opts? fs.WriteOptions
 function loom_fs.write(path, content, opts) end
 
 --- Reports whether the path exists.

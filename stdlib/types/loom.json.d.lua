@@ -6,10 +6,14 @@
 ---@class loom_json
 local loom_json = {}
 
+--- json.encode's options. Other keys are ignored at run time; the stubs flag them as typos.
+---@class (exact) json.EncodeOptions
+---@field indent? string indent each level with this string (none: compact output)
+
 --- Encodes a value. Object keys are sorted. Raises on functions, cycles, NaN, or nesting deeper
 --- than 64.
 ---@param value any
----@param opts? {indent?: string}
+---@param opts? json.EncodeOptions
 ---@return string
 function loom_json.encode(value, opts) end
 
