@@ -15,12 +15,12 @@ var builtinTypes = map[string]bool{
 
 // typeName matches a type name in a LuaLS type expression. A name followed
 // by ":" (after an optional "?") is a key of an inline table or a fun()
-// parameter, not a type, and is skipped by typeNames.
+// parameter, not a type, and is skipped by TypeNames.
 var typeName = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_.]*(\??\s*:)?`)
 
-// typeNames returns the type names an expression such as
+// TypeNames returns the type names an expression such as
 // "string|ssh.SudoOptions", "{mode?: string}" or "fun(line: string)" uses.
-func typeNames(expr string) []string {
+func TypeNames(expr string) []string {
 	// Quoted literals ("strict"|"pinned") are values, not names.
 	expr = regexp.MustCompile(`"[^"]*"|'[^']*'`).ReplaceAllString(expr, "")
 	var out []string
@@ -48,7 +48,7 @@ func (s ModuleSpec) UndeclaredTypes(extra map[string]bool) []string {
 	}
 	var bad []string
 	check := func(where, expr string) {
-		for _, n := range typeNames(expr) {
+		for _, n := range TypeNames(expr) {
 			if !builtinTypes[n] && !declared[n] && !extra[n] {
 				bad = append(bad, fmt.Sprintf("%s: %s", where, n))
 			}
@@ -73,3 +73,7 @@ func (s ModuleSpec) UndeclaredTypes(extra map[string]bool) []string {
 	}
 	return bad
 }
+
+// IsBuiltinType reports whether name is a LuaLS builtin type ("string",
+// "table", "fun").
+func IsBuiltinType(name string) bool { return builtinTypes[name] }
