@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +19,7 @@ import (
 	"github.com/loomrt/loom/internal/bundle"
 	"github.com/loomrt/loom/internal/rancher"
 	"github.com/loomrt/loom/runtime"
+	"github.com/loomrt/loom/runtime/kindcall"
 )
 
 type driverOptions struct {
@@ -162,27 +162,13 @@ func stopGracefully(gs *grpc.Server, d time.Duration) {
 }
 
 // clusterDriverType finds typ among the loaded types and checks it is a
-// cluster driver, saying what was loaded instead.
+// cluster driver; the error says what was loaded instead.
 func clusterDriverType(rt *runtime.Runtime, typ string) (runtime.TypeInfo, error) {
-	var drivers []string
-	for _, t := range rt.Types() {
-		if t.Name == typ {
-			if t.Family != runtime.ClusterDriver {
-				return t, fmt.Errorf("type %q is a %s (%s), not a cluster driver: Rancher serves types listed under \"clusterdrivers\"", typ, t.Family, t.Key)
-			}
-			return t, nil
-		}
-		if t.Family == runtime.ClusterDriver {
-			drivers = append(drivers, t.Name)
-		}
+	info, err := kindcall.Lookup(rt, typ, runtime.ClusterDriver)
+	if err != nil {
+		return info, fmt.Errorf("%w (check --plugins)", err)
 	}
-	for _, e := range rt.LoadErrors() {
-		if e.Type == typ && !e.Warning {
-			return runtime.TypeInfo{}, fmt.Errorf("cluster driver %q failed to load: %v", typ, e)
-		}
-	}
-	sort.Strings(drivers)
-	return runtime.TypeInfo{}, fmt.Errorf("no loaded plugin declares the cluster driver %q (cluster drivers loaded: %s; check --plugins)", typ, orNone(drivers))
+	return info, nil
 }
 
 func orNone(s []string) string {

@@ -41,18 +41,36 @@ func New(rt *runtime.Runtime, name string, family runtime.Family) (*Type, error)
 	if rt == nil {
 		return nil, errors.New("kindcall: nil runtime")
 	}
-	k := runtime.KindOf(family)
-	if k == nil || k.Coopr {
+	if k := runtime.KindOf(family); k == nil || k.Coopr {
 		return nil, fmt.Errorf("kindcall: %q is not a called kind (want one of %s)", family, calledFamilies())
+	}
+	if _, err := Lookup(rt, name, family); err != nil {
+		return nil, fmt.Errorf("kindcall: %w", err)
+	}
+	return &Type{rt: rt, name: name, family: family}, nil
+}
+
+// Lookup returns what the runtime loaded for the plugin type name, which
+// must be of the given family. Its error names the type's real family and
+// the definition key to list it under, or the type's load error, and the
+// loaded types of the family, so that a host (an adapter, loomd driver)
+// can hand it to its user as it is.
+func Lookup(rt *runtime.Runtime, name string, family runtime.Family) (runtime.TypeInfo, error) {
+	if rt == nil {
+		return runtime.TypeInfo{}, errors.New("nil runtime")
+	}
+	key := string(family)
+	if k := runtime.KindOf(family); k != nil {
+		key = k.Key
 	}
 	var same []string
 	for _, ti := range rt.Types() {
 		if ti.Name == name {
 			if ti.Family != family {
-				return nil, fmt.Errorf("kindcall: plugin type %q (%s) is a %s type, not a %s type: list it under %q in its definition",
-					name, ti.Definition, ti.Family, family, k.Key)
+				return runtime.TypeInfo{}, fmt.Errorf("plugin type %q (%s) is a %s type, not a %s type: list it under %q in its definition",
+					name, ti.Definition, ti.Family, family, key)
 			}
-			return &Type{rt: rt, name: name, family: family}, nil
+			return ti, nil
 		}
 		if ti.Family == family {
 			same = append(same, ti.Name)
@@ -68,7 +86,7 @@ func New(rt *runtime.Runtime, name string, family runtime.Family) (*Type, error)
 	if len(same) > 0 {
 		have = strings.Join(same, ", ")
 	}
-	return nil, fmt.Errorf("kindcall: no loaded plugin declares the %s type %q%s; loaded %s types: %s",
+	return runtime.TypeInfo{}, fmt.Errorf("no loaded plugin declares the %s type %q%s; loaded %s types: %s",
 		family, name, failed, family, have)
 }
 
