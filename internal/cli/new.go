@@ -13,9 +13,6 @@ import (
 	"text/template"
 
 	"github.com/spf13/cobra"
-
-	"github.com/loomrt/loom/internal/plugtest"
-	"github.com/loomrt/loom/stdlib"
 )
 
 //go:embed newtmpl
@@ -115,12 +112,9 @@ func (a *App) runNew(g *globalOptions, family, name, dir string) error {
 	reg := a.newBindings(g, discardLogger())
 	defer reg.Close()
 	stubs := filepath.ToSlash(filepath.Join(".luals", "loom"))
-	for _, n := range reg.Names() {
-		b, _ := reg.Lookup(n)
-		files[stubs+"/loom."+n+".d.lua"] = []byte(renderStub(b.Spec()))
+	for _, f := range stubFiles(reg) {
+		files[stubs+"/"+f.name] = f.src
 	}
-	files[stubs+"/loom.d.lua"] = stdlib.LoomStub()
-	files[stubs+"/loom.test.d.lua"] = []byte(plugtest.Stub)
 
 	if err := os.MkdirAll(filepath.Join(folder, ".luals", "loom"), 0o755); err != nil {
 		return fmt.Errorf("loomd new: %w", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/loomrt/loom/bindings"
+	"github.com/loomrt/loom/internal/plugtest"
 	"github.com/loomrt/loom/runtime"
 	"github.com/loomrt/loom/stdlib"
 )
@@ -39,20 +40,9 @@ your .luarc.json. With --markdown, print the binding reference instead.`,
 			if err := os.MkdirAll(out, 0o755); err != nil {
 				return err
 			}
-			for _, name := range reg.Names() {
-				b, _ := reg.Lookup(name)
-				path := filepath.Join(out, "loom."+name+".d.lua")
-				if err := os.WriteFile(path, []byte(renderStub(b.Spec())), 0o644); err != nil {
-					return err
-				}
-				fmt.Fprintln(a.Out, path)
-			}
-			for _, f := range []struct{ name, src string }{
-				{kindStubFile, renderKindStubs(runtime.Kinds())},
-				{"loom.d.lua", string(stdlib.LoomStub())}, // require("loom"): Provider, Automator, self
-			} {
+			for _, f := range stubFiles(reg) {
 				path := filepath.Join(out, f.name)
-				if err := os.WriteFile(path, []byte(f.src), 0o644); err != nil {
+				if err := os.WriteFile(path, f.src, 0o644); err != nil {
 					return err
 				}
 				fmt.Fprintln(a.Out, path)
@@ -63,6 +53,29 @@ your .luarc.json. With --markdown, print the binding reference instead.`,
 	cmd.Flags().StringVar(&out, "out", "", "directory to write loom.<module>.d.lua files into")
 	cmd.Flags().BoolVar(&markdown, "markdown", false, "print the binding reference as Markdown")
 	return cmd
+}
+
+// stubFile is one generated LuaLS definition file.
+type stubFile struct {
+	name string
+	src  []byte
+}
+
+// stubFiles lists every stub an editor needs, in a stable order: one per
+// binding, the kinds' base tables, require("loom") (Provider, Automator,
+// self) and the loomd test API. loomd stubs and loomd new write the same
+// set.
+func stubFiles(reg *bindings.Registry) []stubFile {
+	var out []stubFile
+	for _, name := range reg.Names() {
+		b, _ := reg.Lookup(name)
+		out = append(out, stubFile{"loom." + name + ".d.lua", []byte(renderStub(b.Spec()))})
+	}
+	return append(out,
+		stubFile{kindStubFile, []byte(renderKindStubs(runtime.Kinds()))},
+		stubFile{"loom.d.lua", stdlib.LoomStub()},
+		stubFile{"loom.test.d.lua", []byte(plugtest.Stub)},
+	)
 }
 
 // luaKeywords cannot name a parameter in the stubs (a spec's "local"

@@ -21,6 +21,7 @@ import (
 //	---@param NAME[?] TYPE [description]
 //	---@return TYPE [description]
 //	---@alias NAME TYPE
+//	---@overload TYPE, ---@type TYPE, ---@deprecated, ---@see ...
 //
 // Every type a stub names must be a builtin or a class or alias declared
 // in some stub file; a class's fields must be unique; the ---@param lines
@@ -148,6 +149,9 @@ func checkStubGrammar(lines []string, declared map[string]bool) []string {
 			}
 		case "return":
 			checkType(i, strings.TrimSuffix(leadingType(rest), "..."))
+		case "overload", "type":
+			checkType(i, rest)
+		case "deprecated", "nodiscard", "async", "see", "diagnostic":
 		default:
 			bad(i, "unknown annotation ---@%s", tag)
 		}
