@@ -24,7 +24,7 @@ import (
 //	---@overload TYPE, ---@type TYPE, ---@deprecated, ---@see ...
 //
 // Every type a stub names must be a builtin or a class or alias declared
-// in some stub file; a class's fields must be unique; the ---@param lines
+// in some stub file, and in one file only; a class's fields must be unique; the ---@param lines
 // before a function must name its parameters in order.
 func TestStubsAnnotationGrammar(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("..", "..", "stdlib", "types", "*.lua"))
@@ -33,6 +33,7 @@ func TestStubsAnnotationGrammar(t *testing.T) {
 	}
 	srcs := map[string][]string{}
 	declared := map[string]bool{}
+	classFile := map[string]string{}
 	ident := `[A-Za-z_][A-Za-z0-9_.]*`
 	classRe := regexp.MustCompile(`^---@class (\(exact\) )?(` + ident + `)(: ` + ident + `(, ` + ident + `)*)?$`)
 	aliasRe := regexp.MustCompile(`^---@alias (` + ident + `) (.+)$`)
@@ -44,6 +45,11 @@ func TestStubsAnnotationGrammar(t *testing.T) {
 		srcs[f] = strings.Split(string(b), "\n")
 		for _, line := range srcs[f] {
 			if m := classRe.FindStringSubmatch(line); m != nil {
+				// LuaLS merges same-named classes of different files.
+				if other := classFile[m[2]]; other != "" && other != f {
+					t.Errorf("class %s is declared in %s and %s: LuaLS would merge them", m[2], filepath.Base(other), filepath.Base(f))
+				}
+				classFile[m[2]] = f
 				declared[m[2]] = true
 			} else if m := aliasRe.FindStringSubmatch(line); m != nil {
 				declared[m[1]] = true

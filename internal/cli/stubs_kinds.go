@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"bytes"
 	"fmt"
 	"sort"
 	"strings"
 
 	"github.com/loomrt/loom/runtime"
+	"github.com/loomrt/loom/stdlib"
 )
 
 // kindStubFile is the LuaLS stub file of the called kinds' base tables.
@@ -35,7 +37,7 @@ func renderKindStubs(kinds []*runtime.Kind) string {
 		if s.Doc != "" {
 			fmt.Fprintf(&b, "--- %s\n", s.Doc)
 		}
-		fmt.Fprintf(&b, "---@class Loom%s\n", n)
+		fmt.Fprintf(&b, "---@class %s\n", kindClassName(n))
 		for _, p := range s.Props {
 			opt := "?"
 			if p.Required {
@@ -173,7 +175,7 @@ func luaType(s *runtime.Shape) string {
 		return "table<string, " + luaType(s.Elem) + ">"
 	case runtime.ShapeObject:
 		if s.Name != "" {
-			return "Loom" + s.Name
+			return kindClassName(s.Name)
 		}
 		if len(s.Props) == 0 {
 			return "table"
@@ -189,4 +191,17 @@ func luaType(s *runtime.Shape) string {
 		return "{" + strings.Join(parts, ", ") + "}"
 	}
 	return "any"
+}
+
+// kindClassName is the LuaLS class of a kind's named schema: "Loom" +
+// name, or "LoomKind" + name when loom.d.lua already declares the first
+// (its LoomInstance is a hook's self; a cloud provider's Instance is
+// another thing, and LuaLS would merge the two classes).
+func kindClassName(name string) string {
+	cls := "Loom" + name
+	if bytes.Contains(stdlib.LoomStub(), []byte("---@class "+cls+"\n")) ||
+		bytes.Contains(stdlib.LoomStub(), []byte("---@class "+cls+":")) {
+		return "LoomKind" + name
+	}
+	return cls
 }

@@ -47,7 +47,7 @@
 ---@field password? boolean a string shown as a password field
 ---@field default? any a scalar or a list matching type
 
----@class LoomInstance
+---@class LoomKindInstance
 ---@field name? string
 ---@field id? string
 ---@field provider_id? string the node's spec.providerID; empty: none
@@ -294,13 +294,13 @@ function LoomCloudProvider:validate(req) end
 
 --- Required. Find the machine's instance (by the uid tag); not_found when there is none.
 ---@param req {machine: LoomMachine}
----@return LoomInstance? result
+---@return LoomKindInstance? result
 ---@return (string|LoomCallError)? err
 function LoomCloudProvider:get(req) end
 
 --- Required. Create the instance; must be idempotent (tag it with metadata.uid).
 ---@param req {machine: LoomMachine, userdata: string}
----@return LoomInstance? result
+---@return LoomKindInstance? result
 ---@return (string|LoomCallError)? err
 function LoomCloudProvider:create(req) end
 
