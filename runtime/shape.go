@@ -240,11 +240,13 @@ func plural(s string) string {
 }
 
 func shapeErr(path string, s *Shape, v any) error {
-	return fmt.Errorf("%s: want %s, got %s", path, s.describe(), describeValue(v))
+	return fmt.Errorf("%s: want %s, got %s", path, s.describe(), DescribeValue(v))
 }
 
-// describeValue names a value's JSON type, with the value when short.
-func describeValue(v any) string {
+// DescribeValue names a decoded JSON value's type, with the value when
+// short ("string \"3\"", "a list of 2 items"), for errors that say what
+// a plugin returned instead of what the contract wants.
+func DescribeValue(v any) string {
 	switch x := v.(type) {
 	case nil:
 		return "nothing (nil)"

@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/loomrt/loom/internal/rancher/driverpb"
+	"github.com/loomrt/loom/runtime"
 )
 
 // The hooks' tables use the snake_case keys of docs/kinds/clusterdriver.md.
@@ -151,50 +152,34 @@ func defaultOut(typ string, d any) (*driverpb.Default, error) {
 		if s, ok := d.(string); ok {
 			return &driverpb.Default{DefaultString: s}, nil
 		}
-		return nil, fmt.Errorf("want a string, got %s", describe(d))
+		return nil, fmt.Errorf("want a string, got %s", runtime.DescribeValue(d))
 	case "bool", "boolPtr":
 		if b, ok := d.(bool); ok {
 			return &driverpb.Default{DefaultBool: b}, nil
 		}
-		return nil, fmt.Errorf("want a boolean, got %s", describe(d))
+		return nil, fmt.Errorf("want a boolean, got %s", runtime.DescribeValue(d))
 	case "int", "intPtr":
 		n, err := toInt64(d, "value")
 		if err != nil {
-			return nil, fmt.Errorf("want an integer, got %s", describe(d))
+			return nil, fmt.Errorf("want an integer, got %s", runtime.DescribeValue(d))
 		}
 		return &driverpb.Default{DefaultInt: n}, nil
 	case "stringSlice":
 		list, ok := d.([]any)
 		if !ok {
-			return nil, fmt.Errorf("want a list of strings, got %s", describe(d))
+			return nil, fmt.Errorf("want a list of strings, got %s", runtime.DescribeValue(d))
 		}
 		ss := &driverpb.StringSlice{Value: make([]string, len(list))}
 		for i, e := range list {
 			s, ok := e.(string)
 			if !ok {
-				return nil, fmt.Errorf("[%d]: want a string, got %s", i+1, describe(e))
+				return nil, fmt.Errorf("[%d]: want a string, got %s", i+1, runtime.DescribeValue(e))
 			}
 			ss.Value[i] = s
 		}
 		return &driverpb.Default{DefaultStringSlice: ss}, nil
 	}
 	return nil, fmt.Errorf("unknown flag type %q", typ)
-}
-
-func describe(v any) string {
-	switch x := v.(type) {
-	case string:
-		return fmt.Sprintf("string %q", x)
-	case float64:
-		return fmt.Sprintf("number %v", x)
-	case bool:
-		return fmt.Sprintf("boolean %v", x)
-	case []any:
-		return "a list"
-	case map[string]any:
-		return "a table"
-	}
-	return fmt.Sprintf("%T", v)
 }
 
 // Capability bits (kontainer-engine types/capabilities.go).
