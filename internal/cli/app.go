@@ -9,7 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"golang.org/x/term"
 )
@@ -41,6 +43,17 @@ type App struct {
 	// Executable is the loomd binary loomd serve starts its worker
 	// processes from; empty means this process's own executable.
 	Executable string
+}
+
+// signals is a.Signals, or else the process's SIGINT and SIGTERM,
+// buffered for n signals; stop releases them.
+func (a *App) signals(n int) (sigs <-chan os.Signal, stop func()) {
+	if a.Signals != nil {
+		return a.Signals, func() {}
+	}
+	c := make(chan os.Signal, n)
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	return c, func() { signal.Stop(c) }
 }
 
 // NewSystemApp returns an App bound to the process.

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -132,13 +130,8 @@ func (a *App) runRancherDriver(ctx context.Context, o *driverOptions, typ, portA
 	logger.Info("serving", "addr", ln.Addr().String(), "service", "types.Driver", "plugin", info.Plugin, "version", info.Version,
 		"hooks", strings.Join(info.Hooks, ","))
 
-	sigs := a.Signals
-	if sigs == nil {
-		c := make(chan os.Signal, 2)
-		signal.Notify(c, os.Interrupt, syscall.SIGTERM)
-		defer signal.Stop(c)
-		sigs = c
-	}
+	sigs, stopSignals := a.signals(2)
+	defer stopSignals()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serving types.Driver on %s: %w", ln.Addr(), err)

@@ -7,8 +7,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -92,13 +90,8 @@ func (a *App) runRepl(ctx context.Context, o *replOptions) error {
 			fmt.Fprintf(a.Err, "loomd: %v; history will not be saved\n", err)
 		}
 	}
-	sigs := a.Signals
-	if sigs == nil {
-		c := make(chan os.Signal, 1)
-		signal.Notify(c, os.Interrupt, syscall.SIGTERM)
-		defer signal.Stop(c)
-		sigs = c
-	}
+	sigs, stopSignals := a.signals(1)
+	defer stopSignals()
 	r, err := repl.New(repl.Options{
 		Runtime:     rt,
 		Type:        o.typeName,

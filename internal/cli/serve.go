@@ -7,12 +7,10 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -196,13 +194,8 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	if o.shutdownTimeout < 0 {
 		return usageErr(fmt.Errorf("--shutdown-timeout %v: must not be negative", o.shutdownTimeout))
 	}
-	sigs := a.Signals
-	if sigs == nil {
-		c := make(chan os.Signal, 2)
-		signal.Notify(c, os.Interrupt, syscall.SIGTERM)
-		defer signal.Stop(c)
-		sigs = c
-	}
+	sigs, stopSignals := a.signals(2)
+	defer stopSignals()
 
 	if err := api.CheckAddr(o.listen, o.token); err != nil {
 		return usageErr(err)
