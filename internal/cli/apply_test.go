@@ -137,9 +137,10 @@ func TestRedactCluster(t *testing.T) {
 	}
 }
 
-// TestLiveView: the terminal view shows progress per stage, running tasks
-// with their elapsed time and failures with their message.
-func TestLiveView(t *testing.T) {
+// twoNodePlan is the create plan of cluster c: node group n of two nodes
+// with service s.
+func twoNodePlan(t *testing.T) *plan.Plan {
+	t.Helper()
 	sp, err := spec.Parse("c.yaml", []byte(`name: c
 provider: {type: p}
 nodegroups: [{name: n, count: 2, services: [s]}]
@@ -153,6 +154,13 @@ services:
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+// TestLiveView: the terminal view shows progress per stage, running tasks
+// with their elapsed time and failures with their message.
+func TestLiveView(t *testing.T) {
+	p := twoNodePlan(t)
 	var buf bytes.Buffer
 	v := newLiveView(&buf, p, &state.Job{ID: "c-001"})
 	t0 := time.Now()
@@ -174,19 +182,7 @@ services:
 // failed task with its message (a task that never started included), and
 // the command that resumes the job.
 func TestSummary(t *testing.T) {
-	sp, err := spec.Parse("c.yaml", []byte(`name: c
-provider: {type: p}
-nodegroups: [{name: n, count: 2, services: [s]}]
-services:
-  s: {actions: {install: {type: a}}}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := plan.Build(plan.Input{Spec: sp, Nodes: sp.Nodes(), Action: plan.Create})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := twoNodePlan(t)
 	job := &state.Job{ID: "c-001", Action: "create", Status: state.JobFailed, Message: "CREATE on c-n-2 failed: quota", Tasks: map[int]*state.Task{}}
 	for i, tk := range p.Tasks {
 		job.Tasks[i] = &state.Task{Status: state.TaskDone}
