@@ -27,7 +27,7 @@ var moduleSpec = bindings.ModuleSpec{
 		},
 		{
 			Name:    "from_input",
-			Params:  []string{"input table", "task? table", "opts? ssh.ConnectOverrides"},
+			Params:  []string{"input LoomAutomatorInput|table", "task? table", "opts? ssh.ConnectOverrides"},
 			Returns: []string{"ssh.Conn"},
 			Doc: "Connects to an automator hook's host the Coopr way: host from input.ipaddress (else task.config.ipaddresses.access_v4), " +
 				"user/password/identityfile/port from input.sshauth (else task.config[\"ssh-auth\"]; user defaults to task.config.sshuser, " +

@@ -30,7 +30,7 @@ function Provider:confirm(input) end
 ---@param input {providerid: string, fields: table}
 function Provider:delete(input) end
 
----@alias LoomAutomatorInput {hostname: string, ipaddress: string, sshauth: {user: string, password?: string, identityfile?: string}, fields: table}
+---@alias LoomAutomatorInput {hostname: string, ipaddress: string, sshauth: {user: string, password?: string, identityfile?: string, port?: integer}, fields: table}
 
 ---@class LoomAutomator: LoomBase
 local Automator = {}

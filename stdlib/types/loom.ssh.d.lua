@@ -155,7 +155,7 @@ function loom_ssh.connect(opts) end
 --- task.config["ssh-auth"]; user defaults to task.config.sshuser, then root), and host keys pinned
 --- from task.config.ssh_host_keys ({rsa=, ed25519=, ecdsa=} base64 blobs). opts may override any
 --- ssh.connect field; its host_key is merged with the task's pins.
----@param input table
+---@param input LoomAutomatorInput|table
 ---@param task? table
 ---@param opts? ssh.ConnectOverrides
 ---@return ssh.Conn
