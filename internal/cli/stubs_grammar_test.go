@@ -90,16 +90,11 @@ func checkStubGrammar(lines []string, declared map[string]bool) []string {
 	nameRe := regexp.MustCompile(`^(` + ident + `|\.\.\.|\[` + ident + `\])\??$`) // [string] is an index field
 	funcRe := regexp.MustCompile(`^function ` + ident + `[.:]` + ident + `\(([^)]*)\) end$`)
 	checkType := func(i int, typ string) {
-		depth := 0
-		for _, r := range typ {
-			switch r {
-			case '(', '{', '<', '[':
-				depth++
-			case ')', '}', '>', ']':
-				depth--
-			}
-		}
-		if depth != 0 || typ == "" {
+		balanced := strings.Count(typ, "(") == strings.Count(typ, ")") &&
+			strings.Count(typ, "{") == strings.Count(typ, "}") &&
+			strings.Count(typ, "<") == strings.Count(typ, ">") &&
+			strings.Count(typ, "[") == strings.Count(typ, "]")
+		if !balanced || typ == "" {
 			bad(i, "malformed type %q", typ)
 			return
 		}
