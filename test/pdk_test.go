@@ -1,6 +1,7 @@
 package test
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -197,5 +198,38 @@ function Typo:helper() return slef.task end
 	r = loomd(t, "", "plugins", "list", "--plugins", dir)
 	if r.code != 1 || strings.Count(r.stderr, "broken.lua:1") != 1 {
 		t.Errorf("plugins list on a broken plugin: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+}
+
+// TestLoomdStubs runs loomd stubs --out: it writes every stub an editor
+// needs (each binding, loom.d.lua, the kinds, the test API), identical to
+// the committed ones, and ssh's option classes are exact.
+func TestLoomdStubs(t *testing.T) {
+	out := t.TempDir()
+	r := loomd(t, "", "stubs", "--out", out)
+	if r.code != 0 {
+		t.Fatalf("loomd stubs: exit %d: %s", r.code, r.stderr)
+	}
+	committed, err := filepath.Glob(filepath.Join(repoRoot(), "stdlib", "types", "*.d.lua"))
+	if err != nil || len(committed) == 0 {
+		t.Fatalf("no committed stubs: %v", err)
+	}
+	for _, f := range committed {
+		want, _ := os.ReadFile(f)
+		got, err := os.ReadFile(filepath.Join(out, filepath.Base(f)))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("loomd stubs did not write %s as committed (err %v)", filepath.Base(f), err)
+		}
+	}
+	for _, name := range []string{"loom.d.lua", "loom.test.d.lua", "loom.kinds.d.lua", "loom.ssh.d.lua"} {
+		if !strings.Contains(r.stdout, filepath.Join(out, name)) {
+			t.Errorf("loomd stubs output does not list %s:\n%s", name, r.stdout)
+		}
+	}
+	ssh, _ := os.ReadFile(filepath.Join(out, "loom.ssh.d.lua"))
+	for _, want := range []string{"---@class (exact) ssh.ExecOptions", "---@field timeout? number|string", "---@return ssh.ExecResult", "---@alias ssh.conn ssh.Conn"} {
+		if !bytes.Contains(ssh, []byte(want)) {
+			t.Errorf("loom.ssh.d.lua lacks %q", want)
+		}
 	}
 }
