@@ -74,6 +74,10 @@ type plugin struct {
 	// protos maps a slash-separated path inside the folder ("lib/x.lua")
 	// to its compiled chunk. Compiled once, shared by every VM.
 	protos map[string]*lua.FunctionProto
+	// defData and sources are the definition and .lua files exactly as
+	// compiled (sources by slash path), for Sources.
+	defData []byte
+	sources map[string][]byte
 	// top lists the top-level .lua files in name order: what runs at
 	// provision time when the definition names no main file.
 	top []string
@@ -232,15 +236,16 @@ func lineOf(msg string) int {
 	return n
 }
 
-// compilePlugin hashes and compiles every .lua file of the folder,
+// compilePlugin reads, hashes and compiles every .lua file of the folder,
 // recursively, so syntax errors in required modules surface at load time.
 func compilePlugin(dir, defFile string, defData []byte, def *Definition) (*plugin, []*LoadError) {
-	p := &plugin{dir: dir, display: dir, defFile: defFile, def: def, protos: make(map[string]*lua.FunctionProto)}
-	if abs, err := filepath.Abs(dir); err == nil {
-		p.dir = abs
-	}
-	h := sha256.New()
-	h.Write(defData)
+	files, errs := readPluginFiles(dir, def)
+	return compileFiles(dir, defFile, defData, def, files, errs)
+}
+
+// readPluginFiles reads the .lua sources of a plugin folder, keyed by
+// their slash-separated path inside it.
+func readPluginFiles(dir string, def *Definition) (map[string][]byte, []*LoadError) {
 	var errs []*LoadError
 	var files []string
 	// A plugin folder may itself be a symlink (operators link folders into
@@ -258,14 +263,13 @@ func compilePlugin(dir, defFile string, defData []byte, def *Definition) (*plugi
 		}
 		if !d.IsDir() && strings.HasSuffix(d.Name(), ".lua") && !IsTestFile(d.Name()) {
 			rel, _ := filepath.Rel(walkRoot, path)
-			files = append(files, filepath.Join(dir, rel))
+			files = append(files, rel)
 		}
 		return nil
 	})
 	if walkErr != nil {
 		errs = append(errs, &LoadError{Plugin: def.Name, File: dir, Message: fmt.Sprintf("reading the plugin folder: %v", walkErr)})
 	}
-	sort.Strings(files)
 	// Sources are read through an os.Root, so a symlink cannot pull in a
 	// file from outside the plugin folder.
 	root, err := os.OpenRoot(dir)
@@ -273,17 +277,39 @@ func compilePlugin(dir, defFile string, defData []byte, def *Definition) (*plugi
 		return nil, append(errs, &LoadError{Plugin: def.Name, File: dir, Message: fmt.Sprintf("opening the plugin folder: %v", err)})
 	}
 	defer root.Close()
-	hasTop := false
-	for _, f := range files {
-		rel, _ := filepath.Rel(dir, f)
+	out := make(map[string][]byte, len(files))
+	for _, rel := range files {
 		src, err := readSource(root, rel)
-		rel = filepath.ToSlash(rel)
+		if err != nil {
+			errs = append(errs, &LoadError{Plugin: def.Name, File: filepath.Join(dir, rel), Message: err.Error()})
+			continue
+		}
+		out[filepath.ToSlash(rel)] = src
+	}
+	return out, errs
+}
+
+// compileFiles hashes and compiles a plugin's sources (slash path inside
+// dir -> source); errs are the problems met reading them.
+func compileFiles(dir, defFile string, defData []byte, def *Definition, files map[string][]byte, errs []*LoadError) (*plugin, []*LoadError) {
+	p := &plugin{dir: dir, display: dir, defFile: defFile, def: def, defData: defData, sources: files,
+		protos: make(map[string]*lua.FunctionProto)}
+	if abs, err := filepath.Abs(dir); err == nil {
+		p.dir = abs
+	}
+	h := sha256.New()
+	h.Write(defData)
+	rels := make([]string, 0, len(files))
+	for rel := range files {
+		rels = append(rels, rel)
+	}
+	sort.Strings(rels)
+	hasTop := false
+	for _, rel := range rels {
+		src := files[rel]
+		f := filepath.Join(dir, filepath.FromSlash(rel))
 		if !strings.Contains(rel, "/") {
 			hasTop = true
-		}
-		if err != nil {
-			errs = append(errs, &LoadError{Plugin: def.Name, File: f, Message: err.Error()})
-			continue
 		}
 		h.Write([]byte(rel))
 		h.Write(src)

@@ -68,6 +68,12 @@ type Options struct {
 	// is not scanned (loomd test and plugins check on one plugin, so its
 	// siblings' problems do not show).
 	Folders []string
+	// Sources, when set, are the plugin versions loaded, byte for byte
+	// as another runtime validated them (its Sources): the plugin folders
+	// are not read. loomd's worker processes load the daemon's versions
+	// this way, so a plugin half-written or broken on disk never reaches
+	// them.
+	Sources []PluginSource
 	// PermitHTTP, when set, returns hosts added to every non-empty
 	// permissions.http allow-list. loomd test uses it for the fakes a
 	// test permits explicitly; loomd itself never sets it.
@@ -279,9 +285,12 @@ func (rt *Runtime) Reload(ctx context.Context) (ReloadReport, error) {
 	var plugins []*plugin
 	var errs []*LoadError
 	var failed map[string]bool // types whose new version is broken
-	if len(rt.opts.Folders) > 0 {
+	switch {
+	case rt.opts.Sources != nil:
+		plugins, errs, failed = scanSources(rt.opts.Sources)
+	case len(rt.opts.Folders) > 0:
 		plugins, errs, failed = scanFolders(rt.opts.Folders)
-	} else {
+	default:
 		if _, err := os.Stat(rt.opts.PluginsDir); err != nil {
 			return rep, fmt.Errorf("reading the plugins directory %q: %w (set --plugins or LOOM_PLUGINS)", rt.opts.PluginsDir, err)
 		}

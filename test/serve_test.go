@@ -223,9 +223,9 @@ func TestServeHotReloadUnderLoad(t *testing.T) {
 	}
 	before := loaded()
 	writePlugin(t, filepath.Join(dir, "plugins"), "noop", "v2")
-	// The daemon reloads after its debounce. Until then a worker starting
-	// meanwhile may already read the new files, so "v2 served" means
-	// something only once the daemon has the new version.
+	// The daemon reloads after its debounce; until then workers, even new
+	// ones, run v1 (they load the daemon's versions, not the files), so
+	// "v2 served" means something only once the daemon has v2.
 	d.waitFor("the daemon to load v2", func() bool { v := loaded(); return v != "" && v != before })
 	probe := 0
 	d.waitFor("a new task runs v2", func() bool {
@@ -250,8 +250,8 @@ func TestServeHotReloadUnderLoad(t *testing.T) {
 		return strings.Contains(string(body), `"loadErrors":[{`)
 	})
 	d.submit(noopTask("after-broken", "noop", 0))
-	if got := d.wait("after-broken"); got.State != queue.Succeeded || version(got) != "v2" {
-		t.Errorf("after a broken reload: %s %s, want succeeded on v2", got.State, version(got))
+	if got := d.wait("after-broken"); got.State != queue.Succeeded || got.Attempts != 1 || version(got) != "v2" {
+		t.Errorf("after a broken reload: %s after %d attempts on %s, want succeeded at once on v2", got.State, got.Attempts, version(got))
 	}
 	close(stop)
 	wg.Wait()
@@ -274,6 +274,30 @@ func TestServeHotReloadUnderLoad(t *testing.T) {
 	if code, body := d.call("GET", "/metrics", ""); code != 200 || !strings.Contains(string(body), "loom_plugin_load_errors ") || strings.Contains(string(body), "loom_plugin_load_errors 0") {
 		_, pl := d.call("GET", "/v1/plugins", "")
 		t.Errorf("metrics should count the load error:\n%s", pl)
+	}
+}
+
+// Workers load the plugin versions the daemon validated, not the files on
+// disk: with the folder broken before any reload (no watcher here, as in
+// the debounce window of a reload), a worker started afterwards still
+// runs the version the daemon serves.
+func TestServeWorkersLoadTheDaemonsVersion(t *testing.T) {
+	const n = 3
+	dir := serveDir(t, "noop")
+	d := startDaemon(t, dir, "d.log", nil, "--concurrency", fmt.Sprint(n), "--watch=false")
+	writeAtomic(t, filepath.Join(dir, "plugins", "noop", "main.lua"), "this is not lua (")
+	// n tasks at once: the warm worker serves one, the others start
+	// workers after the files broke.
+	for i := range n {
+		d.submit(noopTask(fmt.Sprintf("t-%d", i), "noop", 0.3))
+	}
+	for i := range n {
+		got := d.wait(fmt.Sprintf("t-%d", i))
+		// One attempt: a retry would mean a worker could not run it.
+		if got.State != queue.Succeeded || got.Attempts != 1 || gjson(t, got.Result, "result", "version") != "v1" {
+			t.Errorf("t-%d = %s after %d attempts (%s) version %q, want succeeded at once on v1, the daemon's version",
+				i, got.State, got.Attempts, got.Error, gjson(t, got.Result, "result", "version"))
+		}
 	}
 }
 

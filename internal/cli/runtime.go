@@ -159,6 +159,9 @@ type runtimeConfig struct {
 	poolSize int
 	// folders, when set, are the only plugin folders loaded.
 	folders []string
+	// sources, when set, are the plugin versions loaded instead of the
+	// folders (a worker loads the daemon's).
+	sources []runtime.PluginSource
 	// quietMissingHooks logs undefined hooks at debug level (loomd run).
 	quietMissingHooks bool
 }
@@ -177,6 +180,7 @@ func (a *App) newRuntime(ctx context.Context, g *globalOptions, rc runtimeConfig
 		Timeout:    rc.timeout,
 		PoolSize:   rc.poolSize,
 		Folders:    rc.folders,
+		Sources:    rc.sources,
 
 		ProvisionerID: g.provisionerID,
 		WorkerID:      g.workerID,

@@ -326,7 +326,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 			return err
 		}
 		defer sup.Close()
-		sup.SetTypes(typeSpecs(rt.Types(), pluginMemory))
+		sup.SetPlugins(typeSpecs(rt.Types(), pluginMemory), rt.Sources())
 		if types := rt.Types(); len(types) > 0 {
 			if err := sup.Warm(ctx, types[0].Name); err != nil {
 				return fmt.Errorf("%w (hooks run in worker processes; --isolation none runs them in the daemon instead)", err)
@@ -365,7 +365,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		stopWatch, err = watchPlugins(o.g.pluginsDir, o.reloadDebounce, logger, func() {
 			a.reload(ctx, rt, q, logger)
 			if sup != nil {
-				sup.SetTypes(typeSpecs(rt.Types(), pluginMemory))
+				sup.SetPlugins(typeSpecs(rt.Types(), pluginMemory), rt.Sources())
 			}
 			if cp != nil {
 				cp.SetTypes(cooprTypes(rt.Types()))

@@ -34,6 +34,8 @@ type workerOptions struct {
 	memory    int64
 	limitMode string
 	timeout   time.Duration
+	// fromDaemon: the first frame carries the plugin versions to load.
+	fromDaemon bool
 }
 
 func (a *App) newWorkerCmd(g *globalOptions) *cobra.Command {
@@ -52,6 +54,7 @@ func (a *App) newWorkerCmd(g *globalOptions) *cobra.Command {
 	f.Int64Var(&o.memory, "memory", 0, "memory budget of a hook, in bytes (0: none)")
 	f.StringVar(&o.limitMode, "limit-mode", "auto", "OS memory limit: auto, cgroup, rlimit or none")
 	f.DurationVar(&o.timeout, "timeout", 0, "deadline for each hook, overriding the plugin definitions' timeouts")
+	f.BoolVar(&o.fromDaemon, "plugins-from-daemon", false, "load the plugin versions the daemon sends, not the folders on disk")
 	f.StringSliceVar(&g.httpDeny, "http-deny", nil, "loomd's own listeners (host:port) that loom.http never reaches")
 	f.StringVar(&g.provisionerID, "provisioner-id", "", "provisionerId put in every result")
 	f.StringVar(&g.workerID, "worker-id", "", "workerId put in every result")
@@ -89,7 +92,15 @@ func (a *App) runWorker(ctx context.Context, o *workerOptions) error {
 		return err
 	}
 	logger := slog.New(c.LogHandler(lvl))
-	rt, err := a.newRuntime(ctx, o.g, runtimeConfig{timeout: o.timeout, logger: logger})
+	rc := runtimeConfig{timeout: o.timeout, logger: logger}
+	if o.fromDaemon {
+		// The versions the daemon validated: the folders may be
+		// half-written or hold a broken version the daemon refused.
+		if rc.sources, err = c.ReceivePlugins(); err != nil {
+			return err
+		}
+	}
+	rt, err := a.newRuntime(ctx, o.g, rc)
 	if err != nil {
 		return err
 	}
@@ -101,7 +112,7 @@ func (a *App) runWorker(ctx context.Context, o *workerOptions) error {
 // daemon's settings.
 func workerArgs(g *globalOptions, o *serveOptions, spec worker.TypeSpec) []string {
 	args := []string{"worker", "--type", spec.Name, "--memory", strconv.FormatInt(spec.Memory, 10),
-		"--limit-mode", o.limitMode,
+		"--limit-mode", o.limitMode, "--plugins-from-daemon",
 		"--plugins", g.pluginsDir, "--work-dir", g.workDir, "--tenant", g.tenant, "--log-level", g.log.level,
 		"--ssh-allow-tofu=" + strconv.FormatBool(g.ssh.allowTOFU),
 		"--ssh-allow-insecure=" + strconv.FormatBool(g.ssh.allowInsecure)}

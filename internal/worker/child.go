@@ -119,6 +119,31 @@ func (c *Child) LogHandler(level slog.Leveler) slog.Handler {
 	return &logHandler{c: c, level: level}
 }
 
+// ReceivePlugins reads the load frame a supervisor given SetPlugins sends
+// first, and returns the plugin sources for runtime.Options.Sources (nil
+// when they were too large to send: then load the folders). Call it
+// before building the runtime, only with such a supervisor.
+func (c *Child) ReceivePlugins() ([]runtime.PluginSource, error) {
+	f, err := c.conn.Recv()
+	if err != nil {
+		return nil, fmt.Errorf("worker for %q: reading the daemon's plugins: %w", c.opts.Type, err)
+	}
+	if f.Type != TypeLoad {
+		return nil, fmt.Errorf("worker for %q: the daemon sent a %q frame first, want %q (the plugins to load)", c.opts.Type, f.Type, TypeLoad)
+	}
+	if len(f.Plugins) == 0 {
+		return nil, nil // too large for a frame: the daemon said to read the folders
+	}
+	var srcs []runtime.PluginSource
+	if err := json.Unmarshal(f.Plugins, &srcs); err != nil {
+		return nil, fmt.Errorf("worker for %q: decoding the daemon's plugins: %w", c.opts.Type, err)
+	}
+	if srcs == nil {
+		srcs = []runtime.PluginSource{} // no plugins is still a set of sources
+	}
+	return srcs, nil
+}
+
 // Serve sends the hello frame, then runs the tasks the parent sends
 // through rt, one at a time in the order received, until the parent
 // closes the connection or ctx ends. It returns nil on a clean end.

@@ -17,6 +17,7 @@
 // know, so kinds and fields can be added without breaking older peers; a
 // change that old peers would misread takes a new Version.
 //
+//	parent -> child   load    {"v":1,"type":"load","plugins":[...runtime.PluginSource...]}
 //	child  -> parent  hello   {"v":1,"type":"hello","pid":123,"types":{"shell":"3f2a..."}}
 //	parent -> child   run     {"v":1,"type":"run","id":7,"memory":268435456,"task":{...Coopr task...}}
 //	parent -> child   cancel  {"v":1,"type":"cancel","id":7,"reason":"shutdown"}
@@ -24,6 +25,11 @@
 //	child  -> parent  result  {"v":1,"type":"result","id":7,"status":0,"result":{...Coopr result...}}
 //	child  -> parent  result  {"v":1,"type":"result","id":7,"error":{"kind":"not_found","message":"..."}}
 //	either            ping    {"v":1,"type":"ping","id":9}  answered by  pong {"v":1,"type":"pong","id":9}
+//
+// The load frame, first on the connection when the supervisor has
+// plugin sources (SetSources), carries the plugin versions the daemon
+// validated: the worker loads those rather than the files on disk, which
+// may be half-written or broken while a reload is under way.
 //
 // A result frame with "retire": true tells the parent the worker exits
 // after it (after a memory failure, its heap is not worth keeping).
@@ -48,6 +54,7 @@ const MaxFrame = 32 << 20
 
 // Frame types.
 const (
+	TypeLoad   = "load"
 	TypeHello  = "hello"
 	TypeRun    = "run"
 	TypeCancel = "cancel"
@@ -84,6 +91,10 @@ type Frame struct {
 
 	// Log is a log record of a log frame.
 	Log *LogRecord `json:"log,omitempty"`
+
+	// Plugins are the plugin sources of a load frame (a JSON array of
+	// runtime.PluginSource).
+	Plugins json.RawMessage `json:"plugins,omitempty"`
 
 	// PID and Types (type name -> loaded version) describe a worker in
 	// its hello frame.

@@ -74,6 +74,7 @@ type Supervisor struct {
 	specs  map[string]TypeSpec
 	idle   map[string][]*proc // by the type of their last run, oldest first
 	gen    int                // plugin generation: bumped by SetTypes when anything changed
+	load   *Frame             // load frame sent to new workers (SetPlugins), or nil
 	total  int                // live worker processes, busy or idle, including starting
 	closed bool
 
@@ -145,6 +146,31 @@ func (s *Supervisor) SetTypes(specs []TypeSpec) {
 	for _, w := range stop {
 		s.retire(w, "the plugins were reloaded")
 	}
+}
+
+// SetPlugins is SetTypes for workers that load the daemon's plugin
+// versions rather than the folders on disk: every worker started from now
+// on first receives sources (runtime.Runtime.Sources) in a load frame
+// (Child.ReceivePlugins), so it runs exactly what the daemon validated,
+// even while a plugin is half-written or broken on disk. Sources too large
+// for a frame are not sent (the worker then reads the folders), with a
+// warning.
+func (s *Supervisor) SetPlugins(specs []TypeSpec, sources []runtime.PluginSource) {
+	load := &Frame{Type: TypeLoad}
+	b, err := json.Marshal(sources)
+	switch {
+	case err != nil:
+		s.log.Warn("workers will read the plugin folders themselves: encoding the plugins failed", "err", err)
+	case len(b) > MaxFrame-1024:
+		s.log.Warn("workers will read the plugin folders themselves: the plugins are too large to send them",
+			"bytes", len(b), "max", MaxFrame-1024)
+	default:
+		load.Plugins = b
+	}
+	s.mu.Lock()
+	s.load = load
+	s.mu.Unlock()
+	s.SetTypes(specs)
 }
 
 // takeIdleLocked removes the idle workers that match from the pool.
@@ -339,12 +365,12 @@ func (s *Supervisor) acquire(ctx context.Context, typ string) (*proc, error) {
 	}
 	s.total++
 	s.stats.Started++
-	gen := s.gen
+	gen, load := s.gen, s.load
 	s.mu.Unlock()
 	if evict != nil {
 		s.retire(evict, "making room for a worker with a larger memory budget")
 	}
-	w, err := s.start(ctx, spec)
+	w, err := s.start(ctx, spec, load)
 	if err != nil {
 		s.mu.Lock()
 		s.total--
@@ -553,8 +579,9 @@ func (w *proc) kill() {
 	}
 }
 
-// start launches a worker and waits for its hello.
-func (s *Supervisor) start(ctx context.Context, spec TypeSpec) (*proc, error) {
+// start launches a worker, sends it load (when not nil) and waits for
+// its hello.
+func (s *Supervisor) start(ctx context.Context, spec TypeSpec, load *Frame) (*proc, error) {
 	began := time.Now()
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -620,12 +647,22 @@ func (s *Supervisor) start(ctx context.Context, spec TypeSpec) (*proc, error) {
 		close(w.dead)
 	}()
 
+	if load != nil {
+		// Its own goroutine: a large frame fills the socket until the
+		// worker reads it, and a worker dying first shows as w.dead.
+		go func() {
+			if err := w.conn.Send(load); err != nil {
+				log.Debug("sending the plugins to a worker failed", "err", err)
+			}
+		}()
+	}
 	t := time.NewTimer(s.cfg.StartTimeout)
 	defer t.Stop()
 	select {
 	case f := <-hello:
-		if _, ok := f.Types[spec.Name]; !ok {
-			log.Warn("the worker did not load the plugin type (changed on disk since the daemon loaded it?); its runs will say why", "type", spec.Name)
+		if v, ok := f.Types[spec.Name]; !ok || v != spec.Version {
+			log.Warn("the worker did not load the daemon's version of the plugin type (changed on disk since the daemon loaded it?); its runs will say why",
+				"type", spec.Name, "version", spec.Version, "worker_version", v)
 		}
 		log.Debug("worker started", "type", spec.Name, "types", len(f.Types), "took", time.Since(began).Round(time.Microsecond))
 		return w, nil
