@@ -239,15 +239,15 @@ func lineOf(msg string) int {
 // compilePlugin reads, hashes and compiles every .lua file of the folder,
 // recursively, so syntax errors in required modules surface at load time.
 func compilePlugin(dir, defFile string, defData []byte, def *Definition) (*plugin, []*LoadError) {
-	files, errs := readPluginFiles(dir, def)
-	return compileFiles(dir, defFile, defData, def, files, errs)
+	files, unreadTop, errs := readPluginFiles(dir, def)
+	return compileFiles(dir, defFile, defData, def, files, unreadTop, errs)
 }
 
 // readPluginFiles reads the .lua sources of a plugin folder, keyed by
-// their slash-separated path inside it.
-func readPluginFiles(dir string, def *Definition) (map[string][]byte, []*LoadError) {
-	var errs []*LoadError
-	var files []string
+// their slash-separated path inside it. unreadTop reports a top-level
+// .lua file that could not be read (its error is in errs).
+func readPluginFiles(dir string, def *Definition) (files map[string][]byte, unreadTop bool, errs []*LoadError) {
+	var names []string
 	// A plugin folder may itself be a symlink (operators link folders into
 	// the plugins dir); walk what it points to, but name files under dir.
 	walkRoot := dir
@@ -263,7 +263,7 @@ func readPluginFiles(dir string, def *Definition) (map[string][]byte, []*LoadErr
 		}
 		if !d.IsDir() && strings.HasSuffix(d.Name(), ".lua") && !IsTestFile(d.Name()) {
 			rel, _ := filepath.Rel(walkRoot, path)
-			files = append(files, rel)
+			names = append(names, rel)
 		}
 		return nil
 	})
@@ -274,24 +274,25 @@ func readPluginFiles(dir string, def *Definition) (map[string][]byte, []*LoadErr
 	// file from outside the plugin folder.
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, append(errs, &LoadError{Plugin: def.Name, File: dir, Message: fmt.Sprintf("opening the plugin folder: %v", err)})
+		return nil, false, append(errs, &LoadError{Plugin: def.Name, File: dir, Message: fmt.Sprintf("opening the plugin folder: %v", err)})
 	}
 	defer root.Close()
-	out := make(map[string][]byte, len(files))
-	for _, rel := range files {
+	files = make(map[string][]byte, len(names))
+	for _, rel := range names {
 		src, err := readSource(root, rel)
 		if err != nil {
+			unreadTop = unreadTop || !strings.ContainsRune(rel, filepath.Separator)
 			errs = append(errs, &LoadError{Plugin: def.Name, File: filepath.Join(dir, rel), Message: err.Error()})
 			continue
 		}
-		out[filepath.ToSlash(rel)] = src
+		files[filepath.ToSlash(rel)] = src
 	}
-	return out, errs
+	return files, unreadTop, errs
 }
 
 // compileFiles hashes and compiles a plugin's sources (slash path inside
-// dir -> source); errs are the problems met reading them.
-func compileFiles(dir, defFile string, defData []byte, def *Definition, files map[string][]byte, errs []*LoadError) (*plugin, []*LoadError) {
+// dir -> source); unreadTop and errs are what reading them met.
+func compileFiles(dir, defFile string, defData []byte, def *Definition, files map[string][]byte, unreadTop bool, errs []*LoadError) (*plugin, []*LoadError) {
 	p := &plugin{dir: dir, display: dir, defFile: defFile, def: def, defData: defData, sources: files,
 		protos: make(map[string]*lua.FunctionProto)}
 	if abs, err := filepath.Abs(dir); err == nil {
@@ -304,7 +305,7 @@ func compileFiles(dir, defFile string, defData []byte, def *Definition, files ma
 		rels = append(rels, rel)
 	}
 	sort.Strings(rels)
-	hasTop := false
+	hasTop := unreadTop
 	for _, rel := range rels {
 		src := files[rel]
 		f := filepath.Join(dir, filepath.FromSlash(rel))

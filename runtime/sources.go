@@ -55,7 +55,7 @@ func scanSources(srcs []PluginSource) (plugins []*plugin, errs []*LoadError, bro
 			errs = append(errs, &LoadError{Plugin: s.Dir, File: s.DefFile, Line: lineOf(msg), Message: msg})
 			continue
 		}
-		p, perrs := compileFiles(s.Dir, s.DefFile, s.Definition, def, s.Files, nil)
+		p, perrs := compileFiles(s.Dir, s.DefFile, s.Definition, def, s.Files, false, nil)
 		errs = append(errs, perrs...)
 		if p != nil {
 			plugins = append(plugins, p)
