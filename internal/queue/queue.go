@@ -418,6 +418,7 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 		Hook:      t.Hook(),
 		TaskName:  t.TaskName,
 		Created:   time.Now().UTC(),
+		Part:      shardOf(t.TaskID), // before the index goroutine reads rec
 	}
 	// The record's index entry is published alongside the task: two
 	// fsynced writes to different streams at once, not one after the
@@ -434,7 +435,6 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 	// Publish first, then create the record: a worker that sees the message
 	// before the record creates it itself, so no task is ever left with a
 	// record and no message.
-	rec.Part = shardOf(t.TaskID)
 	ack, err := q.publishTask(ctx, route, rec.Part, t.TaskID, task)
 	entrySeq := <-entry
 	if err != nil {
@@ -716,6 +716,7 @@ func (q *Queue) shutdown() {
 	q.served.close()
 	q.abort()
 	q.w.stop()
+	q.w.fillWG.Wait() // cancelled by stop; before the connections close
 	if q.ix.sweepStop != nil {
 		q.ix.sweepStop()
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -707,4 +708,34 @@ func testLogger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// SetTypes creates a new type's first-shard consumer and the other shards'
+// in the background: tasks already waiting in every shard all run, and
+// every shard ends with the type's consumer.
+func TestSetTypesServesEveryShard(t *testing.T) {
+	q := open(t, testConfig(t))
+	serve(t, q, newCounter(nil), 4, shell)
+	later := Route{Family: "automator", Type: "later"}
+	var ids []string
+	covered := make([]bool, StateShards)
+	for i := 0; len(ids) < 4*StateShards || slices.Contains(covered, false); i++ {
+		id := fmt.Sprintf("shard-%d", i)
+		covered[shardOf(id)] = true
+		ids = append(ids, id)
+		submit(t, q, task(id, "later"))
+	}
+	if err := q.SetTypes(context.Background(), []Route{shell, later}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if got := wait(t, q, id); got.State != Succeeded {
+			t.Fatalf("%s (shard %d) = %s, want succeeded", id, shardOf(id), got.State)
+		}
+	}
+	for shard := range StateShards {
+		if _, err := q.shards[shard].js.Consumer(context.Background(), taskStreamName(shard), later.consumerName()); err != nil {
+			t.Errorf("shard %d: consumer of %s: %v", shard, later, err)
+		}
+	}
 }

@@ -48,6 +48,13 @@ type workers struct {
 	ready   []*routeState           // round robin of routes that may have messages
 	wake    chan struct{}
 	stopped bool
+
+	// The consumers of shards 1.. are created in the background after
+	// SetTypes returned (fillShards): a daemon with many plugin types
+	// answers sooner, and their tasks wait in their streams meanwhile.
+	fillCtx  context.Context
+	fillStop context.CancelFunc
+	fillWG   sync.WaitGroup
 }
 
 type routeState struct {
@@ -67,6 +74,7 @@ type routeState struct {
 func (w *workers) init() {
 	w.routes = map[Route][]*routeState{}
 	w.wake = make(chan struct{}, 1)
+	w.fillCtx, w.fillStop = context.WithCancel(context.Background())
 }
 
 // published marks a route ready because a task was just published on it.
@@ -140,6 +148,7 @@ func (w *workers) fetched(rs *routeState, gen uint64, got bool) {
 }
 
 func (w *workers) stop() {
+	w.fillStop()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.stopped = true
@@ -158,6 +167,13 @@ func (w *workers) stop() {
 // may share them, and tasks for a type nobody serves wait in the stream.
 // Types whose consumer cannot be set up are reported in the error and left
 // out; call SetTypes again to retry them.
+//
+// SetTypes returns once each new type's consumer in the first shard of the
+// task stream exists; those of the other shards are created in the
+// background right after (retried until they exist or the queue closes).
+// Their tasks wait in their streams until then, and submitting needs no
+// consumer, so nothing is lost: a task of shards 1.. of a type added just
+// now starts a second or two later, at a daemon's start.
 func (q *Queue) SetTypes(ctx context.Context, routes []Route) error {
 	q.w.setMu.Lock()
 	defer q.w.setMu.Unlock()
@@ -205,15 +221,17 @@ func (q *Queue) SetTypes(ctx context.Context, routes []Route) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			added[i], addErrs[i] = q.addRoute(ctx, r)
+			added[i], addErrs[i] = q.addRoute(ctx, r, []int{0})
 		}()
 	}
 	wg.Wait()
+	served := 0
 	for i, r := range add {
 		if addErrs[i] != nil {
 			errs = append(errs, addErrs[i])
 			continue
 		}
+		served++
 		q.w.mu.Lock()
 		q.w.routes[r] = added[i]
 		for _, rs := range added[i] {
@@ -223,7 +241,113 @@ func (q *Queue) SetTypes(ctx context.Context, routes []Route) error {
 		q.log.Info("serving plugin type", "family", r.Family, "type", r.Type, "consumer", r.consumerName())
 	}
 	q.announceTypes()
+	if served > 0 && StateShards > 1 {
+		q.startFill()
+	}
 	return errors.Join(errs...)
+}
+
+// startFill starts fillShards in the background unless the queue stopped.
+func (q *Queue) startFill() {
+	q.w.mu.Lock()
+	defer q.w.mu.Unlock()
+	if q.w.stopped {
+		return
+	}
+	q.w.fillWG.Add(1)
+	go func() {
+		defer q.w.fillWG.Done()
+		q.fillShards(q.w.fillCtx)
+	}()
+}
+
+// fillShards creates the consumers of the shards the served routes do not
+// have yet (SetTypes creates the first shard's only), retrying with a
+// backoff until all exist or ctx ends (the queue closes).
+func (q *Queue) fillShards(ctx context.Context) {
+	start := time.Now()
+	for backoff := time.Second; ; backoff = min(2*backoff, 30*time.Second) {
+		n, err := q.fillOnce(ctx)
+		if err == nil {
+			if n > 0 {
+				q.log.Info("consumers of the other task stream shards ready", "consumers", n, "took", time.Since(start).Round(time.Millisecond))
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		q.log.Warn("creating consumers of the task stream shards failed; their tasks wait in their streams, retrying", "retry_in", backoff, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// fillOnce creates the missing shard consumers of every served route once,
+// a few routes at a time, and returns how many it added.
+func (q *Queue) fillOnce(ctx context.Context) (int, error) {
+	q.w.setMu.Lock() // SetTypes does not change the routes meanwhile
+	defer q.w.setMu.Unlock()
+	type job struct {
+		r       Route
+		missing []int
+	}
+	var jobs []job
+	q.w.mu.Lock()
+	for r, parts := range q.w.routes {
+		have := make([]bool, StateShards)
+		for _, rs := range parts {
+			have[rs.shard] = true
+		}
+		var missing []int
+		for shard, ok := range have {
+			if !ok {
+				missing = append(missing, shard)
+			}
+		}
+		if len(missing) > 0 {
+			jobs = append(jobs, job{r, missing})
+		}
+	}
+	q.w.mu.Unlock()
+	slices.SortFunc(jobs, func(a, b job) int { return cmpRoute(a.r, b.r) })
+	added := make([][]*routeState, len(jobs))
+	errs := make([]error, len(jobs))
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			added[i], errs[i] = q.addRoute(ctx, j.r, j.missing)
+		}()
+	}
+	wg.Wait()
+	n := 0
+	q.w.mu.Lock()
+	defer q.w.mu.Unlock()
+	for i, j := range jobs {
+		if errs[i] != nil {
+			continue
+		}
+		if _, ok := q.w.routes[j.r]; !ok || q.w.stopped {
+			for _, rs := range added[i] {
+				_ = rs.sub.Unsubscribe()
+			}
+			continue
+		}
+		q.w.routes[j.r] = append(q.w.routes[j.r], added[i]...)
+		for _, rs := range added[i] {
+			q.w.markReadyLocked(rs)
+		}
+		n += len(added[i])
+	}
+	return n, errors.Join(errs...)
 }
 
 func cmpRoute(a, b Route) int {
@@ -272,27 +396,27 @@ func (q *Queue) consumerConfig(r Route, shard int) jetstream.ConsumerConfig {
 	}
 }
 
-// addRoute sets up a route's consumer in every shard of the task stream
-// (the shards' streams in parallel).
-func (q *Queue) addRoute(ctx context.Context, r Route) ([]*routeState, error) {
-	parts := make([]*routeState, StateShards)
-	errs := make([]error, StateShards)
+// addRoute sets up a route's consumer in the given shards of the task
+// stream (the shards' streams in parallel).
+func (q *Queue) addRoute(ctx context.Context, r Route, shards []int) ([]*routeState, error) {
+	parts := make([]*routeState, len(shards))
+	errs := make([]error, len(shards))
 	var wg sync.WaitGroup
-	for shard := range StateShards {
+	for i, shard := range shards {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			cons, err := q.shards[shard].js.CreateOrUpdateConsumer(ctx, taskStreamName(shard), q.consumerConfig(r, shard))
 			if err != nil {
-				errs[shard] = fmt.Errorf("creating consumer %s on stream %s for plugin type %s: %w (another loomd with a different --ack-wait or --max-attempts may own it)", r.consumerName(), taskStreamName(shard), r, err)
+				errs[i] = fmt.Errorf("creating consumer %s on stream %s for plugin type %s: %w (another loomd with a different --ack-wait or --max-attempts may own it)", r.consumerName(), taskStreamName(shard), r, err)
 				return
 			}
 			rs := &routeState{route: r, shard: shard, cons: cons}
 			if rs.sub, err = q.nc.Subscribe(r.subjectIn(shard), func(*nats.Msg) { q.w.published(rs) }); err != nil {
-				errs[shard] = fmt.Errorf("subscribing to %s: %w", r.subjectIn(shard), err)
+				errs[i] = fmt.Errorf("subscribing to %s: %w", r.subjectIn(shard), err)
 				return
 			}
-			parts[shard] = rs
+			parts[i] = rs
 		}()
 	}
 	wg.Wait()
