@@ -286,8 +286,8 @@ func (q *Queue) fillShards(ctx context.Context) {
 	}
 }
 
-// fillOnce creates the missing shard consumers of every served route once,
-// a few routes at a time, and returns how many it added.
+// fillOnce creates the missing shard consumers of every served route once
+// and returns how many it added.
 func (q *Queue) fillOnce(ctx context.Context) (int, error) {
 	q.w.setMu.Lock() // SetTypes does not change the routes meanwhile
 	defer q.w.setMu.Unlock()
@@ -316,7 +316,10 @@ func (q *Queue) fillOnce(ctx context.Context) (int, error) {
 	slices.SortFunc(jobs, func(a, b job) int { return cmpRoute(a.r, b.r) })
 	added := make([][]*routeState, len(jobs))
 	errs := make([]error, len(jobs))
-	sem := make(chan struct{}, 8)
+	// One route (its shards in parallel) at a time: the server handles
+	// JetStream API requests in turn, and a deeper queue of creations
+	// would hold up the health check's and the API's own requests.
+	sem := make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	for i, j := range jobs {
 		wg.Add(1)
