@@ -49,7 +49,10 @@ func pluginCases() []hcase {
 		memCase("mem-concat-table", "kind memory, limit named; daemon unaffected",
 			`local s = string.rep("x", 1048576); local t = {}; for i = 1, 1e6 do t[#t + 1] = s .. i end`),
 		{name: "mem-concat-doubling", class: "memory", expect: "kind limit: the .. operator refuses a result over the 16 MiB string cap before building it",
-			plugin: memPlugin(`local s = "x"; while true do s = s .. s end`),
+			// A budget well above the 16 MiB cap plus the doubling's garbage,
+			// so the string cap (the defence under test) answers first even
+			// when a loaded machine delays the collector.
+			plugin: &plugin{body: `local s = "x"; while true do s = s .. s end`, timeout: "30s", memory: "512MiB"},
 			want:   want{kinds: limitKinds, msg: []string{"string limit"}}},
 		memCase("mem-tables", "kind memory",
 			`local t = {}; for i = 1, 1e9 do t[i] = {i, i, i, i} end`),
