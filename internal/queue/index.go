@@ -247,17 +247,29 @@ func (q *Queue) backfillShard(ctx context.Context, w jetstream.KeyWatcher) (n in
 			return n
 		}
 		rec, err := decodeRecord(e)
-		if err != nil || rec.IndexSeq != 0 {
+		if err != nil || (rec.IndexSeq != 0 && q.indexed(ctx, rec)) {
 			continue
 		}
+		// A record may point at an entry of an index that was lost and
+		// re-created (its sequence is gone, or now another task's): it
+		// gets a new entry like a record that never had one.
+		cur := rec
+		cur.IndexSeq = 0
 		// A conflict means someone wrote the record since: that write
 		// indexed it.
-		if _, err := q.write(ctx, rec, rec); err == nil {
+		if _, err := q.write(ctx, cur, rec); err == nil {
 			n++
 		} else if !isConflict(err) && ctx.Err() == nil {
 			q.log.Warn("indexing an existing task record failed", "task", rec.TaskID, "err", err)
 		}
 	}
+}
+
+// indexed reports whether rec's index entry is in the current index: the
+// entry at its sequence names the task.
+func (q *Queue) indexed(ctx context.Context, rec Record) bool {
+	m, err := q.ix.streams[recordPart(rec)].GetMsg(ctx, rec.IndexSeq)
+	return err == nil && string(m.Data) == rec.TaskID
 }
 
 // write stores next if the record is still at cur's revision (or, for a
