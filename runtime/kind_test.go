@@ -333,3 +333,59 @@ func TestCallTask(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterDriverOption checks self:option against kontainer-engine's
+// GetValueFromDriverOptions: zero values for the plain types, nil for
+// intPtr and boolPtr when no key is set, the first key present wins.
+func TestClusterDriverOption(t *testing.T) {
+	dir := t.TempDir()
+	writeKind(t, dir, "clusterdriver", "opt", "Opt", `
+local loom = require("loom")
+Opt = loom.ClusterDriver:extend("Opt")
+function Opt:create_options() return {} end
+function Opt:post_check(req) return req.cluster_info end
+function Opt:remove() end
+function Opt:create(req)
+  local o = req.options
+  if o.string.bad then self:option(o, o.string.bad, "x") end
+  local function show(v) if v == nil then return "nil" end return tostring(v) end
+  return { metadata = {
+    int_ptr = show(self:option(o, "intPtr", "max-nodes", "maxNodes")),
+    bool_ptr = show(self:option(o, "boolPtr", "autoscale")),
+    int = show(self:option(o, "int", "node-count", "nodeCount")),
+    bool = show(self:option(o, "bool", "private")),
+    string = show(self:option(o, "string", "zone")),
+    slice = show(#self:option(o, "stringSlice", "tags")) .. "/" .. show(#self:option(o, "string_slice", "tags")),
+  } }
+end
+`, nil)
+	rt := luatest.NewRuntime(t, runtime.Options{PluginsDir: dir})
+	md := func(opts map[string]any) map[string]any {
+		t.Helper()
+		res := luatest.Call(t, rt, "opt", "create", map[string]any{"options": opts})
+		if res.Status != 0 {
+			t.Fatalf("create: %+v %+v", res, res.Error)
+		}
+		return res.Result.(map[string]any)["metadata"].(map[string]any)
+	}
+	unset := md(map[string]any{"string": map[string]any{}})
+	want := map[string]any{"int_ptr": "nil", "bool_ptr": "nil", "int": "0", "bool": "false", "string": "", "slice": "0/0"}
+	for k, v := range want {
+		if unset[k] != v {
+			t.Errorf("unset %s = %v, want %v (all %v)", k, unset[k], v, unset)
+		}
+	}
+	set := md(map[string]any{"int": map[string]any{"maxNodes": 0, "nodeCount": 3, "node-count": 5},
+		"bool": map[string]any{"autoscale": false, "private": true}, "string": map[string]any{"zone": "z1"},
+		"string_slice": map[string]any{"tags": []any{"a", "b"}}})
+	want = map[string]any{"int_ptr": "0", "bool_ptr": "false", "int": "5", "bool": "true", "string": "z1", "slice": "2/2"}
+	for k, v := range want {
+		if set[k] != v {
+			t.Errorf("set %s = %v, want %v (all %v)", k, set[k], v, set)
+		}
+	}
+	bad := luatest.Call(t, rt, "opt", "create", map[string]any{"options": map[string]any{"string": map[string]any{"bad": "float"}}})
+	if bad.Status != 1 || !strings.Contains(bad.Message, `opt.lua:9: option: unknown option type "float"`) {
+		t.Fatalf("unknown type: %+v", bad)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"net"
@@ -239,11 +240,11 @@ func TestRancherDriver(t *testing.T) {
 		t.Fatalf("GetK8sCapabilities: %v, %v", k, err)
 	}
 	_, err = c.ETCDSave(ctx, &driverpb.SaveETCDSnapshotRequest{Info: ci, DriverOptions: opts, SnapshotName: "s1"})
-	wantCode(t, "ETCDSave", err, codes.Unimplemented, "ETCD backup operations are not implemented")
+	wantCode(t, "ETCDSave", err, codes.Unknown, "ETCD backup operations are not implemented")
 	_, err = c.ETCDRestore(ctx, &driverpb.RestoreETCDSnapshotRequest{Info: ci, DriverOptions: opts, SnapshotName: "s1"})
-	wantCode(t, "ETCDRestore", err, codes.Unimplemented, "ETCD backup operations are not implemented")
+	wantCode(t, "ETCDRestore", err, codes.Unknown, "ETCD backup operations are not implemented")
 	_, err = c.ETCDRemoveSnapshot(ctx, &driverpb.RemoveETCDSnapshotRequest{Info: ci, DriverOptions: opts, SnapshotName: "s1"})
-	wantCode(t, "ETCDRemoveSnapshot", err, codes.Unimplemented, "ETCD backup operations are not implemented")
+	wantCode(t, "ETCDRemoveSnapshot", err, codes.Unknown, "ETCD backup operations are not implemented")
 	if _, err := c.RemoveLegacyServiceAccount(ctx, ci); err != nil {
 		t.Fatalf("RemoveLegacyServiceAccount: %v", err)
 	}
@@ -287,10 +288,11 @@ func TestRancherDriver(t *testing.T) {
 	if err != nil || ci.GetEndpoint() != "https://10.0.0.1" || ci.GetCreateError() != "" || left != 1 {
 		t.Fatalf("retried Create: %v, %v, %d clusters", ci, err, left)
 	}
-	// A bad token is terminal (FailedPrecondition), and never sent back.
+	// A bad token is terminal: code Unknown too (the bare message for
+	// Rancher, as a Go driver's error), and never sent back.
 	bad := &driverpb.DriverOptions{StringOptions: map[string]string{"name": "x", "api-url": url, "api-token": "wrong-secret-token"}}
 	_, err = c.Create(ctx, &driverpb.CreateRequest{DriverOptions: bad})
-	wantCode(t, "Create with a bad token", err, codes.FailedPrecondition, "401 bad token")
+	wantCode(t, "Create with a bad token", err, codes.Unknown, "401 bad token")
 	if strings.Contains(err.Error(), "wrong-secret-token") {
 		t.Fatalf("the token leaked into the error: %v", err)
 	}
@@ -429,6 +431,47 @@ func TestRancherBundle(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "declares 0 cluster drivers") {
 		t.Fatalf("bundle of a bucket provisioner: exit %d\n%s", r.code, r.stderr)
 	}
+
+	// A dynamically linked base is refused with the command that builds a
+	// static one (/bin/true is a dynamic ELF on every Debian).
+	if interp := elfInterp(t, "/bin/true"); interp == "" {
+		t.Logf("/bin/true is static here: skipping the dynamic-base check")
+	} else {
+		dyn := filepath.Join(dir, "kontainer-engine-driver-dyn")
+		r = loomd(t, "", "bundle", "--plugin", examples("kinds", "gkelike"), "--loomd", "/bin/true", "-o", dyn)
+		if r.code != 2 || !strings.Contains(r.stderr, "--loomd /bin/true is dynamically linked (it asks for "+interp+")") ||
+			!strings.Contains(r.stderr, "CGO_ENABLED=0 go build -o loomd-static ./cmd/loomd") {
+			t.Fatalf("bundle from a dynamic base: exit %d\n%s", r.code, r.stderr)
+		}
+		if _, err := os.Stat(dyn); !os.IsNotExist(err) {
+			t.Fatalf("a bundle was written from a dynamic base: %v", err)
+		}
+	}
+	// The loomd the tests built is static, as make build's.
+	if interp := elfInterp(t, loomdBin); interp != "" {
+		t.Fatalf("%s is dynamically linked (%s)", loomdBin, interp)
+	}
+}
+
+// elfInterp is the dynamic loader an ELF executable asks for, "" when it
+// is static.
+func elfInterp(t *testing.T, path string) string {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b := make([]byte, p.Filesz)
+			if _, err := p.ReadAt(b, 0); err != nil {
+				t.Fatal(err)
+			}
+			return strings.TrimRight(string(b), "\x00")
+		}
+	}
+	return ""
 }
 
 func sha256File(path string) (string, error) {

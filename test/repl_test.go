@@ -35,6 +35,8 @@ func TestMain(m *testing.M) {
 	loomdBin = filepath.Join(dir, "loomd")
 	build := exec.Command("go", "build", "-o", loomdBin, "./cmd/loomd")
 	build.Dir = repoRoot()
+	// Static, as make build makes it: loomd bundle refuses a dynamic base.
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building loomd: %v\n%s", err, out)
 		os.RemoveAll(dir)

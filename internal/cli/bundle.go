@@ -41,8 +41,9 @@ TYPE under "clusterdrivers"; --type may be left out when it declares one).
 
 OUT defaults to kontainer-engine-driver-TYPE: Rancher takes the driver's name from
 the binary's name after "kontainer-engine-driver-". Rancher runs drivers in a
-chroot without libc, so the base loomd must be statically linked (CGO_ENABLED=0);
-a warning says when it is not.
+chroot without libc, so the base loomd must be statically linked: a dynamically
+linked one is refused, with the command that builds a static one
+(CGO_ENABLED=0 go build, or make build).
 
 Prints {"output", "type", "folder", "files", "bytes", "sha256"} on stdout: the
 sha256 is the checksum to give Rancher with the driver's URL.`,
@@ -117,8 +118,7 @@ func (a *App) runBundle(ctx context.Context, o *bundleOptions) error {
 		}
 	}
 	if interp := elfInterpreter(base); interp != "" {
-		logger.Warn("the loomd copied is dynamically linked: Rancher runs drivers in a chroot without it unless CATTLE_DEV_MODE is set; build loomd with CGO_ENABLED=0 and pass it with --loomd",
-			"loomd", base, "interpreter", interp)
+		return usageErr(dynamicBase(base, o.base == "", interp))
 	}
 	out := o.out
 	if out == "" {
@@ -156,6 +156,20 @@ func (a *App) runBundle(ctx context.Context, o *bundleOptions) error {
 	b, _ := json.Marshal(map[string]any{"output": out, "type": typ, "folder": m.Folder, "files": m.Files, "bytes": st.Size(), "sha256": sum})
 	fmt.Fprintf(a.Out, "%s\n", b)
 	return nil
+}
+
+// dynamicBase is the refusal of a dynamically linked base, with the
+// commands that build and use a static one.
+func dynamicBase(base string, self bool, interp string) error {
+	which := "this loomd (" + base + ")"
+	use := "  ./loomd-static bundle --plugin DIR    # or: loomd bundle --plugin DIR --loomd ./loomd-static"
+	if !self {
+		which = "--loomd " + base
+		use = "  loomd bundle --plugin DIR --loomd ./loomd-static"
+	}
+	return fmt.Errorf("%s is dynamically linked (it asks for %s): Rancher runs cluster drivers chrooted in its driver jail, "+
+		"which has no libc, so the bundle would not start there. Build a static loomd from the Loom source and bundle from it:\n"+
+		"  CGO_ENABLED=0 go build -o loomd-static ./cmd/loomd    # or: make build (bin/loomd is static)\n%s", which, interp, use)
 }
 
 // elfInterpreter is the dynamic loader an ELF executable asks for, or ""

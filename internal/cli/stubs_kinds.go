@@ -76,9 +76,9 @@ function LoomKind:fail(message, class, reason) end
 		fmt.Fprintf(&b, "--- %s (`%s`): docs/kinds/%s.md\n---@class %s: LoomKind\n%s = {}\n", k.Title, k.Key, k.Family, cls, cls)
 		if k.Family == runtime.ClusterDriver {
 			fmt.Fprintf(&b, `
---- Reads a DriverOptions value under the first key present (flag or schema name); the type's zero value when absent.
+--- Reads a DriverOptions value under the first key present (flag or schema name); the type's zero value when absent, nil for intPtr and boolPtr.
 ---@param opts LoomDriverOptions
----@param typ "bool"|"string"|"int"|"string_slice"
+---@param typ "string"|"bool"|"int"|"stringSlice"|"intPtr"|"boolPtr"|"string_slice"
 ---@param ... string
 ---@return any
 function %[1]s:option(opts, typ, ...) end

@@ -4,7 +4,8 @@
 // run through the runtime's calls (runtime.Runtime.Call), which check the
 // input, answer for absent optional hooks as the contract says, and check
 // the result. This package converts between the protocol's messages and
-// the hooks' tables, and maps call errors to gRPC status codes.
+// the hooks' tables, and turns call errors into the gRPC statuses a Go
+// driver's errors become (code Unknown: Rancher shows the bare message).
 package rancher
 
 import (
@@ -95,13 +96,13 @@ func (s *Server) Register(g *grpc.Server) {
 func (s *Server) call(ctx context.Context, rpc, hook string, input map[string]any) (any, error) {
 	raw, err := json.Marshal(input)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "%s %s: encoding the input: %v", s.typ, hook, err)
+		return nil, status.Errorf(codes.Unknown, "%s %s: encoding the input: %v", s.typ, hook, err)
 	}
 	id := s.prefix + fmt.Sprint(s.seq.Add(1))
 	res, err := s.caller.Call(ctx, &runtime.CallRequest{CallID: id, Type: s.typ, Hook: hook, Input: raw})
 	if err != nil {
 		s.logger.Error("rpc failed", "rpc", rpc, "hook", hook, "call", id, "error", err)
-		return nil, s.hostError(ctx, hook, err)
+		return nil, s.hostError(ctx, hook, id, err)
 	}
 	if res.Status == 0 {
 		s.logger.Info("rpc", "rpc", rpc, "hook", hook, "call", id, "defaulted", res.Defaulted, "duration_ms", res.DurationMS)
@@ -118,32 +119,20 @@ func (s *Server) call(ctx context.Context, rpc, hook string, input map[string]an
 	return res.Result, hookError(s.typ, hook, res.Error, id)
 }
 
-// Code is the gRPC status code of a hook's error: Unknown for a retry
-// (the plain message Rancher's client shows as is), FailedPrecondition for
-// terminal, NotFound, Unimplemented for an absent optional hook whose
-// contract answers with an error, Internal for a result that broke the
-// contract (a plugin bug), DeadlineExceeded for a hook's timeout.
-func Code(e *runtime.CallError) codes.Code {
-	switch {
-	case e.Reason == runtime.ReasonUnimplemented:
-		return codes.Unimplemented
-	case e.Reason == runtime.ReasonInvalidResult:
-		return codes.Internal
-	case e.Reason == runtime.ReasonTimeout:
-		return codes.DeadlineExceeded
-	case e.Class == runtime.ClassNotFound:
-		return codes.NotFound
-	case e.Class == runtime.ClassTerminal:
-		return codes.FailedPrecondition
-	}
-	return codes.Unknown
-}
+// Code is the gRPC status code of a hook's error: always Unknown, the code
+// grpc-go gives an ordinary Go error, which is what a Go driver's failure
+// becomes on the wire. kontainer-engine's client (types/rpc_client.go,
+// handlErr) turns Unknown with a message into errors.New(message), so
+// Rancher shows the bare text as it does for a Go driver; any other code
+// would reach it as "rpc error: code = ... desc = ...". The class and
+// reason travel in the status's ErrorInfo detail for clients that read
+// details.
+func Code(*runtime.CallError) codes.Code { return codes.Unknown }
 
 // hookError is the status of a hook's error. Its ErrorInfo detail
 // (domain loom.clusterdriver) carries the class and reason for clients
 // that read details; Rancher's reads the message only.
 func hookError(typ, hook string, e *runtime.CallError, callID string) error {
-	st := status.New(Code(e), errorText(typ, hook, e))
 	reason := e.Reason
 	if reason == "" {
 		reason = e.Class
@@ -152,6 +141,11 @@ func hookError(typ, hook string, e *runtime.CallError, callID string) error {
 	if e.Reason != "" {
 		md["reason"] = e.Reason
 	}
+	return withInfo(status.New(Code(e), errorText(typ, hook, e)), reason, md, callID)
+}
+
+// withInfo adds the ErrorInfo detail to st.
+func withInfo(st *status.Status, reason string, md map[string]string, callID string) error {
 	if callID != "" {
 		md["call_id"] = callID
 	}
@@ -166,20 +160,27 @@ func errorText(typ, hook string, e *runtime.CallError) string {
 	return fmt.Sprintf("%s %s: %s", typ, hook, e.Message)
 }
 
-// hostError maps an error of a call that could not run.
-func (s *Server) hostError(ctx context.Context, hook string, err error) error {
-	code := codes.Internal
+// hostError maps an error of a call that could not run. The caller's own
+// cancellation and deadline keep their gRPC codes (the client sees its
+// own context's error anyway); everything else is Unknown, as a Go
+// driver's error would be, so Rancher shows the bare message. The
+// ErrorInfo reason says which: INVALID_CALL (the request does not fit
+// the contract: the same request fails every time), UNAVAILABLE (the
+// type is not loaded, the runtime is closing), INTERNAL.
+func (s *Server) hostError(ctx context.Context, hook, callID string, err error) error {
+	code, reason := codes.Unknown, "internal"
 	switch {
 	case errors.Is(err, runtime.ErrCancelled) && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
+		code, reason = codes.DeadlineExceeded, "cancelled"
 	case errors.Is(err, runtime.ErrCancelled):
-		code = codes.Canceled
+		code, reason = codes.Canceled, "cancelled"
 	case errors.Is(err, runtime.ErrInvalidCall):
-		code = codes.InvalidArgument
+		reason = "invalid_call"
 	case errors.Is(err, runtime.ErrClosed), errors.Is(err, runtime.ErrPluginNotFound):
-		code = codes.Unavailable
+		reason = "unavailable"
 	}
-	return status.Errorf(code, "%s %s: %v", s.typ, hook, err)
+	md := map[string]string{"type": s.typ, "hook": hook}
+	return withInfo(status.Newf(code, "%s %s: %v", s.typ, hook, err), reason, md, callID)
 }
 
 // Create runs create. A create that failed with a partial cluster_info

@@ -49,11 +49,11 @@ func TestCode(t *testing.T) {
 		want codes.Code
 	}{
 		{runtime.CallError{Class: runtime.ClassRetry}, codes.Unknown},
-		{runtime.CallError{Class: runtime.ClassTerminal}, codes.FailedPrecondition},
-		{runtime.CallError{Class: runtime.ClassNotFound}, codes.NotFound},
-		{runtime.CallError{Class: runtime.ClassTerminal, Reason: runtime.ReasonUnimplemented}, codes.Unimplemented},
-		{runtime.CallError{Class: runtime.ClassTerminal, Reason: runtime.ReasonInvalidResult}, codes.Internal},
-		{runtime.CallError{Class: runtime.ClassRetry, Reason: runtime.ReasonTimeout}, codes.DeadlineExceeded},
+		{runtime.CallError{Class: runtime.ClassTerminal}, codes.Unknown},
+		{runtime.CallError{Class: runtime.ClassNotFound}, codes.Unknown},
+		{runtime.CallError{Class: runtime.ClassTerminal, Reason: runtime.ReasonUnimplemented}, codes.Unknown},
+		{runtime.CallError{Class: runtime.ClassTerminal, Reason: runtime.ReasonInvalidResult}, codes.Unknown},
+		{runtime.CallError{Class: runtime.ClassRetry, Reason: runtime.ReasonTimeout}, codes.Unknown},
 	} {
 		if got := Code(&tc.e); got != tc.want {
 			t.Errorf("Code(%+v) = %s, want %s", tc.e, got, tc.want)
@@ -174,7 +174,7 @@ func TestServerAnswers(t *testing.T) {
 	f.res = failed(runtime.ClassTerminal, runtime.ReasonUnimplemented, "ETCD backup operations are not implemented", nil)
 	_, err = s.ETCDSave(ctx, &driverpb.SaveETCDSnapshotRequest{})
 	st := status.Convert(err)
-	if st.Code() != codes.Unimplemented || st.Message() != "drv etcd_save: ETCD backup operations are not implemented" || len(st.Details()) != 1 {
+	if st.Code() != codes.Unknown || st.Message() != "drv etcd_save: ETCD backup operations are not implemented" || len(st.Details()) != 1 {
 		t.Fatalf("ETCDSave: %v", err)
 	}
 	if ei, ok := st.Details()[0].(*errdetails.ErrorInfo); !ok || ei.GetReason() != "UNIMPLEMENTED" || ei.GetDomain() != "loom.clusterdriver" ||
@@ -194,24 +194,28 @@ func TestServerAnswers(t *testing.T) {
 	// A flag default the protocol cannot carry is the plugin's bug.
 	f.res = &runtime.CallResult{Result: map[string]any{"n": map[string]any{"type": "int", "default": "x"}}}
 	_, err = s.GetDriverCreateOptions(ctx, &driverpb.Empty{})
-	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), `drv create_options: the result does not fit the Rancher protocol: flag "n"`) {
+	if st := status.Convert(err); st.Code() != codes.Unknown || !strings.HasPrefix(st.Message(), `drv create_options: the result does not fit the Rancher protocol: flag "n"`) ||
+		len(st.Details()) != 1 || st.Details()[0].(*errdetails.ErrorInfo).GetReason() != "INVALID_RESULT" {
 		t.Fatalf("bad default: %v", err)
 	}
 
 	// Calls that could not run.
 	for _, tc := range []struct {
-		err  error
-		want codes.Code
+		err    error
+		want   codes.Code
+		reason string
 	}{
-		{fmt.Errorf("%w: bad input", runtime.ErrInvalidCall), codes.InvalidArgument},
-		{runtime.ErrClosed, codes.Unavailable},
-		{fmt.Errorf("%w: ctx", runtime.ErrCancelled), codes.Canceled},
-		{errors.New("boom"), codes.Internal},
+		{fmt.Errorf("%w: bad input", runtime.ErrInvalidCall), codes.Unknown, "INVALID_CALL"},
+		{runtime.ErrClosed, codes.Unknown, "UNAVAILABLE"},
+		{fmt.Errorf("%w: ctx", runtime.ErrCancelled), codes.Canceled, "CANCELLED"},
+		{errors.New("boom"), codes.Unknown, "INTERNAL"},
 	} {
 		f.res, f.err = nil, tc.err
 		_, err := s.PostCheck(ctx, &driverpb.ClusterInfo{})
-		if status.Code(err) != tc.want || !strings.Contains(err.Error(), "drv post_check: ") {
-			t.Errorf("host error %v: got %v, want %s", tc.err, err, tc.want)
+		st := status.Convert(err)
+		if st.Code() != tc.want || !strings.HasPrefix(st.Message(), "drv post_check: ") || len(st.Details()) != 1 ||
+			st.Details()[0].(*errdetails.ErrorInfo).GetReason() != tc.reason {
+			t.Errorf("host error %v: got %v %v, want %s %s", tc.err, err, st.Details(), tc.want, tc.reason)
 		}
 	}
 	dctx, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))

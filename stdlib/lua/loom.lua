@@ -69,20 +69,31 @@ end
 
 local ClusterDriver = Kind:extend("ClusterDriver")
 
---- Reads a DriverOptions value of type ("bool", "string", "int" or
---- "string_slice") under the first of the keys present, as
---- kontainer-engine's GetValueFromDriverOptions does: Rancher passes schema
---- field names (diskSizeGb), the CLI flag names (disk-size-gb). A missing
---- value is the type's zero value.
+-- The DriverOptions map each option type reads, and its zero value.
+local option_maps = { string = "string", bool = "bool", int = "int", string_slice = "string_slice",
+  stringSlice = "string_slice", intPtr = "int", boolPtr = "bool" }
+local option_zero = { string = "", bool = false, int = 0 }
+
+--- Reads a DriverOptions value of type typ under the first of the keys
+--- present, as kontainer-engine's GetValueFromDriverOptions does: Rancher
+--- passes schema field names (diskSizeGb), the CLI flag names
+--- (disk-size-gb). typ is a flag type ("string", "bool", "int",
+--- "stringSlice", "intPtr", "boolPtr") or a DriverOptions key ("string",
+--- "bool", "int", "string_slice"). A missing value is the type's zero value
+--- ("", false, 0, {}), and nil for "intPtr" and "boolPtr", whose Go
+--- drivers get a nil pointer: "not set" apart from 0 and false.
 function ClusterDriver:option(opts, typ, ...)
-  local m = opts and opts[typ] or {}
-  for _, key in ipairs({ ... }) do
-    if m[key] ~= nil then return m[key] end
+  local key = option_maps[typ]
+  if key == nil then
+    error(("option: unknown option type %q (want string, bool, int, stringSlice, intPtr or boolPtr)"):format(tostring(typ)), 2)
   end
-  if typ == "bool" then return false end
-  if typ == "int" then return 0 end
-  if typ == "string_slice" then return {} end
-  return ""
+  local m = opts and opts[key] or {}
+  for _, k in ipairs({ ... }) do
+    if m[k] ~= nil then return m[k] end
+  end
+  if typ == "intPtr" or typ == "boolPtr" then return nil end
+  if key == "string_slice" then return {} end
+  return option_zero[key]
 end
 
 --- Decodes cluster_info.metadata.state (JSON), the driver's state between

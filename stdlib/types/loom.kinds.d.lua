@@ -122,9 +122,9 @@ function LoomKind:fail(message, class, reason) end
 ---@class LoomClusterDriver: LoomKind
 LoomClusterDriver = {}
 
---- Reads a DriverOptions value under the first key present (flag or schema name); the type's zero value when absent.
+--- Reads a DriverOptions value under the first key present (flag or schema name); the type's zero value when absent, nil for intPtr and boolPtr.
 ---@param opts LoomDriverOptions
----@param typ "bool"|"string"|"int"|"string_slice"
+---@param typ "string"|"bool"|"int"|"stringSlice"|"intPtr"|"boolPtr"|"string_slice"
 ---@param ... string
 ---@return any
 function LoomClusterDriver:option(opts, typ, ...) end

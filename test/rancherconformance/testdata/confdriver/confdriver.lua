@@ -30,6 +30,13 @@ local function save(c)
   fs.write(path(c.id), json.encode(c))
 end
 
+-- limits reads the pointer flags: nil (Go's nil pointer) when Rancher sent
+-- no value, which a driver must tell apart from 0 and false.
+function ConfDriver:limits(o)
+  local max, auto = self:option(o, "intPtr", "maxNodes", "max-nodes"), self:option(o, "boolPtr", "autoscale")
+  return ("max=%s autoscale=%s"):format(max == nil and "unset" or tostring(max), auto == nil and "unset" or tostring(auto))
+end
+
 -- cluster loads the cluster cluster_info names, or fails.
 function ConfDriver:cluster(ci)
   local id = self:state(ci).id
@@ -42,6 +49,8 @@ end
 local function info(ci, c)
   ci.endpoint = "api." .. c.id .. ".example" -- no scheme: Rancher adds https://
   ci.version, ci.node_count, ci.status = c.version, c.nodes, c.status
+  ci.metadata = ci.metadata or {}
+  ci.metadata.limits = c.limits
   ci.root_ca_certificate = "Q0E="
   return ci
 end
@@ -58,7 +67,7 @@ function ConfDriver:create(req)
     c = {
       id = "cl-" .. name, nodes = nodes ~= 0 and nodes or 3, version = "1.30", status = "PROVISIONING",
       zone = self:option(o, "string", "zone"), tags = self:option(o, "string_slice", "tags"), tokens = 0,
-      snapshots = {},
+      snapshots = {}, limits = self:limits(o),
     }
     save(c)
     self:set_state(ci, { id = c.id })
@@ -76,6 +85,7 @@ function ConfDriver:update(req)
   local c = self:cluster(req.cluster_info)
   local n = self:option(req.options, "int", "nodeCount", "node-count")
   if n ~= 0 then c.nodes = n end
+  c.limits = self:limits(req.options)
   save(c)
   return info(req.cluster_info, c)
 end
