@@ -56,6 +56,18 @@ type Host interface {
 	TaskID() string
 }
 
+// SensitiveFields is implemented by a Host that can hand a binding the
+// value of one of the running task's sensitive fields (declared
+// "sensitive", or of type "password", in the plugin's definition) by
+// name. loom.crypto loads a private key this way, so that a plugin names
+// its key rather than passing the key's text through Lua. ok is false when
+// the task has no such field, the field is not sensitive, or its value is
+// not a string. Hosts without task fields (the REPL before :task) need not
+// implement it.
+type SensitiveFields interface {
+	SensitiveField(name string) (value string, ok bool)
+}
+
 // Grant is another plugin type's resource that the running task names,
 // such as a provider's SSH key in config["ssh-auth"].identityfile, which the
 // automators of the node need. A grant is read-only, and the runtime makes

@@ -549,6 +549,10 @@ func (v *vm) applyParameters(fields *lua.LTable, checkRequired bool) string {
 				switch x := fields.RawGetString(name).(type) {
 				case lua.LString:
 					v.secrets.AddField(string(x))
+					if v.sensitive == nil {
+						v.sensitive = map[string]string{}
+					}
+					v.sensitive[name] = string(x)
 				case lua.LNumber:
 					v.secrets.AddNumber(float64(x), true)
 				}

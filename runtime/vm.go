@@ -42,6 +42,10 @@ type vm struct {
 	taskID     string
 	secrets    *redact.Set
 	coroutines int
+	// sensitive holds the string values of the task's sensitive fields,
+	// by name, for bindings that take a key by reference
+	// (bindings.SensitiveFields).
+	sensitive map[string]string
 
 	uses   int
 	broken bool // timed out, hit a limit or panicked: never reuse
@@ -296,6 +300,14 @@ func (v *vm) Permissions() bindings.Permissions {
 // AddSecret implements bindings.Host.
 func (v *vm) AddSecret(s string) { v.secrets.Add(s) }
 
+// SensitiveField implements bindings.SensitiveFields: the value of a
+// field the plugin's definition declares sensitive (or of type password),
+// as the running task gives it.
+func (v *vm) SensitiveField(name string) (string, bool) {
+	s, ok := v.sensitive[name]
+	return s, ok
+}
+
 // Redact implements bindings.Host.
 func (v *vm) Redact(s string) string { return v.secrets.String(s) }
 
@@ -310,6 +322,7 @@ func (v *vm) begin(ctx context.Context, taskID, hook string, logger *slog.Logger
 	v.coroutines = 0
 	clear(v.names)
 	v.secrets = redact.New()
+	clear(v.sensitive)
 	v.logger = nil
 	v.baseLogger = logger
 	v.logAttrs = [3]string{taskID, v.pt.name, hook}
@@ -322,6 +335,7 @@ func (v *vm) end() {
 	v.L.RemoveContext()
 	v.ctx = context.Background()
 	v.grants = nil
+	clear(v.sensitive)
 	if v.L.GetTop() != 0 {
 		v.L.SetTop(0)
 	}

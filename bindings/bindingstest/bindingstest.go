@@ -30,10 +30,13 @@ type Host struct {
 	Granted []bindings.Grant
 	Perms   bindings.Permissions
 	Task    string
-	mu      sync.Mutex
-	secrets []string
-	logBuf  bytes.Buffer
-	logger  *slog.Logger
+	// Sensitive are the task's sensitive fields, for bindings that take
+	// a secret by reference (bindings.SensitiveFields).
+	Sensitive map[string]string
+	mu        sync.Mutex
+	secrets   []string
+	logBuf    bytes.Buffer
+	logger    *slog.Logger
 }
 
 // NewHost returns a Host whose dirs are fresh temp dirs and whose logger
@@ -70,6 +73,12 @@ func (h *Host) Grants() []bindings.Grant { return h.Granted }
 
 // Permissions implements bindings.Host.
 func (h *Host) Permissions() bindings.Permissions { return h.Perms }
+
+// SensitiveField implements bindings.SensitiveFields.
+func (h *Host) SensitiveField(name string) (string, bool) {
+	v, ok := h.Sensitive[name]
+	return v, ok
+}
 
 // TaskID implements bindings.Host.
 func (h *Host) TaskID() string { return h.Task }
