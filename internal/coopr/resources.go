@@ -1,7 +1,6 @@
 package coopr
 
 import (
-	"archive/tar"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/loomrt/loom/internal/extract"
 )
 
 // resourceSpec is the server's "resources" object of a tenant:
@@ -203,74 +204,23 @@ func (p *Provisioner) download(tenantID, family, plugin, rtype, name string, ver
 	return os.Rename(staging, vdir)
 }
 
-// untar unpacks a tar.gz into dir, refusing entries outside name/ and
-// links that leave dir.
+// untar unpacks a tar.gz into dir: one folder named after the resource,
+// and nothing that leaves dir (package extract's rules).
 func untar(r io.Reader, dir, name string) error {
 	gz, err := gzip.NewReader(r)
 	if err != nil {
 		return fmt.Errorf("not a gzip stream: %w", err)
 	}
-	tr := tar.NewReader(gz)
-	seen := false
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		clean := filepath.Clean(strings.TrimPrefix(h.Name, "./"))
-		if clean == "." {
-			continue
-		}
-		if filepath.IsAbs(clean) || clean == ".." || strings.HasPrefix(clean, "../") {
-			return fmt.Errorf("entry %q leaves the archive", h.Name)
-		}
-		top, _, _ := strings.Cut(clean, "/")
-		if top != name {
-			return fmt.Errorf("entry %q: the archive's top-level folder must be named after the resource, %q", h.Name, name)
-		}
-		seen = true
-		dst := filepath.Join(dir, clean)
-		mode := os.FileMode(h.Mode).Perm()
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(dst, mode|0o700); err != nil {
-				return err
-			}
-		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(dst), 0o750); err != nil {
-				return err
-			}
-			f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(f, tr)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-		case tar.TypeSymlink:
-			t := h.Linkname
-			resolved := filepath.Clean(filepath.Join(filepath.Dir(dst), t))
-			if filepath.IsAbs(t) || !strings.HasPrefix(resolved, filepath.Clean(dir)+string(filepath.Separator)) {
-				return fmt.Errorf("link %q -> %q leaves the archive", h.Name, t)
-			}
-			if err := os.MkdirAll(filepath.Dir(dst), 0o750); err != nil {
-				return err
-			}
-			if err := os.Symlink(t, dst); err != nil {
-				return err
-			}
-		default:
-			// Devices, fifos, hard links: not resources.
-		}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
 	}
-	if !seen {
+	defer root.Close()
+	st, err := extract.Tar(gz, root, extract.Options{Top: name, Links: true})
+	if err != nil {
+		return err
+	}
+	if st.Files+st.Dirs+st.Links == 0 {
 		return fmt.Errorf("the archive is empty; it must hold a folder named %q", name)
 	}
 	return nil
