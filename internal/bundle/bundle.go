@@ -31,6 +31,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/loomrt/loom/internal/extract"
 )
 
 // magic ends every bundle.
@@ -260,43 +262,22 @@ func readPayload(f *os.File) (*Bundle, error) {
 	return b, nil
 }
 
-// Extract writes the payload's files under dir (dir/<Folder>/...).
-func (b *Bundle) Extract(dir string) error {
+// Extract writes the payload's files into the directory root holds
+// (<root>/<Folder>/...), owner-only, refusing anything but regular files
+// and directories under the plugin's folder (package extract's rules).
+func (b *Bundle) Extract(root *os.Root) error {
 	zr, err := zip.NewReader(bytes.NewReader(b.zip), int64(len(b.zip)))
 	if err != nil {
 		return fmt.Errorf("reading the embedded plugin: %w", err)
 	}
-	for _, zf := range zr.File {
-		name := filepath.FromSlash(zf.Name)
-		if !filepath.IsLocal(name) || !strings.HasPrefix(zf.Name, b.Folder+"/") || !zf.Mode().IsRegular() {
-			return fmt.Errorf("the embedded plugin holds %q, which is not a file under %s/", zf.Name, b.Folder)
-		}
-		dst := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-			return err
-		}
-		if err := extractFile(zf, dst); err != nil {
-			return err
-		}
+	st, err := extract.Zip(zr, root, extract.Options{Top: b.Folder, Private: true})
+	if err != nil {
+		return fmt.Errorf("the embedded plugin: %w", err)
+	}
+	if st.Files != b.Files {
+		return fmt.Errorf("the embedded plugin holds %d files, its manifest says %d (build it again with loomd bundle)", st.Files, b.Files)
 	}
 	return nil
-}
-
-func extractFile(zf *zip.File, dst string) error {
-	r, err := zf.Open()
-	if err != nil {
-		return fmt.Errorf("reading %s from the embedded plugin: %w", zf.Name, err)
-	}
-	defer r.Close()
-	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, zf.Mode().Perm()&0o700|0o400)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
-		return fmt.Errorf("unpacking %s: %w", zf.Name, err)
-	}
-	return f.Close()
 }
 
 // Install unpacks the payload once per content into the first of roots
@@ -320,50 +301,118 @@ func (b *Bundle) Install(roots ...string) (string, error) {
 
 const completeMark = ".complete"
 
+// installIn unpacks under root, trusting no path twice: root and each of
+// its ancestors must be safe from other users (safeDir), and every step
+// after that works on open directory handles (os.Root), never on a path
+// looked up again.
 func (b *Bundle) installIn(root string) (string, error) {
-	uid := os.Getuid()
-	parent := filepath.Join(root, fmt.Sprintf("loomd-bundles-%d", uid))
-	// Mkdir, not MkdirAll: a root that does not exist (no /tmp in a bare
-	// jail) is the next root's turn, not a directory to create.
-	if err := os.Mkdir(parent, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return "", err
-	}
-	fi, err := os.Lstat(parent)
+	real, err := filepath.EvalSymlinks(root)
 	if err != nil {
 		return "", err
 	}
-	owner := -1
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		owner = int(st.Uid)
+	if real, err = filepath.Abs(real); err != nil {
+		return "", err
 	}
-	if !fi.IsDir() || owner != uid || fi.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("%s must be a directory owned by uid %d with mode 0700 (it is %v, owned by uid %d): remove it", parent, uid, fi.Mode(), owner)
+	if err := safeDir(real); err != nil {
+		return "", err
 	}
-	target := filepath.Join(parent, b.SHA256[:16])
-	if _, err := os.Stat(filepath.Join(target, completeMark)); err == nil {
+	r, err := os.OpenRoot(real)
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	uid := os.Getuid()
+	name := fmt.Sprintf("loomd-bundles-%d", uid)
+	parentPath := filepath.Join(real, name)
+	if err := r.Mkdir(name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	if fi, err := r.Lstat(name); err != nil {
+		return "", err
+	} else if !fi.IsDir() {
+		return "", fmt.Errorf("%s must be a directory owned by uid %d with mode 0700 (it is %v): remove it", parentPath, uid, fi.Mode())
+	}
+	parent, err := r.OpenRoot(name)
+	if err != nil {
+		return "", err
+	}
+	defer parent.Close()
+	// The open directory itself, whatever its name points to now.
+	fi, err := parent.Stat(".")
+	if err != nil {
+		return "", err
+	}
+	if owner := ownerOf(fi); owner != uid || fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("%s must be a directory owned by uid %d with mode 0700 (it is %v, owned by uid %d): remove it", parentPath, uid, fi.Mode(), owner)
+	}
+	sub := b.SHA256[:16]
+	target := filepath.Join(parentPath, sub)
+	if _, err := parent.Stat(sub + "/" + completeMark); err == nil {
 		return target, nil
 	}
 	// A directory without the mark is the leftover of a failed unpack.
-	os.RemoveAll(target)
-	tmp, err := os.MkdirTemp(parent, ".unpack-")
-	if err != nil {
+	parent.RemoveAll(sub)
+	tmp := fmt.Sprintf(".unpack-%d-%d", os.Getpid(), time.Now().UnixNano())
+	if err := parent.Mkdir(tmp, 0o700); err != nil {
 		return "", err
 	}
-	if err := b.Extract(tmp); err != nil {
-		os.RemoveAll(tmp)
+	if err := b.unpackInto(parent, tmp); err != nil {
+		parent.RemoveAll(tmp)
 		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(tmp, completeMark), []byte(b.SHA256+"\n"), 0o600); err != nil {
-		os.RemoveAll(tmp)
-		return "", err
-	}
-	if err := os.Rename(tmp, target); err != nil {
-		os.RemoveAll(tmp)
+	if err := parent.Rename(tmp, sub); err != nil {
+		parent.RemoveAll(tmp)
 		// Another start of the same bundle won the race.
-		if _, serr := os.Stat(filepath.Join(target, completeMark)); serr == nil {
+		if _, serr := parent.Stat(sub + "/" + completeMark); serr == nil {
 			return target, nil
 		}
 		return "", err
 	}
 	return target, nil
+}
+
+// unpackInto extracts the payload into parent's directory dir and marks
+// it complete.
+func (b *Bundle) unpackInto(parent *os.Root, dir string) error {
+	r, err := parent.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if err := b.Extract(r); err != nil {
+		return err
+	}
+	return r.WriteFile(completeMark, []byte(b.SHA256+"\n"), 0o600)
+}
+
+func ownerOf(fi fs.FileInfo) int {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return int(st.Uid)
+	}
+	return -1
+}
+
+// safeDir checks that no other user can rename or replace dir or any
+// directory above it: each belongs to root or to this user, and none is
+// writable by group or others unless it is sticky (as /tmp is, where
+// others cannot move what is not theirs). Otherwise another local user
+// could swap what loomd unpacks for their own files between a check and
+// its use (issue 20: a renameat2 exchange in a shared TMPDIR).
+func safeDir(dir string) error {
+	uid := os.Getuid()
+	for p := dir; ; p = filepath.Dir(p) {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		if owner := ownerOf(fi); owner != 0 && owner != uid {
+			return fmt.Errorf("%s belongs to uid %d, neither root nor this user (uid %d): its owner could swap what loomd unpacks under it; set TMPDIR to a directory of your own", p, owner, uid)
+		}
+		if fi.Mode().Perm()&0o022 != 0 && fi.Mode()&fs.ModeSticky == 0 {
+			return fmt.Errorf("%s is writable by other users without the sticky bit (mode %v): another user could swap what loomd unpacks under it; set TMPDIR to a directory only you can write, or make it sticky (chmod +t %s)", p, fi.Mode(), p)
+		}
+		if parent := filepath.Dir(p); parent == p {
+			return nil
+		}
+	}
 }
