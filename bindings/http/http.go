@@ -37,6 +37,7 @@ import (
 	lua "github.com/yuin/gopher-lua"
 
 	"github.com/loomrt/loom/bindings"
+	"github.com/loomrt/loom/bindings/listeners"
 	"github.com/loomrt/loom/bindings/luaval"
 )
 
@@ -80,10 +81,12 @@ type Options struct {
 	// MaxTransports bounds the cache of per-TLS-config and per-socket
 	// transports; the least recently used one is dropped beyond it.
 	MaxTransports int
-	// DenyAddrs are host:port listeners of loomd itself (its HTTP API)
-	// that no plugin may reach, whatever its allow-list says. A host of
-	// 0.0.0.0, :: or "" stands for every address of this machine.
-	DenyAddrs []string
+	// Listeners is the registry of the process's own listening sockets
+	// (loomd's API, the Coopr provisioner API, NATS, ...): no plugin
+	// reaches any of them, whatever its allow-list says. It is consulted
+	// at every dial, with the address actually dialled. Nil denies
+	// nothing.
+	Listeners *listeners.Registry
 	// Transport replaces the default transport. A *net/http.Transport is
 	// used for plain requests and cloned for calls with tls or
 	// unix_socket options. Any other RoundTripper (a test fake) serves
@@ -147,7 +150,7 @@ func New(opts Options) *Binding {
 	b := &Binding{opts: opts}
 	switch t := opts.Transport.(type) {
 	case nil:
-		b.baseHTTP = newBaseTransport(opts.Proxy, opts.DenyAddrs)
+		b.baseHTTP = newBaseTransport(opts.Proxy, opts.Listeners)
 		b.base = b.baseHTTP
 	case *nethttp.Transport:
 		b.baseHTTP = t

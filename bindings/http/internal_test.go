@@ -1,7 +1,6 @@
 package http
 
 import (
-	"errors"
 	nethttp "net/http"
 	"net/url"
 	"os"
@@ -9,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/loomrt/loom/bindings"
 )
 
 func TestParseRetryAfter(t *testing.T) {
@@ -117,33 +114,6 @@ func TestDocsCoverOptionsAndFunctions(t *testing.T) {
 		}
 		if !strings.Contains(text, name) {
 			t.Errorf("function %s is not documented", name)
-		}
-	}
-}
-
-func TestCheckDenied(t *testing.T) {
-	for _, c := range []struct {
-		deny []string
-		addr string
-		want bool
-	}{
-		{[]string{"127.0.0.1:7070"}, "127.0.0.1:7070", true},
-		{[]string{"127.0.0.1:7070"}, "127.0.0.2:7070", true}, // any loopback reaches a loopback listener
-		{[]string{"127.0.0.1:7070"}, "127.0.0.1:7071", false},
-		{[]string{"127.0.0.1:7070"}, "10.1.2.3:7070", false},
-		{[]string{"localhost:7070"}, "[::1]:7070", true},
-		{[]string{"0.0.0.0:7070"}, "127.0.0.1:7070", true},
-		{[]string{":7070"}, "[::1]:7070", true},
-		{[]string{"[::]:7070"}, "93.184.216.34:7070", false}, // not this machine
-		{nil, "127.0.0.1:7070", false},
-	} {
-		err := checkDenied(c.deny, c.addr)
-		if (err != nil) != c.want {
-			t.Errorf("checkDenied(%v, %s) = %v, want denied %v", c.deny, c.addr, err, c.want)
-		}
-		var be *bindings.Error
-		if err != nil && (!errors.As(err, &be) || be.Kind != "permission") {
-			t.Errorf("checkDenied error %v is not kind permission", err)
 		}
 	}
 }

@@ -9,76 +9,90 @@ import (
 	"net"
 	nethttp "net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/loomrt/loom/bindings"
+	"github.com/loomrt/loom/bindings/listeners"
 )
 
-// checkDenied refuses a dial to one of loomd's own listeners (deny holds
-// host:port; a host of 0.0.0.0, :: or "" means every address of this
-// machine). A plugin has no business calling the daemon that runs it:
-// without an API token it could read every task's record.
-func checkDenied(deny []string, address string) error {
-	host, port, err := net.SplitHostPort(address)
-	if err != nil {
+// checkOwn refuses a dial whose peer is one of the process's own
+// listeners (loomd's API, the Coopr provisioner API, the NATS ports, ...)
+// on any address of this machine. address is what the dialer is about to
+// connect to: an IP and port after DNS, or a unix socket's path. A plugin
+// has no business calling the daemon that runs it: it could read and
+// delete other tenants' tasks.
+func checkOwn(own *listeners.Registry, network, address string) error {
+	l, ok := own.Match(network, address)
+	if !ok {
 		return nil
 	}
-	ip := net.ParseIP(host)
-	for _, d := range deny {
-		dh, dp, err := net.SplitHostPort(d)
-		if err != nil || dp != port {
-			continue
-		}
-		dip := net.ParseIP(dh)
-		switch {
-		case dh == "" || dip != nil && dip.IsUnspecified():
-			if ip != nil && (ip.IsLoopback() || isLocalAddr(ip)) {
-				return deniedErr(address)
-			}
-		case dip != nil && ip != nil && (dip.Equal(ip) || dip.IsLoopback() && ip.IsLoopback()):
-			return deniedErr(address)
-		case dh == "localhost" && ip != nil && ip.IsLoopback():
-			return deniedErr(address)
-		}
-	}
-	return nil
+	return deniedErr(address, l)
 }
 
-func deniedErr(address string) error {
-	e := bindings.Errorf("permission", "%s is loomd's own API: plugins may not call the daemon that runs them", address)
-	e.Fields = map[string]any{"address": address}
+func deniedErr(address string, l listeners.Listener) error {
+	e := bindings.Errorf("permission", "%s is %s: plugins may not call the daemon that runs them", address, l)
+	e.Fields = map[string]any{"address": address, "listener": l.Name}
 	return e
 }
 
-// isLocalAddr reports whether ip is an address of one of this machine's
-// interfaces.
-func isLocalAddr(ip net.IP) bool {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return false
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
-			return true
+// ownControl is a dialer Control that applies checkOwn to every address
+// dialled, so a name that resolves to loomd's own listener, a redirect
+// to it, or a second address tried after the first failed are all
+// checked on the address actually connected to.
+func ownControl(own *listeners.Registry) func(network, address string, _ syscall.RawConn) error {
+	return func(network, address string, _ syscall.RawConn) error { return checkOwn(own, network, address) }
+}
+
+// ownProxy wraps a proxy function: a request that would go through a
+// proxy is refused when its target is one of the process's own listeners
+// (a proxy on this machine would otherwise connect to it for the plugin).
+// The target's name is resolved here for the check; the proxy resolves it
+// again, so a name that changes its answer in between is a gap the
+// operator closes with NO_PROXY or without a local proxy.
+func ownProxy(own *listeners.Registry, proxy func(*nethttp.Request) (*url.URL, error)) func(*nethttp.Request) (*url.URL, error) {
+	return func(req *nethttp.Request) (*url.URL, error) {
+		u, err := proxy(req)
+		if err != nil || u == nil {
+			return u, err
 		}
+		host, port := req.URL.Hostname(), req.URL.Port()
+		if port == "" {
+			port = "80"
+			if req.URL.Scheme == "https" {
+				port = "443"
+			}
+		}
+		addrs := []string{host}
+		if net.ParseIP(strings.Trim(host, "[]")) == nil {
+			if ips, err := net.DefaultResolver.LookupHost(req.Context(), host); err == nil {
+				addrs = append(addrs, ips...)
+			}
+		}
+		for _, a := range addrs {
+			if err := checkOwn(own, "tcp", net.JoinHostPort(a, port)); err != nil {
+				return nil, err
+			}
+		}
+		return u, nil
 	}
-	return false
 }
 
 // newBaseTransport is the shared transport for plain requests. Timeouts
 // that are not per-phase come from the request context (the hook deadline
 // and opts.timeout).
-func newBaseTransport(proxy func(*nethttp.Request) (*url.URL, error), deny []string) *nethttp.Transport {
+func newBaseTransport(proxy func(*nethttp.Request) (*url.URL, error), own *listeners.Registry) *nethttp.Transport {
 	if proxy == nil {
 		proxy = nethttp.ProxyFromEnvironment
 	}
 	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	if len(deny) > 0 {
-		// Checked on the address actually dialled, after DNS: a name that
-		// resolves to loomd's own listener is refused too.
-		d.Control = func(_, address string, _ syscall.RawConn) error { return checkDenied(deny, address) }
+	if own != nil {
+		// Consulted at dial time: a listener opened after the binding
+		// was built is refused too.
+		d.Control = ownControl(own)
+		proxy = ownProxy(own, proxy)
 	}
 	return &nethttp.Transport{
 		Proxy:                 proxy,
@@ -188,8 +202,14 @@ func (b *Binding) transportFor(r *request) (nethttp.RoundTripper, error) {
 		if r.unixSocket != "" {
 			path := r.unixSocket
 			d := &net.Dialer{Timeout: 30 * time.Second}
+			if b.opts.Listeners != nil {
+				d.Control = ownControl(b.opts.Listeners)
+			}
 			t.Proxy = nil
 			t.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+				if err := checkOwn(b.opts.Listeners, "unix", path); err != nil {
+					return nil, err
+				}
 				return d.DialContext(ctx, "unix", path)
 			}
 			t.DialTLSContext = nil
