@@ -512,3 +512,40 @@ func BenchmarkRancherStart(b *testing.B) {
 	b.ReportMetric(ratios[len(ratios)/2], "x-version")
 	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/start")
 }
+
+// TestRancherDriverOwnPort: the driver's plugin cannot call the driver's
+// own gRPC port (its registry holds the port it listens on), by any name
+// of this machine; the call fails naming it, and the driver keeps serving.
+func TestRancherDriverOwnPort(t *testing.T) {
+	// gkelike without its allow-list (which names only 127.0.0.1 and
+	// localhost): the own-port check holds whatever the list grants.
+	plugins := t.TempDir()
+	dir := filepath.Join(plugins, "gkelike")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"gkelike.json", "gkelike.lua"} {
+		b, err := os.ReadFile(examples("kinds", "gkelike", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = bytes.Replace(b, []byte(`, "permissions": {"http": ["127.0.0.1", "localhost"]}`), nil, 1)
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := []string{"HOME=" + t.TempDir(), "PATH=/usr/bin"}
+	p := startDriver(t, nil, env, loomdBin, "driver", "rancher", "gkelike", "--plugins", plugins, "--work-dir", t.TempDir())
+	port := p.cmd.Args[len(p.cmd.Args)-1]
+	ctx := rpcCtx(t)
+	for _, host := range []string{"127.0.0.1", "localhost", "[::1]", "[::ffff:127.0.0.1]", "0.0.0.0", "[::]", "[::ffff:0.0.0.0]", "127.0.0.2"} {
+		opts := &driverpb.DriverOptions{StringOptions: map[string]string{"name": "own", "apiUrl": "http://" + host + ":" + port + "/v1", "apiToken": "own-port-token"}}
+		_, err := p.client.Create(ctx, &driverpb.CreateRequest{DriverOptions: opts})
+		if err == nil || !strings.Contains(err.Error(), "Rancher driver port") || !strings.Contains(err.Error(), "plugins may not call the daemon") {
+			t.Errorf("Create with the api on the driver's own port at %s: %v, want a refusal naming the driver port", host, err)
+		}
+	}
+	if _, err := p.client.GetCapabilities(ctx, &driverpb.Empty{}); err != nil {
+		t.Errorf("the driver stopped serving: %v", err)
+	}
+}

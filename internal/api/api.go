@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
 
+	"github.com/loomrt/loom/bindings/listeners"
 	"github.com/loomrt/loom/internal/queue"
 	"github.com/loomrt/loom/runtime"
 )
@@ -82,6 +83,9 @@ type Config struct {
 	// every route). Off by default: profiles show the daemon's internals
 	// and a CPU profile costs CPU while it runs.
 	Pprof bool
+	// Listeners, when set, registers the API's socket as one of the
+	// daemon's own (plugins never reach it).
+	Listeners *listeners.Registry
 }
 
 // DefaultAddr is where the API listens unless told otherwise.
@@ -157,7 +161,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Start listens on the configured address and serves in the background.
 func (s *Server) Start() error {
-	ln, err := net.Listen("tcp", s.cfg.Addr)
+	ln, err := s.cfg.Listeners.Listen("API (--listen)", "tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("api: listening on %s: %w (is another loomd running? choose another --listen)", s.cfg.Addr, err)
 	}

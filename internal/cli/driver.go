@@ -115,7 +115,7 @@ func (a *App) runRancherDriver(ctx context.Context, o *driverOptions, typ, portA
 	}
 
 	addr := net.JoinHostPort(o.listen, strconv.Itoa(port))
-	ln, err := net.Listen("tcp", addr)
+	ln, err := o.g.listeners.Listen("Rancher driver port (types.Driver)", "tcp", addr)
 	if err != nil {
 		return usageErr(fmt.Errorf("listening on %s: %w (Rancher gives a free port; by hand, pick another or use 0)", addr, err))
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
+
+	"github.com/loomrt/loom/bindings/listeners"
 )
 
 // globalOptions are the flags every command shares.
@@ -22,9 +24,11 @@ type globalOptions struct {
 	tenant     string
 	log        logOptions
 	ssh        sshOptions
-	// httpDeny are loomd's own listeners (serve's API) that loom.http
-	// never reaches; serve sets them, and passes them to its workers.
-	httpDeny []string
+	// listeners is the registry of the sockets this process listens on
+	// (serve's API, its Coopr provisioner API and NATS ports, a driver's
+	// gRPC port): loom.http never reaches any of them. A worker process's
+	// registry follows the daemon's over the worker protocol.
+	listeners *listeners.Registry
 	// provisionerID and workerID go into every result (provisionerId,
 	// workerId, as a Coopr worker's): serve sets them, for its workers too.
 	provisionerID, workerID string
@@ -74,7 +78,7 @@ func isFlagError(err error) bool {
 }
 
 func (a *App) newRootCmd() *cobra.Command {
-	g := &globalOptions{}
+	g := &globalOptions{listeners: listeners.New()}
 	root := &cobra.Command{
 		Use:   "loomd",
 		Short: "Run Coopr-format provisioning plugins written in Lua",

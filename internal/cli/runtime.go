@@ -41,7 +41,7 @@ func (o *sshOptions) addFlags(fs *pflag.FlagSet) {
 // newBindings builds the registry of Lua modules loomd gives plugins.
 func (a *App) newBindings(g *globalOptions, logger *slog.Logger) *bindings.Registry {
 	return std.New(std.Options{
-		HTTP: httpb.Options{UserAgent: "loomd/" + a.Version, DenyAddrs: g.httpDeny},
+		HTTP: httpb.Options{UserAgent: "loomd/" + a.Version, Listeners: g.listeners},
 		SSH:  a.sshBindingOptions(g, logger),
 	})
 }

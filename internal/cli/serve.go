@@ -275,6 +275,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		Replicas:     o.replicas,
 		Logger:       logger.With("component", "queue"),
 		OnTransition: metrics.Observe,
+		Listeners:    o.g.listeners,
 	}
 	if len(o.natsURLs) > 0 {
 		qcfg.DataDir = ""
@@ -285,9 +286,6 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		// the work dir that plugins write.
 		o.g.ssh.hostKeys = filepath.Join(o.data, "known_hosts")
 	}
-	// Plugins never call the daemon that runs them: without --token they
-	// could read every task's record.
-	o.g.httpDeny = append(o.g.httpDeny, o.listen)
 	// Results name who ran them, as a Coopr worker's did: the provisioner
 	// (this daemon, or its id at a Coopr server) and the worker (host and
 	// pid, the queue's owner name).
@@ -337,7 +335,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 
 	srv, err := api.New(api.Config{Addr: o.listen, Token: o.token, Queue: q, Plugins: plugins, Metrics: metrics,
-		ReadTimeout: o.apiReadTimeout, MaxConns: o.apiMaxConns, Pprof: o.pprof, Logger: logger.With("component", "api")})
+		ReadTimeout: o.apiReadTimeout, MaxConns: o.apiMaxConns, Pprof: o.pprof, Listeners: o.g.listeners, Logger: logger.With("component", "api")})
 	if err != nil {
 		return usageErr(err)
 	}
@@ -634,8 +632,9 @@ func (a *App) startCoopr(ctx context.Context, o *serveOptions, tenants map[strin
 		ServerURL: o.coopr.server, ID: o.coopr.id, Listen: o.coopr.listen, AdvertiseHost: o.coopr.advertise,
 		Capacity: o.coopr.capacity, Tenants: tenants, Types: types, Runner: runner,
 		WorkDir: o.g.workDir, StateDir: o.data, Heartbeat: o.coopr.heartbeat, Poll: o.coopr.poll, TLS: o.coopr.tls,
-		Metrics: metrics,
-		Logger:  logger.With("component", "coopr"),
+		Metrics:   metrics,
+		Listeners: o.g.listeners,
+		Logger:    logger.With("component", "coopr"),
 	})
 	if err != nil {
 		return nil, usageErr(err)

@@ -55,7 +55,6 @@ func (a *App) newWorkerCmd(g *globalOptions) *cobra.Command {
 	f.StringVar(&o.limitMode, "limit-mode", "auto", "OS memory limit: auto, cgroup, rlimit or none")
 	f.DurationVar(&o.timeout, "timeout", 0, "deadline for each hook, overriding the plugin definitions' timeouts")
 	f.BoolVar(&o.fromDaemon, "plugins-from-daemon", false, "load the plugin versions the daemon sends, not the folders on disk")
-	f.StringSliceVar(&g.httpDeny, "http-deny", nil, "loomd's own listeners (host:port) that loom.http never reaches")
 	f.StringVar(&g.provisionerID, "provisioner-id", "", "provisionerId put in every result")
 	f.StringVar(&g.workerID, "worker-id", "", "workerId put in every result")
 	return cmd
@@ -87,7 +86,9 @@ func (a *App) runWorker(ctx context.Context, o *workerOptions) error {
 	if err := lvl.UnmarshalText([]byte(o.g.log.level)); err != nil {
 		return usageErr(fmt.Errorf("--log-level %q: want debug, info, warn or error", o.g.log.level))
 	}
-	c, err := worker.NewChild(conn, worker.ChildOptions{Type: o.typ, Memory: o.memory, Mode: o.limitMode})
+	// The daemon sends its listeners (and every change to them) before
+	// any run: loom.http in this process refuses them.
+	c, err := worker.NewChild(conn, worker.ChildOptions{Type: o.typ, Memory: o.memory, Mode: o.limitMode, Listeners: o.g.listeners})
 	if err != nil {
 		return err
 	}
@@ -125,9 +126,6 @@ func workerArgs(g *globalOptions, o *serveOptions, spec worker.TypeSpec) []strin
 	}
 	if o.timeout > 0 {
 		args = append(args, "--timeout", o.timeout.String())
-	}
-	if len(g.httpDeny) > 0 {
-		args = append(args, "--http-deny", strings.Join(g.httpDeny, ","))
 	}
 	if g.provisionerID != "" {
 		args = append(args, "--provisioner-id", g.provisionerID, "--worker-id", g.workerID)
@@ -187,6 +185,7 @@ func (a *App) newSupervisor(o *serveOptions, logger *slog.Logger) (*worker.Super
 		Logger:     logger,
 		MaxWorkers: o.concurrency,
 		CgroupDir:  cgroupDir,
+		Listeners:  o.g.listeners,
 	}), nil
 }
 

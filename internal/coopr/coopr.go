@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/loomrt/loom/bindings/listeners"
 	"github.com/loomrt/loom/runtime"
 )
 
@@ -97,6 +98,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, when set, counts takes, finishes, heartbeats and syncs.
 	Metrics *Metrics
+	// Listeners, when set, registers the provisioner API's socket as one
+	// of the daemon's own (plugins never reach it).
+	Listeners *listeners.Registry
 }
 
 // Provisioner is a running Coopr provisioner.
@@ -223,7 +227,7 @@ func (p *Provisioner) APIAddr() string { return p.apiAddr }
 // left pending, starts the configured tenants and heartbeats. It returns
 // once the API listens; ctx bounds nothing after that (Stop does).
 func (p *Provisioner) Start(ctx context.Context) error {
-	ln, err := net.Listen("tcp", p.cfg.Listen)
+	ln, err := p.cfg.Listeners.Listen("Coopr provisioner API (--coopr-listen)", "tcp", p.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("coopr: the provisioner API cannot listen on %s: %w (--coopr-listen)", p.cfg.Listen, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
+
+	"github.com/loomrt/loom/bindings/listeners"
 )
 
 // refused asserts that a client with opts cannot connect to url, or if it
@@ -261,5 +264,29 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The embedded server's client port is one of the daemon's own listeners
+// while it serves (loom.http refuses it), with the port it was given.
+func TestEmbeddedServerPortRegistered(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.ListenAddr = "127.0.0.1:0"
+	cfg.Listeners = listeners.New()
+	q, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, _ := cfg.Listeners.List()
+	u, _ := url.Parse(q.ClientURL())
+	if len(ls) != 1 || ls[0].Name != "NATS client port (--nats-listen)" || ls[0].Addr != u.Host {
+		t.Errorf("registered %v, want the client port %s", ls, u.Host)
+	}
+	if _, ok := cfg.Listeners.Match("tcp", "0.0.0.0:"+u.Port()); !ok {
+		t.Errorf("0.0.0.0:%s is not refused", u.Port())
+	}
+	q.Close()
+	if ls, _ := cfg.Listeners.List(); len(ls) != 0 {
+		t.Errorf("after Close: %v, want nothing registered", ls)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/loomrt/loom/bindings/listeners"
 )
 
 // Config says where the queue lives and how workers behave. The zero
@@ -47,6 +49,10 @@ type Config struct {
 	// in-process connection. Clients always need the credentials (NkeyFile
 	// or Token), on loopback too.
 	ListenAddr string
+	// Listeners, when set, registers the embedded server's listening
+	// sockets (the client port of ListenAddr, and any other the server
+	// opens) as the daemon's own: plugins never reach them.
+	Listeners *listeners.Registry
 	// ServerName is the embedded server's stable name; default
 	// "loomd-<hostname>".
 	ServerName string

@@ -226,13 +226,12 @@ func (q *Queue) restartServer() error {
 			cfg.ListenAddr = net.JoinHostPort(addr.IP.String(), fmt.Sprint(addr.Port))
 		}
 	}
-	old.Shutdown()
-	old.WaitForShutdown()
-	srv, err := startServer(cfg, q.auth, q.onServerError)
+	q.srvRef.shutdown()
+	srv, unlisten, err := startServer(cfg, q.auth, q.onServerError)
 	if err != nil {
 		return err
 	}
-	q.srvRef.set(srv)
+	q.srvRef.set(srv, unlisten)
 	// Wait for the client to be back, so the probe that follows means
 	// something.
 	deadline := time.Now().Add(5 * time.Second)
@@ -264,12 +263,35 @@ func (q *Queue) restartServer() error {
 type serverRef struct {
 	mu  sync.Mutex
 	srv *server.Server
+	// unlisten removes the server's sockets from the daemon's registry.
+	unlisten func()
 }
 
-func (r *serverRef) set(s *server.Server) {
+// set makes s the current server; unlisten removes its sockets from the
+// registry when it is replaced or shut down.
+func (r *serverRef) set(s *server.Server, unlisten func()) {
 	r.mu.Lock()
-	r.srv = s
+	old := r.unlisten
+	r.srv, r.unlisten = s, unlisten
 	r.mu.Unlock()
+	if old != nil {
+		old()
+	}
+}
+
+// shutdown stops the current server and unregisters its sockets.
+func (r *serverRef) shutdown() {
+	r.mu.Lock()
+	srv, unlisten := r.srv, r.unlisten
+	r.unlisten = nil
+	r.mu.Unlock()
+	if srv != nil {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	}
+	if unlisten != nil {
+		unlisten()
+	}
 }
 
 func (r *serverRef) get() *server.Server {

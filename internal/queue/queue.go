@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loomrt/loom/bindings/listeners"
 	"github.com/loomrt/loom/runtime"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -161,11 +162,11 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 		if q.auth, err = newEmbeddedAuth(cfg); err != nil {
 			return nil, err
 		}
-		srv, err := startServer(cfg, q.auth, q.onServerError)
+		srv, unlisten, err := startServer(cfg, q.auth, q.onServerError)
 		if err != nil {
 			return nil, err
 		}
-		q.srvRef = &serverRef{srv: srv}
+		q.srvRef = &serverRef{srv: srv, unlisten: unlisten}
 		url = srv.ClientURL()
 		opts = append(opts, nats.InProcessServer(q.srvRef))
 		opts = append(opts, q.auth.client...)
@@ -256,7 +257,9 @@ func (q *Queue) jetStream(nc *nats.Conn) (jetstream.JetStream, error) {
 	return js, nil
 }
 
-func startServer(cfg Config, auth embeddedAuth, onError func(string)) (*server.Server, error) {
+// startServer starts the embedded server and registers its listening
+// sockets in cfg.Listeners; unlisten removes them.
+func startServer(cfg Config, auth embeddedAuth, onError func(string)) (srv *server.Server, unlisten func(), err error) {
 	dir := filepath.Join(cfg.DataDir, "jetstream")
 	opts := &server.Options{
 		ServerName:         cfg.ServerName,
@@ -281,7 +284,7 @@ func startServer(cfg Config, auth embeddedAuth, onError func(string)) (*server.S
 		host, port, _ := net.SplitHostPort(cfg.ListenAddr)
 		p, err := strconv.Atoi(port)
 		if err != nil {
-			return nil, fmt.Errorf("nats listen address %q: port %q is not a number", cfg.ListenAddr, port)
+			return nil, nil, fmt.Errorf("nats listen address %q: port %q is not a number", cfg.ListenAddr, port)
 		}
 		if p == 0 {
 			p = -1 // the server's "pick a free port"
@@ -289,21 +292,58 @@ func startServer(cfg Config, auth embeddedAuth, onError func(string)) (*server.S
 		opts.DontListen = false
 		opts.Host = host
 		opts.Port = p
+		if p > 0 {
+			// In place before the socket exists (see listeners.Listen).
+			early := cfg.Listeners.AddAddr(natsClientPort, "tcp", cfg.ListenAddr)
+			defer early()
+		}
 	}
-	srv, err := server.NewServer(opts)
+	srv, err = server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("configuring the embedded nats server (store %s): %w", dir, err)
+		return nil, nil, fmt.Errorf("configuring the embedded nats server (store %s): %w", dir, err)
 	}
 	srv.SetLoggerV2(serverLogger{l: cfg.Logger.With("component", "nats"), onError: onError}, false, false, false)
 	srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
 		if cfg.ListenAddr != "" {
-			return nil, fmt.Errorf("the embedded nats server did not start within 10s: is %s already in use, and is %s writable?", cfg.ListenAddr, dir)
+			return nil, nil, fmt.Errorf("the embedded nats server did not start within 10s: is %s already in use, and is %s writable?", cfg.ListenAddr, dir)
 		}
-		return nil, fmt.Errorf("the embedded nats server did not start within 10s: is %s writable and not used by another loomd?", dir)
+		return nil, nil, fmt.Errorf("the embedded nats server did not start within 10s: is %s writable and not used by another loomd?", dir)
 	}
-	return srv, nil
+	return srv, registerServer(cfg.Listeners, srv), nil
+}
+
+// natsClientPort names the embedded server's client listener.
+const natsClientPort = "NATS client port (--nats-listen)"
+
+// registerServer records the sockets the embedded server listens on: the
+// client port (--nats-listen), and the cluster, gateway, monitoring and
+// profiling ports should a configuration ever open them. The returned
+// func removes them.
+func registerServer(reg *listeners.Registry, srv *server.Server) func() {
+	var removes []func()
+	if a := srv.Addr(); a != nil {
+		removes = append(removes, reg.Add(natsClientPort, a))
+	}
+	for _, l := range []struct {
+		name string
+		addr *net.TCPAddr
+	}{
+		{"NATS cluster port", srv.ClusterAddr()},
+		{"NATS gateway port", srv.GatewayAddr()},
+		{"NATS monitoring port", srv.MonitorAddr()},
+		{"NATS profiling port", srv.ProfilerAddr()},
+	} {
+		if l.addr != nil {
+			removes = append(removes, reg.Add(l.name, l.addr))
+		}
+	}
+	return func() {
+		for _, r := range removes {
+			r()
+		}
+	}
 }
 
 // provision creates or updates the stream and the buckets.
@@ -738,9 +778,8 @@ func (q *Queue) shutdown() {
 		}
 	}
 	q.watchWG.Wait()
-	if srv := q.server(); srv != nil {
-		srv.Shutdown()
-		srv.WaitForShutdown()
+	if q.srvRef != nil {
+		q.srvRef.shutdown()
 	}
 	if q.unlock != nil {
 		q.unlock()

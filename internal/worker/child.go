@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loomrt/loom/bindings/listeners"
 	"github.com/loomrt/loom/runtime"
 )
 
@@ -31,6 +32,9 @@ type ChildOptions struct {
 	// ExitGrace is how long runs may take to stop once the parent is
 	// gone; default 1s.
 	ExitGrace time.Duration
+	// Listeners receives the daemon's own listeners from listeners
+	// frames; the worker's loom.http refuses them. Nil ignores them.
+	Listeners *listeners.Registry
 }
 
 // Child is the worker side of the protocol: it runs the tasks the parent
@@ -128,6 +132,13 @@ func (c *Child) ReceivePlugins() ([]runtime.PluginSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker for %q: reading the daemon's plugins: %w", c.opts.Type, err)
 	}
+	for f.Type == TypeListeners || f.Type == TypePing {
+		// The daemon's listeners may change while it sends the plugins.
+		c.handleControl(f)
+		if f, err = c.conn.Recv(); err != nil {
+			return nil, fmt.Errorf("worker for %q: reading the daemon's plugins: %w", c.opts.Type, err)
+		}
+	}
 	if f.Type != TypeLoad {
 		return nil, fmt.Errorf("worker for %q: the daemon sent a %q frame first, want %q (the plugins to load)", c.opts.Type, f.Type, TypeLoad)
 	}
@@ -207,10 +218,22 @@ func (c *Child) handle(ctx context.Context, rt *runtime.Runtime, f *Frame) {
 			r.cancel(fmt.Errorf("cancelled by the daemon: %s", f.Reason))
 		}
 		c.mu.Unlock()
+	case TypePing, TypeListeners:
+		c.handleControl(f)
+	}
+	// Other types are from a newer parent: ignored.
+}
+
+// handleControl applies a listeners frame or answers a ping. Both are
+// handled on the reading goroutine, in the order received: the pong that
+// follows a listeners frame tells the parent the list is in force.
+func (c *Child) handleControl(f *Frame) {
+	switch f.Type {
+	case TypeListeners:
+		c.opts.Listeners.Replace(f.Listeners, f.Seq)
 	case TypePing:
 		_ = c.conn.Send(&Frame{Type: TypePong, ID: f.ID})
 	}
-	// Other types are from a newer parent: ignored.
 }
 
 func (c *Child) run(ctx context.Context, rt *runtime.Runtime, id uint64, task []byte, cancel context.CancelCauseFunc) {

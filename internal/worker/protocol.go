@@ -25,11 +25,19 @@
 //	child  -> parent  result  {"v":1,"type":"result","id":7,"status":0,"result":{...Coopr result...}}
 //	child  -> parent  result  {"v":1,"type":"result","id":7,"error":{"kind":"not_found","message":"..."}}
 //	either            ping    {"v":1,"type":"ping","id":9}  answered by  pong {"v":1,"type":"pong","id":9}
+//	parent -> child   listeners {"v":1,"type":"listeners","seq":4,"listeners":[{"name":"API (--listen)","network":"tcp","addr":"127.0.0.1:7070"}]}
 //
 // The load frame, first on the connection when the supervisor has
 // plugin sources (SetSources), carries the plugin versions the daemon
 // validated: the worker loads those rather than the files on disk, which
 // may be half-written or broken while a reload is under way.
+//
+// A listeners frame carries the daemon's own listening sockets (package
+// bindings/listeners) whenever they change, and once to every new worker
+// after its load frame: the worker's loom.http refuses them. seq orders
+// the lists; an older one than the worker holds is ignored. The parent
+// follows it with a ping and waits for the pong, so a listener the daemon
+// opens is refused in every running worker before the open returns.
 //
 // A result frame with "retire": true tells the parent the worker exits
 // after it (after a memory failure, its heap is not worth keeping).
@@ -43,6 +51,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+
+	"github.com/loomrt/loom/bindings/listeners"
 )
 
 // Version is the wire protocol version this package speaks.
@@ -62,6 +72,8 @@ const (
 	TypeLog    = "log"
 	TypePing   = "ping"
 	TypePong   = "pong"
+	// TypeListeners carries the daemon's own listeners.
+	TypeListeners = "listeners"
 )
 
 // Frame is one message between parent and worker. Which fields are set
@@ -95,6 +107,11 @@ type Frame struct {
 	// Plugins are the plugin sources of a load frame (a JSON array of
 	// runtime.PluginSource).
 	Plugins json.RawMessage `json:"plugins,omitempty"`
+
+	// Listeners and Seq are the daemon's own listening sockets and the
+	// registry version they are from (a listeners frame).
+	Listeners []listeners.Listener `json:"listeners,omitempty"`
+	Seq       uint64               `json:"seq,omitempty"`
 
 	// PID and Types (type name -> loaded version) describe a worker in
 	// its hello frame.

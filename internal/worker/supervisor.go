@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/loomrt/loom/bindings/listeners"
 	"github.com/loomrt/loom/runtime"
 )
 
@@ -57,6 +58,14 @@ type Config struct {
 	// CgroupDir, when set, is where workers create their cgroups
 	// (PrepareCgroup); the supervisor passes it in CgroupEnv.
 	CgroupDir string
+	// Listeners is the daemon's registry of its own listening sockets.
+	// Every worker gets the list before its first run and every change
+	// to it, so loom.http in a worker refuses what the daemon listens on
+	// (issue 20). Nil sends none.
+	Listeners *listeners.Registry
+	// AckTimeout bounds how long a change of Listeners waits for each
+	// running worker to confirm it; default 5s.
+	AckTimeout time.Duration
 }
 
 // Supervisor runs tasks in worker processes, one hook at a time per
@@ -77,6 +86,12 @@ type Supervisor struct {
 	load   *Frame             // load frame sent to new workers (SetPlugins), or nil
 	total  int                // live worker processes, busy or idle, including starting
 	closed bool
+	live   map[*proc]struct{} // every worker process with an open connection
+	own    []listeners.Listener
+	ownSeq uint64
+
+	pingID    atomic.Uint64
+	stopWatch func()
 
 	stats     Stats
 	stopReap  chan struct{}
@@ -110,14 +125,84 @@ func New(cfg Config) *Supervisor {
 	if cfg.DeadlineGrace <= 0 {
 		cfg.DeadlineGrace = 5 * time.Second
 	}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = 5 * time.Second
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := &Supervisor{cfg: cfg, log: log, specs: map[string]TypeSpec{}, idle: map[string][]*proc{},
-		stopReap: make(chan struct{}), reapDone: make(chan struct{})}
+		live: map[*proc]struct{}{}, stopReap: make(chan struct{}), reapDone: make(chan struct{})}
+	s.stopWatch = cfg.Listeners.Watch(s.forwardListeners)
 	go s.reapIdle()
 	return s
+}
+
+// forwardListeners is the registry watcher: it keeps the daemon's list
+// for workers started later and sends it to every running worker,
+// waiting until each has confirmed it (or AckTimeout), so a listener the
+// daemon opens is refused in every worker by the time it accepts.
+func (s *Supervisor) forwardListeners(ls []listeners.Listener, seq uint64) {
+	s.mu.Lock()
+	s.own, s.ownSeq = ls, seq
+	procs := make([]*proc, 0, len(s.live))
+	for w := range s.live {
+		procs = append(procs, w)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, w := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.pushListeners(w, true)
+		}()
+	}
+	wg.Wait()
+}
+
+// pushListeners sends w the current list unless it has it. A worker whose
+// plugins are still being sent gets it right after them (start calls this
+// once they are). With wait, a worker that already said hello is pinged
+// after the list and the call waits for its pong: frames are handled in
+// order, so the pong means the list is in force.
+func (s *Supervisor) pushListeners(w *proc, wait bool) {
+	w.ctl.Lock()
+	if !w.loaded {
+		w.ctl.Unlock()
+		return
+	}
+	s.mu.Lock()
+	ls, seq := s.own, s.ownSeq
+	s.mu.Unlock()
+	if w.ownSent && seq <= w.ownSeq {
+		w.ctl.Unlock()
+		return
+	}
+	err := w.conn.Send(&Frame{Type: TypeListeners, Listeners: ls, Seq: seq})
+	w.ownSent, w.ownSeq = true, seq
+	var pong chan struct{}
+	if err == nil && wait && w.ready.Load() {
+		id := s.pingID.Add(1)
+		pong = w.expectPong(id)
+		if err = w.conn.Send(&Frame{Type: TypePing, ID: id}); err != nil {
+			pong = nil
+		}
+	}
+	w.ctl.Unlock()
+	if pong == nil {
+		return
+	}
+	t := time.NewTimer(s.cfg.AckTimeout)
+	defer t.Stop()
+	select {
+	case <-pong:
+	case <-w.dead:
+	case <-t.C:
+		s.log.Warn("a worker did not confirm the daemon's new listeners in time; it refuses them once it reads them",
+			"pid", w.pid, "type", w.spec.Name, "timeout", s.cfg.AckTimeout)
+	}
 }
 
 // SetTypes declares the plugin types, their versions and budgets. When
@@ -532,6 +617,7 @@ func (s *Supervisor) Close() {
 		s.closed = true
 		stop := s.takeIdleLocked(func(*proc) bool { return true })
 		s.mu.Unlock()
+		s.stopWatch()
 		close(s.stopReap)
 		<-s.reapDone
 		for _, w := range stop {
@@ -557,6 +643,14 @@ type proc struct {
 
 	results chan *Frame   // result frames, read by the run in flight
 	dead    chan struct{} // closed once the process exited and its output is read
+	ready   atomic.Bool   // its hello arrived
+
+	// ctl orders the listeners frames sent to it (see pushListeners).
+	ctl     sync.Mutex
+	loaded  bool   // its load frame (if any) was sent
+	ownSent bool   // a listeners frame was sent
+	ownSeq  uint64 // the version of the last one
+	pongs   map[uint64]chan struct{}
 
 	mu      sync.Mutex
 	runID   uint64
@@ -571,6 +665,29 @@ func (w *proc) setRun(id uint64, taskID string) {
 	w.mu.Lock()
 	w.runID, w.taskID = id, taskID
 	w.mu.Unlock()
+}
+
+// expectPong registers a ping id; the channel closes when its pong
+// arrives.
+func (w *proc) expectPong(id uint64) chan struct{} {
+	ch := make(chan struct{})
+	w.mu.Lock()
+	if w.pongs == nil {
+		w.pongs = map[uint64]chan struct{}{}
+	}
+	w.pongs[id] = ch
+	w.mu.Unlock()
+	return ch
+}
+
+func (w *proc) gotPong(id uint64) {
+	w.mu.Lock()
+	ch := w.pongs[id]
+	delete(w.pongs, id)
+	w.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
 }
 
 func (w *proc) kill() {
@@ -621,6 +738,9 @@ func (s *Supervisor) start(ctx context.Context, spec TypeSpec, load *Frame) (*pr
 	}
 	w.pid = cmd.Process.Pid
 	log := s.log.With("pid", w.pid)
+	s.mu.Lock()
+	s.live[w] = struct{}{}
+	s.mu.Unlock()
 
 	hello := make(chan *Frame, 1)
 	stderrDone := make(chan struct{})
@@ -644,22 +764,31 @@ func (s *Supervisor) start(ctx context.Context, spec TypeSpec, load *Frame) (*pr
 		w.waitErr = err
 		w.mu.Unlock()
 		w.death() // settle the cause while the cgroup is still there
+		s.mu.Lock()
+		delete(s.live, w)
+		s.mu.Unlock()
 		close(w.dead)
 	}()
 
-	if load != nil {
-		// Its own goroutine: a large frame fills the socket until the
-		// worker reads it, and a worker dying first shows as w.dead.
-		go func() {
+	// Its own goroutine: a large frame fills the socket until the worker
+	// reads it, and a worker dying first shows as w.dead. The daemon's
+	// listeners follow the plugins, before any run.
+	go func() {
+		if load != nil {
 			if err := w.conn.Send(load); err != nil {
 				log.Debug("sending the plugins to a worker failed", "err", err)
 			}
-		}()
-	}
+		}
+		w.ctl.Lock()
+		w.loaded = true
+		w.ctl.Unlock()
+		s.pushListeners(w, false)
+	}()
 	t := time.NewTimer(s.cfg.StartTimeout)
 	defer t.Stop()
 	select {
 	case f := <-hello:
+		w.ready.Store(true)
 		if v, ok := f.Types[spec.Name]; !ok || v != spec.Version {
 			log.Warn("the worker did not load the daemon's version of the plugin type (changed on disk since the daemon loaded it?); its runs will say why",
 				"type", spec.Name, "version", spec.Version, "worker_version", v)
@@ -703,6 +832,8 @@ func (w *proc) readFrames(log *slog.Logger, hello chan<- *Frame) {
 			w.emit(log, f)
 		case TypePing:
 			_ = w.conn.Send(&Frame{Type: TypePong, ID: f.ID})
+		case TypePong:
+			w.gotPong(f.ID)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -16,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	httpb "github.com/loomrt/loom/bindings/http"
+	"github.com/loomrt/loom/bindings/listeners"
+	"github.com/loomrt/loom/bindings/std"
 	"github.com/loomrt/loom/internal/worker"
 	"github.com/loomrt/loom/runtime"
 	"github.com/loomrt/loom/runtime/luatest"
@@ -33,7 +37,8 @@ func TestMain(m *testing.M) {
 func childMain() int {
 	var mem int64
 	fmt.Sscan(os.Getenv("LOOM_TEST_MEMORY"), &mem)
-	opts := worker.ChildOptions{Type: os.Getenv("LOOM_TEST_TYPE"), Memory: mem}
+	own := listeners.New()
+	opts := worker.ChildOptions{Type: os.Getenv("LOOM_TEST_TYPE"), Memory: mem, Listeners: own}
 	if os.Getenv("LOOM_TEST_NO_WATCHDOG") != "" {
 		opts.WatchInterval = time.Hour // only the OS limit acts
 	}
@@ -45,6 +50,7 @@ func childMain() int {
 	}
 	logger := slog.New(c.LogHandler(slog.LevelInfo))
 	rt, err := runtime.New(runtime.Options{PluginsDir: os.Getenv("LOOM_TEST_PLUGINS"), WorkDir: os.Getenv("LOOM_TEST_WORK"), Logger: logger,
+		Bindings: std.New(std.Options{HTTP: httpb.Options{Listeners: own}}),
 		Expose: map[string]any{
 			// die ends the process the way a Go fatal error does.
 			"die": func() { fmt.Fprintln(os.Stderr, "fatal error: simulated crash"); os.Exit(2) },
@@ -106,6 +112,13 @@ function Spin:create() while true do end end
 
 Stuck = {}
 function Stuck:create() require("loom.host").block() end
+
+Dial = {}
+function Dial:create(input)
+  local ok, err = pcall(require("loom.http").get, self.task.config.url, {timeout = 2})
+  self.result.result.kind = ok and "none" or err.kind
+  self.result.result.message = ok and "" or err.message
+end
 `
 
 type env struct {
@@ -119,7 +132,7 @@ func newEnv(t testing.TB, cfg worker.Config) *env {
 	t.Helper()
 	dir := t.TempDir()
 	work := t.TempDir()
-	for _, name := range []string{"Ok", "Hog", "Crash", "Spin", "Stuck"} {
+	for _, name := range []string{"Ok", "Hog", "Crash", "Spin", "Stuck", "Dial"} {
 		luatest.WritePlugin(t, dir, luatest.Plugin{Name: strings.ToLower(name), Family: "provider", Classname: name,
 			Files: map[string]string{"p.lua": "local loom_log = require('loom.log')\n" + plugins}})
 	}
@@ -141,7 +154,7 @@ func newEnv(t testing.TB, cfg worker.Config) *env {
 
 func (e *env) setTypes(version string, mem int64) {
 	var specs []worker.TypeSpec
-	for _, n := range []string{"ok", "hog", "crash", "spin", "stuck"} {
+	for _, n := range []string{"ok", "hog", "crash", "spin", "stuck", "dial"} {
 		specs = append(specs, worker.TypeSpec{Name: n, Version: version, Memory: mem})
 	}
 	e.sup.SetTypes(specs)
@@ -334,5 +347,59 @@ func TestConnFrames(t *testing.T) {
 	buf.WriteString(`{"v":9,"type":"x"}`[:16])
 	if _, err := c.Recv(); err == nil {
 		t.Errorf("truncated frame decoded")
+	}
+}
+
+// dial runs the Dial plugin against url in a worker and returns the error
+// kind and message of its loom.http call ("none" when it got through).
+func dial(t *testing.T, e *env, id, url string) (kind, msg string) {
+	t.Helper()
+	body := []byte(`{"taskId":"` + id + `","taskName":"CREATE","config":{"provider":{"providertype":"dial"},"url":"` + url + `"}}`)
+	b, _, err := e.sup.Run(context.Background(), "dial", id, body, time.Minute)
+	if err != nil {
+		t.Fatalf("run %s: %v", id, err)
+	}
+	var r result
+	if err := json.Unmarshal(b, &r); err != nil || r.Result == nil {
+		t.Fatalf("result of %s: %s", id, b)
+	}
+	return fmt.Sprint(r.Result["kind"]), fmt.Sprint(r.Result["message"])
+}
+
+// TestWorkersRefuseTheDaemonsListeners: the daemon's registry reaches
+// its workers, those running when a listener opens (before the open
+// returns) and those started later, and follows it when one closes.
+func TestWorkersRefuseTheDaemonsListeners(t *testing.T) {
+	reg := listeners.New()
+	e := newEnv(t, worker.Config{Listeners: reg})
+	// A worker is running before the daemon opens the listener.
+	if k, m := dial(t, e, "d0", "http://127.0.0.1:9/"); k != "connect" {
+		t.Fatalf("nothing registered yet: %s %s, want a connect error", k, m)
+	}
+	ln, err := reg.Listen("Coopr provisioner API (--coopr-listen)", "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	for i, host := range []string{"0.0.0.0", "[::]", "localhost", "[::ffff:127.0.0.1]"} {
+		k, m := dial(t, e, fmt.Sprint("d1-", i), "http://"+host+":"+port+"/v2/tenants/victim")
+		if k != "permission" || !strings.Contains(m, "Coopr provisioner API") {
+			t.Errorf("%s: %s %s, want a permission error naming the listener", host, k, m)
+		}
+	}
+	if st := e.sup.Stats(); st.Started != 1 {
+		t.Errorf("%d workers started: the check must have run in the worker that was already there", st.Started)
+	}
+	// A worker started now gets the list before its first run.
+	e.setTypes("v2", 128<<20)
+	if k, _ := dial(t, e, "d2", "http://0.0.0.0:"+port+"/"); k != "permission" {
+		t.Errorf("a new worker: %s, want permission", k)
+	}
+	if st := e.sup.Stats(); st.Started != 2 {
+		t.Errorf("%d workers started, want a second one after the reload", st.Started)
+	}
+	ln.Close()
+	if k, m := dial(t, e, "d3", "http://127.0.0.1:"+port+"/"); k != "connect" {
+		t.Errorf("after the listener closed: %s %s, want a plain connect error", k, m)
 	}
 }
