@@ -68,6 +68,9 @@ type suite struct {
 	dir    string
 	canary string // content of a file outside every plugin's reach
 	mark   int64  // daemon log size when the running serial case began
+
+	// own is what the daemon listens on besides its API (listeners_test.go).
+	own *ownSetup
 }
 
 // logMark is the daemon log's size when the running serial case began.
@@ -178,7 +181,7 @@ func TestHostile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.d = startDaemon(t, dir, daemonArgs()...)
+	s.d = startDaemon(t, dir, append(daemonArgs(), s.ownListenerArgs(t)...)...)
 	d := s.d
 	s.checkPluginsLoaded(t, cases)
 

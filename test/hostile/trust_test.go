@@ -17,6 +17,8 @@ import (
 func allCases() []hcase {
 	cases := pluginCases()
 	cases = append(cases, requestCases()...)
+	cases = append(cases, ownListenerCases()...)
+	cases = append(cases, boundsCases()...)
 	return append(cases, trustCases()...)
 }
 
