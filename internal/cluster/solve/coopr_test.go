@@ -250,11 +250,11 @@ func TestCooprIsValidCluster(t *testing.T) {
 		{[]int{1, 4, 0, 1, 1}, 7, true}, {[]int{1, 3, 0, 1, 2}, 7, true}, {[]int{1, 2, 0, 1, 3}, 7, true},
 		{[]int{1, 1, 0, 1, 4}, 7, true}, {[]int{1, 3, 3, 0, 0}, 7, true}, {[]int{1, 1, 5, 0, 0}, 7, true},
 		{[]int{1, 50, 3, 0, 0}, 54, true},
-		{[]int{1, 1, 0, 1, 0}, 3, false},  // reactor min
-		{[]int{1, 1, 0, 0, 1}, 3, false},  // zookeeper min
-		{[]int{0, 1, 0, 1, 1}, 3, false},  // namenode min
-		{[]int{1, 0, 1, 0, 1}, 3, false},  // datanode min
-		{[]int{2, 1, 1, 0, 0}, 4, false},  // namenode max
+		{[]int{1, 1, 0, 1, 0}, 3, false},   // reactor min
+		{[]int{1, 1, 0, 0, 1}, 3, false},   // zookeeper min
+		{[]int{0, 1, 0, 1, 1}, 3, false},   // namenode min
+		{[]int{1, 0, 1, 0, 1}, 3, false},   // datanode min
+		{[]int{2, 1, 1, 0, 0}, 4, false},   // namenode max
 		{[]int{1, 4, 10, 0, 0}, 15, false}, // zookeeper max
 		{[]int{1, 52, 1, 0, 0}, 54, false}, // datanode max
 	} {
@@ -309,7 +309,7 @@ func TestCooprSolve(t *testing.T) {
 			map[string]int{"[firewall hosts namenode resourcemanager]": 1, "[datanode firewall hosts nodemanager]": 2}},
 		{"testSolveReactor", r2, r2services, set("small", "medium", "large"), set("centos6", "ubuntu12"), 200,
 			map[string]int{
-				"[firewall hadoop-hdfs-datanode hadoop-yarn-nodemanager hbase-regionserver hosts]":                           198,
+				"[firewall hadoop-hdfs-datanode hadoop-yarn-nodemanager hbase-regionserver hosts]":                          198,
 				"[firewall hadoop-hdfs-datanode hadoop-yarn-nodemanager hbase-regionserver hosts reactor zookeeper-server]": 1,
 				"[firewall hadoop-hdfs-namenode hadoop-yarn-resourcemanager hbase-master hosts]":                            1,
 			}},

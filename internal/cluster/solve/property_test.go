@@ -2,10 +2,10 @@ package solve
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"math/rand"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )

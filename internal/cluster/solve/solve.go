@@ -234,7 +234,9 @@ func shrink(nodes []Node, c *Constraints, services []string, size int, b Budget)
 		}
 		g.nums = append(g.nums, n.Num)
 	}
-	sort.Slice(groups, func(i, j int) bool { return groups[i].nums[len(groups[i].nums)-1] > groups[j].nums[len(groups[j].nums)-1] })
+	sort.Slice(groups, func(i, j int) bool {
+		return groups[i].nums[len(groups[i].nums)-1] > groups[j].nums[len(groups[j].nums)-1]
+	})
 	idx := map[string]int{}
 	for i, s := range services {
 		idx[s] = i
