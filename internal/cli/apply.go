@@ -69,12 +69,13 @@ type applyOptions struct {
 	file      string
 	noRestart bool
 	onFailure string
+	tmpl      templateOptions
 }
 
 func (a *App) newApplyCmd(g *globalOptions) *cobra.Command {
 	o := &applyOptions{g: g}
 	cmd := &cobra.Command{
-		Use:   "apply SPEC",
+		Use:   "apply SPEC | apply --template T --size N [NAME]",
 		Short: "Bring a cluster to what its spec says: create, scale, add services, reconfigure",
 		Long: `Compare the cluster spec with the cluster's saved state and run the jobs that bring
 the cluster there (the plan 'loomd plan SPEC' prints): create a new cluster; resume
@@ -93,28 +94,35 @@ a failed CREATE is retried only after a DELETE of what it may have made.
 Logs (stderr) get one line per task state change. The summary (stdout) names
 every node with its address and every failed task. Exit status: 0 when the
 cluster is as the spec says, 1 when a job failed (run apply again to resume),
-2 for a bad spec or flags.`,
+2 for a bad spec or flags.
+
+With a template spec (template: T, size: N) or --template T --size N [NAME],
+Coopr's solver lays the nodes out from the catalog (--catalog) first: a new
+cluster, a scale up or down that keeps the existing nodes' services, services
+added to the existing nodes by Coopr's rules (docs/clusters.md).`,
 		Example: `  loomd apply cluster.yaml --local
-  loomd apply cluster.yaml --server http://127.0.0.1:7070 --parallelism 32`,
-		Args: cobra.ExactArgs(1),
+  loomd apply cluster.yaml --server http://127.0.0.1:7070 --parallelism 32
+  loomd apply --template hadoop-distributed --size 5 hdp --local`,
+		Args: cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.file = args[0]
-			return a.runApply(cmd.Context(), o)
+			sp, file, err := a.loadSpec(cmd, args, &o.tmpl)
+			if err != nil {
+				return err
+			}
+			o.file = file
+			return a.runApply(cmd.Context(), o, sp)
 		},
 	}
 	o.cluster.addFlags(cmd.Flags(), true)
 	cmd.Flags().BoolVar(&o.noRestart, "no-restart", false, "reconfigure without stopping and starting services")
 	cmd.Flags().StringVar(&o.onFailure, "on-failure", "keep", "after a failed create: keep what exists (and report it), or rollback (destroy the nodes it created)")
+	o.tmpl.addFlags(cmd.Flags())
 	return cmd
 }
 
-func (a *App) runApply(ctx context.Context, o *applyOptions) error {
+func (a *App) runApply(ctx context.Context, o *applyOptions, sp *spec.Spec) error {
 	if o.onFailure != "keep" && o.onFailure != "rollback" {
 		return usageErr(fmt.Errorf("--on-failure %q: want keep or rollback", o.onFailure))
-	}
-	sp, err := spec.LoadFile(o.file)
-	if err != nil {
-		return usageErr(err)
 	}
 	st, err := a.clusterStore(ctx, &o.cluster)
 	if err != nil {
@@ -128,6 +136,15 @@ func (a *App) runApply(ctx context.Context, o *applyOptions) error {
 	cl, err := a.getCluster(st, sp.Name)
 	if err != nil {
 		return err
+	}
+	sp, layout, err := a.resolveSpec(sp, cl, &o.tmpl)
+	if err != nil {
+		return err
+	}
+	if layout != nil {
+		if err := a.printLayout(layout); err != nil {
+			return err
+		}
 	}
 	steps, err := apply.Diff(cl, sp, apply.DiffOptions{NoRestart: o.noRestart})
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 // addClusterCommands registers the cluster commands: plan, apply, destroy
 // and cluster.
 func (a *App) addClusterCommands(root *cobra.Command, g *globalOptions) {
-	root.AddCommand(a.newPlanCmd(g), a.newApplyCmd(g), a.newDestroyCmd(g), a.newClusterCmd(g))
+	root.AddCommand(a.newPlanCmd(g), a.newApplyCmd(g), a.newDestroyCmd(g), a.newClusterCmd(g), a.newCatalogCmd(g))
 }
 
 type destroyOptions struct {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/loomrt/loom/internal/cluster/apply"
+	"github.com/loomrt/loom/internal/cluster/catalog"
 	"github.com/loomrt/loom/internal/cluster/plan"
 	"github.com/loomrt/loom/internal/cluster/spec"
 )
@@ -24,12 +25,13 @@ type planOptions struct {
 	dot       bool
 	noRestart bool
 	cluster   clusterOptions
+	tmpl      templateOptions
 }
 
 func (a *App) newPlanCmd(g *globalOptions) *cobra.Command {
 	o := &planOptions{g: g}
 	cmd := &cobra.Command{
-		Use:   "plan SPEC",
+		Use:   "plan SPEC | plan --template T --size N [NAME]",
 		Short: "Print the task plan of a cluster spec (a table, --json or --dot) without running anything",
 		Long: `Read a cluster spec (YAML or JSON; see docs/clusters.md), build the task DAG of
 the jobs 'loomd apply' would run, with Coopr's dependency rules, cut it into stages,
@@ -46,14 +48,23 @@ stop, restart and add-services to some services (start adds what they depend
 on; stop and restart add what depends on them). --nodes limits the plan to
 some node ids.
 
+A template spec (template: T, size: N; or --template T --size N) is laid out by
+Coopr's solver first, around the cluster's existing nodes; the plan then starts
+with the layout table: layouts × counts, and which constraint decided each.
+
 A spec error is reported as file:line with exit status 2.`,
 		Example: `  loomd plan cluster.yaml
   loomd plan cluster.yaml --action restart --services web
-  loomd plan cluster.yaml --dot | dot -Tsvg > plan.svg`,
-		Args: cobra.ExactArgs(1),
+  loomd plan cluster.yaml --dot | dot -Tsvg > plan.svg
+  loomd plan --template hadoop-distributed --size 5 hdp --catalog ./catalog`,
+		Args: cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.file = args[0]
-			return a.runPlan(cmd.Context(), o)
+			sp, file, err := a.loadSpec(cmd, args, &o.tmpl)
+			if err != nil {
+				return err
+			}
+			o.file = file
+			return a.runPlan(cmd.Context(), o, sp)
 		},
 	}
 	f := cmd.Flags()
@@ -64,22 +75,23 @@ A spec error is reported as file:line with exit status 2.`,
 	f.StringSliceVar(&o.nodes, "nodes", nil, "plan only these node ids (comma-separated)")
 	f.BoolVar(&o.json, "json", false, "print the plan as JSON")
 	f.BoolVar(&o.dot, "dot", false, "print the plan as a Graphviz digraph")
+	o.tmpl.addFlags(f)
 	return cmd
 }
 
-func (a *App) runPlan(ctx context.Context, o *planOptions) error {
+func (a *App) runPlan(ctx context.Context, o *planOptions, sp *spec.Spec) error {
 	if o.json && o.dot {
 		return usageErr(errors.New("--json and --dot exclude each other"))
-	}
-	sp, err := spec.LoadFile(o.file)
-	if err != nil {
-		return usageErr(err)
 	}
 	st, err := a.clusterStore(ctx, &o.cluster)
 	if err != nil {
 		return err
 	}
 	cl, err := a.getCluster(st, sp.Name)
+	if err != nil {
+		return err
+	}
+	sp, layout, err := a.resolveSpec(sp, cl, &o.tmpl)
 	if err != nil {
 		return err
 	}
@@ -108,9 +120,10 @@ func (a *App) runPlan(ctx context.Context, o *planOptions) error {
 			Plan   json.RawMessage `json:"plan"`
 		}
 		out := struct {
-			Cluster string     `json:"cluster"`
-			Steps   []jsonStep `json:"steps"`
-		}{Cluster: sp.Name, Steps: []jsonStep{}}
+			Cluster string              `json:"cluster"`
+			Layout  *catalog.Resolution `json:"layout,omitempty"`
+			Steps   []jsonStep          `json:"steps"`
+		}{Cluster: sp.Name, Layout: layout, Steps: []jsonStep{}}
 		for i, p := range plans {
 			var b bytes.Buffer
 			if err := p.WriteJSON(&b); err != nil {
@@ -126,6 +139,11 @@ func (a *App) runPlan(ctx context.Context, o *planOptions) error {
 			}
 		}
 		return nil
+	}
+	if layout != nil {
+		if err := a.printLayout(layout); err != nil {
+			return err
+		}
 	}
 	if len(plans) == 0 {
 		fmt.Fprintf(a.Out, "No changes: cluster %s is as %s says.\n", sp.Name, o.file)

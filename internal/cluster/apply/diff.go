@@ -189,8 +189,11 @@ func Nodes(cl *state.Cluster, sp *spec.Spec) []spec.Node {
 		if cl != nil && cl.Nodes[n.ID] != nil {
 			continue
 		}
-		n.Num = num
-		num++
+		if g := sp.Group(n.Group); g == nil || g.Num == 0 {
+			// A solved template's node keeps the nodenum in its id.
+			n.Num = num
+			num++
+		}
 		out = append(out, n)
 	}
 	return out

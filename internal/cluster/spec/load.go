@@ -66,9 +66,11 @@ func Parse(file string, data []byte) (*Spec, error) {
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		root = root.Content[0]
 	}
-	s := &Spec{File: file, Source: string(data), DNSSuffix: "local", Services: map[string]*Service{}, Config: map[string]any{}}
+	s := &Spec{File: file, Source: string(data), DNSSuffix: "local", Services: map[string]*Service{}, Config: map[string]any{}, Size: -1}
 	d.spec(root, s)
-	if len(d.problems) == 0 {
+	if len(d.problems) == 0 && s.NeedsSolve() {
+		d.validateTemplateSpec(s)
+	} else if len(d.problems) == 0 {
 		d.validate(s)
 		d.checkMacros(s)
 	}
@@ -235,17 +237,31 @@ func (d *decoder) spec(n *yaml.Node, s *Spec) {
 		"nodegroups":  func(k, v *yaml.Node) { d.nodeGroups(v, s) },
 		"services":    func(k, v *yaml.Node) { d.services(v, s) },
 		"constraints": func(k, v *yaml.Node) { d.constraints(v, &s.Constraints) },
-		"template":    func(k, v *yaml.Node) { d.cooprTemplate(v, s) },
+		"template": func(k, v *yaml.Node) {
+			if v.Kind == yaml.ScalarNode {
+				d.str(v, "template", &s.TemplateName)
+				return
+			}
+			s.Template = d.template(v, "template")
+			d.applyTemplate(s, s.Template, v)
+		},
+		"size":          func(k, v *yaml.Node) { d.integer(v, "size", &s.Size) },
+		"hardwaretype":  func(k, v *yaml.Node) { d.str(v, "hardwaretype", &s.HardwareType) },
+		"imagetype":     func(k, v *yaml.Node) { d.str(v, "imagetype", &s.ImageType) },
+		"hardwaretypes": func(k, v *yaml.Node) { s.HardwareTypes = d.typeEntities(v, "hardware type") },
+		"imagetypes":    func(k, v *yaml.Node) { s.ImageTypes = d.typeEntities(v, "image type") },
+		"catalog":       func(k, v *yaml.Node) { d.str(v, "catalog", &s.Catalog) },
 	})
 	if s.Name == "" && n.Kind == yaml.MappingNode {
 		d.errf(n, "the spec needs a \"name\" (the cluster's name, a DNS label such as web or prod-db)")
 	}
-	if s.Provider.Type == "" && n.Kind == yaml.MappingNode && len(d.problems) == 0 {
+	if s.Provider.Type == "" && n.Kind == yaml.MappingNode && len(d.problems) == 0 && !s.NeedsSolve() {
 		d.errf(n, "the spec needs a \"provider\" with a \"type\" (a provider plugin type such as static or digitalocean)")
 	}
 }
 
 func (d *decoder) dnsSuffix(v *yaml.Node, s *Spec) {
+	s.dnsSet = true
 	var x string
 	d.str(v, "dnsSuffix", &x)
 	x = strings.TrimPrefix(x, ".")
@@ -296,6 +312,7 @@ func (d *decoder) nodeGroups(n *yaml.Node, s *Spec) {
 			"hardwaretype": func(k, v *yaml.Node) { d.str(v, what+".hardwaretype", &g.HardwareType) },
 			"imagetype":    func(k, v *yaml.Node) { d.str(v, what+".imagetype", &g.ImageType) },
 			"sshuser":      func(k, v *yaml.Node) { d.str(v, what+".sshuser", &g.SSHUser) },
+			"num":          func(k, v *yaml.Node) { d.integer(v, what+".num", &g.Num) },
 			"services": func(k, v *yaml.Node) {
 				g.Services = d.strList(v, what+".services")
 				g.servicesLine = v.Line
@@ -307,9 +324,15 @@ func (d *decoder) nodeGroups(n *yaml.Node, s *Spec) {
 		if g.Name == "" {
 			d.errf(c, "%s needs a \"name\" (a DNS label such as web or db)", what)
 		}
+		if g.Count < 0 && g.Num > 0 {
+			g.Count = 1
+		}
 		if g.Count < 0 {
 			d.errf(c, "node group %q needs a \"count\" (0 or more nodes)", g.Name)
 			g.Count = 0
+		}
+		if g.Num > 0 && (g.Count != 1 || g.Num < 1000) {
+			d.errf(c, "node group %q has num %d: a group with a num is one node (count 1) with that nodenum (1000 or more)", g.Name, g.Num)
 		}
 		if g.servicesLine == 0 {
 			g.servicesLine = c.Line
@@ -341,6 +364,11 @@ func (d *decoder) services(n *yaml.Node, s *Spec) {
 			add(svc, k)
 		}
 	case yaml.SequenceNode:
+		if len(n.Content) > 0 && n.Content[0].Kind == yaml.ScalarNode {
+			// Coopr's request form: the names of the services to place.
+			s.ServiceNames = d.strList(n, "services")
+			return
+		}
 		for _, v := range n.Content {
 			svc := d.service(v, "")
 			svc.Line = v.Line
@@ -444,68 +472,6 @@ func (d *decoder) constraints(n *yaml.Node, c *Constraints) {
 				}
 				c.Quantities[name.Value] = q
 			}
-		},
-	})
-}
-
-// cooprTemplate reads a Coopr cluster template (its JSON unchanged): the
-// defaults' config becomes the cluster config (unless the spec has one),
-// dnsSuffix the suffix, and the layout and service-quantity constraints
-// the spec's constraints. Its services, provider and hardware/image types
-// are for Coopr's solver, which node groups replace: they are accepted and
-// ignored.
-func (d *decoder) cooprTemplate(n *yaml.Node, s *Spec) {
-	ignore := func(k, v *yaml.Node) {}
-	d.fields(n, "template", map[string]func(k, v *yaml.Node){
-		"name": ignore, "label": ignore, "description": ignore, "icon": ignore, "version": ignore, "links": ignore,
-		"compatibility": ignore, "administration": ignore, "extends": ignore, "includes": ignore, "immutable": ignore,
-		"defaults": func(k, v *yaml.Node) {
-			d.fields(v, "template.defaults", map[string]func(k, v *yaml.Node){
-				"services": ignore, "provider": ignore, "hardwaretype": ignore, "imagetype": ignore,
-				"dnsSuffix": func(k, v *yaml.Node) { d.dnsSuffix(v, s) },
-				"config": func(k, v *yaml.Node) {
-					if len(s.Config) == 0 {
-						s.Config = d.object(v, "template.defaults.config")
-					}
-				},
-			})
-		},
-		"constraints": func(k, v *yaml.Node) {
-			c := &s.Constraints
-			c.Line = v.Line
-			d.fields(v, "template.constraints", map[string]func(k, v *yaml.Node){
-				"size": ignore,
-				"layout": func(k, v *yaml.Node) {
-					d.fields(v, "template.constraints.layout", map[string]func(k, v *yaml.Node){
-						"mustcoexist": func(k, v *yaml.Node) { c.MustCoexist = append(c.MustCoexist, d.groups(v, "mustcoexist")...) },
-						"cantcoexist": func(k, v *yaml.Node) { c.CantCoexist = append(c.CantCoexist, d.groups(v, "cantcoexist")...) },
-					})
-				},
-				"services": func(k, v *yaml.Node) {
-					if v.Kind != yaml.MappingNode {
-						d.errf(v, "template.constraints.services must map a service to its constraint")
-						return
-					}
-					if c.Quantities == nil {
-						c.Quantities = map[string]Quantity{}
-					}
-					for i := 0; i+1 < len(v.Content); i += 2 {
-						name, body := v.Content[i], v.Content[i+1]
-						what := "template.constraints.services." + name.Value
-						var q Quantity
-						d.fields(body, what, map[string]func(k, v *yaml.Node){
-							"hardwaretypes": ignore, "imagetypes": ignore, "ratio": ignore,
-							"quantities": func(k, v *yaml.Node) {
-								d.fields(v, what+".quantities", map[string]func(k, v *yaml.Node){
-									"min": func(k, v *yaml.Node) { d.integer(v, what+".quantities.min", &q.Min) },
-									"max": func(k, v *yaml.Node) { d.integer(v, what+".quantities.max", &q.Max) },
-								})
-							},
-						})
-						c.Quantities[name.Value] = q
-					}
-				},
-			})
 		},
 	})
 }

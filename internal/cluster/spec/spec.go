@@ -46,7 +46,28 @@ type Spec struct {
 	// Constraints are optional layout rules checked against the groups.
 	Constraints Constraints
 
+	// A template spec names a Coopr cluster template (TemplateName, from
+	// the catalog, or Template, inline) and a Size instead of node
+	// groups; solve.Resolve turns it into node groups. Once solved, the
+	// spec keeps both as a record, with its node groups.
+	TemplateName string
+	Template     *Template
+	// Size is the number of nodes (-1: not given).
+	Size int
+	// ServiceNames are the services to place (Coopr's request services:
+	// they replace the template's defaults.services).
+	ServiceNames []string
+	// HardwareType and ImageType, when set, are the only types the
+	// nodes use (Coopr's request hardwaretype and imagetype).
+	HardwareType, ImageType string
+	// HardwareTypes and ImageTypes are Coopr type definitions given in
+	// the spec (added to the catalog's).
+	HardwareTypes, ImageTypes []*TypeEntity
+	// Catalog is the catalog folder the spec names (relative to it).
+	Catalog string
+
 	nameLine, configLine int
+	dnsSet               bool
 }
 
 // Provider names the provider plugin type that makes the nodes.
@@ -74,7 +95,10 @@ type NodeGroup struct {
 	SSHUser string
 	// Services the group's nodes carry, sorted.
 	Services []string
-	Line     int
+	// Num, when not 0, makes the group one node with that Coopr nodenum
+	// and the id <cluster>-<num> (a solved template's nodes).
+	Num  int
+	Line int
 
 	servicesLine int
 }
@@ -128,7 +152,10 @@ type Constraints struct {
 	CantCoexist [][]string
 	// Quantities bound the number of nodes carrying a service.
 	Quantities map[string]Quantity
-	Line       int
+	// Types restrict the hardware and image types of the nodes carrying
+	// a service (templates only: used by the solver).
+	Types map[string]ServiceTypes
+	Line  int
 }
 
 // Quantity bounds how many nodes carry a service; Max 0 means no bound.
@@ -139,7 +166,8 @@ type Quantity struct {
 // Node is one node of the cluster, as the spec lays it out.
 type Node struct {
 	// ID is <cluster>-<group>-<n> (n from 1): stable across applies, so
-	// a scale-down removes the highest numbers first.
+	// a scale-down removes the highest numbers first; <cluster>-<num>
+	// for a group with a fixed nodenum (a solved template's node).
 	ID string
 	// Group is the node group's name; Index its 1-based number in it.
 	Group string
@@ -169,6 +197,9 @@ func (s *Spec) Nodes() []Node {
 // NodeOf is node i (1-based) of group g with Coopr nodenum num.
 func (s *Spec) NodeOf(g *NodeGroup, i, num int) Node {
 	id := fmt.Sprintf("%s-%s-%d", s.Name, g.Name, i)
+	if g.Num > 0 {
+		id, num = fmt.Sprintf("%s-%d", s.Name, g.Num), g.Num
+	}
 	return Node{
 		ID: id, Group: g.Name, Index: i, Num: num,
 		Hostname: id + "." + s.DNSSuffix,

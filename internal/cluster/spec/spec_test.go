@@ -97,7 +97,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"empty", ``, []string{"empty.yaml: the file is empty"}},
 		{"syntax", "name: [", []string{"syntax.yaml:1: not valid YAML or JSON"}},
-		{"unknown key", "name: a\nprovider: {type: x}\nnodegroup: []\n", []string{`unknown.yaml:3: unknown key "nodegroup" in the cluster spec (known keys: config, constraints, description, dnsSuffix, dns_suffix, name, nodegroups, provider, services, template)`}},
+		{"unknown key", "name: a\nprovider: {type: x}\nnodegroup: []\n", []string{`unknown.yaml:3: unknown key "nodegroup" in the cluster spec (known keys: catalog, config, constraints, description, dnsSuffix, dns_suffix, hardwaretype, hardwaretypes, imagetype, imagetypes, name, nodegroups, provider, services, size, template)`}},
 		{"no type", "name: a\nprovider:\n  fields: {}\nnodegroups: []\n", []string{`:2: provider needs a "type"`}},
 		{"bad count", "name: a\nprovider: {type: x}\nnodegroups:\n  - name: g\n    count: lots\n", []string{`:5: nodegroups[0].count must be a whole number ≥ 0, not "lots"`}},
 		{"undefined service", "name: a\nprovider: {type: x}\nnodegroups:\n  - name: g\n    count: 1\n    services: [bse]\nservices:\n  base: {}\n",

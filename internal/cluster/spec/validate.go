@@ -70,7 +70,13 @@ func (d *decoder) validate(s *Spec) {
 		sort.Strings(g.Services)
 	}
 	if len(s.NodeGroups) == 0 {
-		d.at(0, "the spec has no nodegroups: add at least one (- name: web, count: 1, services: [...])")
+		d.at(0, "the spec has no nodegroups: add at least one (- name: web, count: 1, services: [...]), or name a \"template\" and a \"size\" for the solver to lay the nodes out")
+	}
+	if s.Size >= 0 && len(s.NodeGroups) > 0 && s.Size != total {
+		d.at(0, "size is %d but the node groups add up to %d nodes: drop the node groups to let the template's solver lay out %d nodes, or drop size", s.Size, total, s.Size)
+	}
+	if len(s.ServiceNames) > 0 && len(s.NodeGroups) > 0 && s.Template == nil && s.TemplateName == "" {
+		d.at(0, "services lists names (%s): that form picks a template's services; with node groups, define the services (name: {actions: ...})", strings.Join(s.ServiceNames, ", "))
 	}
 	if total > MaxNodes {
 		d.at(0, "the node groups add up to %d nodes, above the limit of %d per cluster", total, MaxNodes)
@@ -129,6 +135,20 @@ func (d *decoder) validate(s *Spec) {
 		}
 	}
 	d.checkConstraints(s, known, names)
+}
+
+// validateTemplateSpec checks what a template spec must say before the
+// solver runs; the solved spec is validated in full.
+func (d *decoder) validateTemplateSpec(s *Spec) {
+	if !labelName.MatchString(s.Name) {
+		d.at(s.nameLine, "name %q must be a lower-case DNS label of at most 32 characters (letters, digits, '-'): it starts every node id and hostname", s.Name)
+	}
+	switch {
+	case s.Size < 0:
+		d.at(0, "the spec names template %s but no \"size\": give the number of nodes (size: 5), or list nodegroups", templateName(s))
+	case s.Size > MaxNodes:
+		d.at(0, "size %d is above the limit of %d nodes per cluster", s.Size, MaxNodes)
+	}
 }
 
 // DepsOf lists the services a service's phase ("install" or "runtime")
