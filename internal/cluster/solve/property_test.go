@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -201,4 +202,94 @@ func TestFindCountsAgainstBruteForce(t *testing.T) {
 		}
 	}
 	t.Logf("%d with a layout (%d of them Coopr's greedy start missed), %d without", found, cooprMissed, none)
+}
+
+// TestSolveSequences grows, shrinks and adds services to random clusters
+// and checks the invariants after every step: the cluster satisfies every
+// constraint, a node that stays keeps its services (plus any added), no
+// node is added by adding services alone, and when a step is refused the
+// brute force agrees for a plain create.
+func TestSolveSequences(t *testing.T) {
+	seed := testSeed(t)
+	r := rand.New(rand.NewSource(seed))
+	for iter := 0; iter < 300; iter++ {
+		c, services, hw, img := randomTemplate(r)
+		on := services[:1+r.Intn(len(services))]
+		size := 1 + r.Intn(6)
+		sol, err := Solve(Request{Constraints: c, Services: on, Hardware: hw, Images: img, Size: size})
+		if err != nil {
+			layouts, _ := c.NodeLayouts(on, hw, img)
+			if len(bruteForce(layouts, c, on, size)) > 0 {
+				t.Fatalf("seed %d iter %d: Solve refused %d nodes but brute force finds a layout: %v", seed, iter, size, err)
+			}
+			continue
+		}
+		nodes := number(sol.Nodes, 1000)
+		for step := 0; step < 4; step++ {
+			check(t, fmt.Sprintf("seed %d iter %d step %d", seed, iter, step), c, on, nodes)
+			next := max(1, len(nodes)+r.Intn(5)-2)
+			add := on
+			if r.Intn(3) == 0 {
+				add = services
+			}
+			sol, err := Solve(Request{Constraints: c, Services: add, Hardware: hw, Images: img, Size: next, Existing: nodes})
+			if err != nil {
+				if strings.Contains(err.Error(), "budget") {
+					t.Fatalf("seed %d iter %d step %d: %v", seed, iter, step, err)
+				}
+				continue // refused: the cluster stays as it is
+			}
+			before := map[int][]string{}
+			for _, n := range nodes {
+				before[n.Num] = n.Layout.Services
+			}
+			top := 1000
+			for _, n := range nodes {
+				top = max(top, n.Num+1)
+			}
+			for _, n := range sol.Nodes {
+				if old, ok := before[n.Num]; ok && n.Num != 0 {
+					for _, s := range old {
+						if !n.Layout.Has(s) {
+							t.Fatalf("seed %d iter %d step %d: node %d lost %s", seed, iter, step, n.Num, s)
+						}
+					}
+				}
+			}
+			if next == len(nodes) && len(sol.Nodes) != len(nodes) {
+				t.Fatalf("seed %d iter %d step %d: adding services changed the node count", seed, iter, step)
+			}
+			nodes = number(sol.Nodes, top)
+			on = add
+		}
+	}
+}
+
+func number(nodes []Node, next int) []Node {
+	out := slices.Clone(nodes)
+	for i := range out {
+		if out[i].Num == 0 {
+			out[i].Num = next
+			next++
+		}
+	}
+	return out
+}
+
+func check(t *testing.T, where string, c *Constraints, services []string, nodes []Node) {
+	t.Helper()
+	var ls []Layout
+	for _, n := range nodes {
+		ls = append(ls, n.Layout)
+	}
+	cl := NewClusterLayout(ls)
+	if r := cl.Broken(c); r != "" {
+		t.Fatalf("%s: the cluster breaks a constraint: %s", where, r)
+	}
+	counts := cl.ServiceCounts()
+	for _, s := range services {
+		if sc, ok := c.Services[s]; ok && counts[s] < sc.Min {
+			t.Fatalf("%s: %s on %d nodes, min %d", where, s, counts[s], sc.Min)
+		}
+	}
 }

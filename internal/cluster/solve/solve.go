@@ -162,6 +162,20 @@ func Solve(req Request) (*Solution, error) {
 	default:
 		sol.Nodes = existing
 	}
+	// Whatever the path, what is returned satisfies every constraint: an
+	// existing node may break a must-coexist group once a new service
+	// of the group is on the cluster (the new nodes cannot fix that).
+	final := make([]Layout, len(sol.Nodes))
+	for i, n := range sol.Nodes {
+		final[i] = n.Layout
+	}
+	if r := NewClusterLayout(final).Broken(c); r != "" {
+		msg := fmt.Sprintf("no layout of %d nodes keeps the existing nodes' services: %s", req.Size, r)
+		if w := why[""]; w != "" {
+			msg += " (and the existing nodes cannot take the new services: " + w + ")"
+		}
+		return nil, errors.New(msg)
+	}
 	sol.Rows = rows(sol, existing, why)
 	return sol, nil
 }
