@@ -3,6 +3,8 @@ package runtime_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -11,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	cryptob "github.com/loomrt/loom/bindings/crypto"
+	httpb "github.com/loomrt/loom/bindings/http"
 	"github.com/loomrt/loom/runtime"
 	"github.com/loomrt/loom/runtime/luatest"
 )
@@ -20,6 +24,9 @@ import (
 const (
 	leakSecret = "Sk-9f/a+b\"c&d<e>f\ng-TAIL"
 	leakPIN    = 48151623
+	// leakURLSecret is the issue's (20, item 4): pasted into a URL that
+	// is parsed and printed again, it comes out partly escaped.
+	leakURLSecret = "S3cr3t Token#Value/1234"
 )
 
 // leaky is an automator that declares no sensitive field itself: the
@@ -28,15 +35,42 @@ const (
 // them through one more channel or encoding.
 const leaky = `
 local json = require("loom.json")
+local crypto = require("loom.crypto")
+local http = require("loom.http")
 Leaky = {}
 local function pct(s)
   return (s:gsub("[^%w%-%._~]", function(c) return string.format("%%%02X", string.byte(c)) end))
 end
 function Leaky:install(input)
   local p = self.task.config.provider.provisioner
-  local tok, pin = p.api_token, p.pin
+  local tok, pin, utok = p.api_token, p.pin, p.url_token
   local mode = input.fields.mode
-  if mode == "message" then
+  if mode == "upper" then
+    log.info("token " .. string.upper(tok) .. " " .. string.lower(utok))
+    self.result.stdout = string.upper(tok)
+    error("auth failed for " .. string.lower(tok))
+  elseif mode == "base64" then
+    log.info("b64 " .. crypto.base64_encode(tok) .. " url " .. crypto.base64url_encode(utok))
+    self.result.result.b64 = crypto.base64_encode(tok)
+    self.result.stdout = crypto.base64url_encode(tok)
+    error("bad token " .. crypto.base64_encode(utok))
+  elseif mode == "blob" then
+    -- Inside a longer base64 text: an HTTP Basic header, a JSON document.
+    log.info("Authorization: Basic " .. crypto.base64_encode("admin:" .. tok))
+    self.result.result.doc = crypto.base64_encode(json.encode({user = "x", token = utok, n = 1}))
+    self.result.stderr = crypto.base64url_encode("ab" .. utok .. "cd")
+    error("header " .. crypto.base64_encode("a:" .. utok))
+  elseif mode == "hex" then
+    log.info("hex " .. crypto.hex_encode(tok) .. " HEX " .. string.upper(crypto.hex_encode(utok)))
+    self.result.result.hex = crypto.hex_encode(utok)
+    error("digest " .. string.upper(crypto.hex_encode(tok)))
+  elseif mode == "url" then
+    -- The URL is parsed and printed again by Go: S3cr3t%20Token#Value/1234.
+    local ok, err = pcall(http.get, "http://127.0.0.1:1/v2/" .. utok, {timeout = 2, retries = 0})
+    log.info("request failed", {err = tostring(err and err.message)})
+    self.result.result.err = tostring(err and err.message)
+    error(err)
+  elseif mode == "message" then
     error("auth failed for " .. tok)
   elseif mode == "quoted" then
     error(string.format("bad token %q", tok))
@@ -80,49 +114,77 @@ func leakRuntime(t *testing.T, logger *slog.Logger) *runtime.Runtime {
 		Files: map[string]string{"p.lua": `Tok = {} function Tok:create() self.result.status = 0 end`},
 		Extra: map[string]any{"parameters": map[string]any{"admin": map[string]any{"fields": map[string]any{
 			"api_token": map[string]any{"type": "text", "sensitive": true},
-			"pin":       map[string]any{"type": "text", "sensitive": true}}}}}})
+			"pin":       map[string]any{"type": "text", "sensitive": true},
+			"url_token": map[string]any{"type": "text", "sensitive": true}}}}}})
 	luatest.WritePlugin(t, dir, luatest.Plugin{Name: "leaky", Family: "automator", Classname: "Leaky",
 		Files: map[string]string{"a.lua": leaky}})
-	return luatest.NewRuntime(t, runtime.Options{PluginsDir: dir, Logger: logger})
+	reg := runtime.DefaultBindings()
+	reg.Register(cryptob.New())
+	reg.Register(httpb.New(httpb.Options{}))
+	return luatest.NewRuntime(t, runtime.Options{PluginsDir: dir, Logger: logger, Bindings: reg})
 }
 
 func leakTask(mode string) []byte {
 	return luatest.Task("INSTALL", "leaky", map[string]any{
-		"provider": map[string]any{"providertype": "tokprov", "provisioner": map[string]any{"api_token": leakSecret, "pin": leakPIN}},
+		"provider": map[string]any{"providertype": "tokprov", "provisioner": map[string]any{"api_token": leakSecret, "pin": leakPIN, "url_token": leakURLSecret}},
 		"service":  map[string]any{"name": "svc", "action": map[string]any{"type": "leaky", "fields": map[string]any{"mode": mode}}},
 	})
 }
 
 // leakForms is every spelling of the secrets a leak may take.
 func leakForms() map[string]string {
-	j, _ := json.Marshal(leakSecret)
-	var raw bytes.Buffer
-	enc := json.NewEncoder(&raw)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(leakSecret)
-	q := strconv.Quote(leakSecret)
-	return map[string]string{
-		"plain":          leakSecret,
-		"head":           leakSecret[:8], // what a cut leaves
-		"query-escaped":  url.QueryEscape(leakSecret),
-		"path-escaped":   url.PathEscape(leakSecret),
-		"pct-upper":      strings.ToUpper(url.PathEscape(leakSecret)),
-		"json":           string(j[1 : len(j)-1]),
-		"json-raw":       strings.TrimSpace(raw.String())[1 : len(strings.TrimSpace(raw.String()))-1],
-		"go-quoted":      q[1 : len(q)-1],
-		"lua-quoted":     strings.ReplaceAll(strings.ReplaceAll(leakSecret, `"`, `\"`), "\n", "\\\n"),
-		"pin":            strconv.Itoa(leakPIN),
-		"json-in-result": strings.ReplaceAll(string(j[1:len(j)-1]), `\n`, `\\n`),
+	forms := map[string]string{"pin": strconv.Itoa(leakPIN)}
+	for name, secret := range map[string]string{"token": leakSecret, "url token": leakURLSecret} {
+		j, _ := json.Marshal(secret)
+		var raw bytes.Buffer
+		enc := json.NewEncoder(&raw)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(secret)
+		q := strconv.Quote(secret)
+		for form, s := range map[string]string{
+			"plain":          secret,
+			"head":           secret[:8], // what a cut leaves
+			"query-escaped":  url.QueryEscape(secret),
+			"path-escaped":   url.PathEscape(secret),
+			"pct-upper":      strings.ToUpper(url.PathEscape(secret)),
+			"json":           string(j[1 : len(j)-1]),
+			"json-raw":       strings.TrimSpace(raw.String())[1 : len(strings.TrimSpace(raw.String()))-1],
+			"go-quoted":      q[1 : len(q)-1],
+			"lua-quoted":     strings.ReplaceAll(strings.ReplaceAll(secret, `"`, `\"`), "\n", "\\\n"),
+			"json-in-result": strings.ReplaceAll(string(j[1:len(j)-1]), `\n`, `\\n`),
+			"upper":          strings.ToUpper(secret),
+			"lower":          strings.ToLower(secret),
+			"base64":         base64.StdEncoding.EncodeToString([]byte(secret))[:len(secret)*4/3-2],
+			"base64url":      base64.URLEncoding.EncodeToString([]byte(secret))[:len(secret)*4/3-2],
+			"hex":            hex.EncodeToString([]byte(secret)),
+			"HEX":            strings.ToUpper(hex.EncodeToString([]byte(secret))),
+		} {
+			forms[name+" "+form] = s
+		}
+		if u, err := url.Parse("http://127.0.0.1:1/v2/" + secret); err == nil {
+			forms[name+" url"] = strings.TrimPrefix(u.String(), "http://127.0.0.1:1/v2/")
+		}
+		// The secret at each alignment inside a base64 blob: the
+		// characters that depend on it alone.
+		for k := 0; k < 3; k++ {
+			for _, e := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
+				b := e.EncodeToString(append(make([]byte, k), secret...))
+				forms[fmt.Sprintf("%s base64 at +%d", name, k)] = b[(8*k+5)/6 : 8*(k+len(secret))/6]
+			}
+		}
 	}
+	return forms
 }
 
 // Every output channel, every encoding: no form of a provider's sensitive
 // value leaves an automator task.
 func TestRedactionEveryChannel(t *testing.T) {
 	var jsonLogs, textLogs bytes.Buffer
-	multi := slog.New(fanout{slog.NewJSONHandler(&jsonLogs, nil), slog.NewTextHandler(&textLogs, nil)})
+	debug := &slog.HandlerOptions{Level: slog.LevelDebug} // the HTTP binding logs requests at debug
+	multi := slog.New(fanout{slog.NewJSONHandler(&jsonLogs, debug), slog.NewTextHandler(&textLogs, debug)})
 	rt := leakRuntime(t, multi)
-	modes := []string{"message", "quoted", "json", "percent", "number", "output", "errtable", "data", "log", "logcut"}
+	modes := []string{"message", "quoted", "json", "percent", "number", "output", "errtable", "data", "log", "logcut",
+		"upper", "base64", "blob", "hex", "url"}
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			jsonLogs.Reset()
