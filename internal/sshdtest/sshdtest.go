@@ -64,7 +64,7 @@ type Config struct {
 	// Extra is appended verbatim to the generated sshd_config.
 	Extra string
 	// HostCA, when set, signs the ed25519 host key into a host
-	// certificate (principal 127.0.0.1) that sshd presents.
+	// certificate (principal: the Host address) that sshd presents.
 	HostCA ssh.Signer
 	// AllowRoot lets root log in with the test key (PermitRootLogin
 	// prohibit-password; the key is authorized in the server's own dir,
@@ -76,11 +76,19 @@ type Config struct {
 	// namespace of its own: several sshd on loopback then act as separate
 	// hosts for those paths. Server.HostPath reads them from the test.
 	PrivateDirs []string
+	// Host is the loopback address sshd listens on (any of 127.0.0.0/8;
+	// default 127.0.0.1), and Port its port (0: a free one). Several sshd
+	// on 127.0.0.2, 127.0.0.3... with the same Port act as hosts that all
+	// run sshd on one port, as machines of a cloud do on 22 (FreePort
+	// finds a port free on all of them).
+	Host string
+	Port int
 }
 
 // Server is a running sshd. Its fields are read-only.
 type Server struct {
-	// Host is always "127.0.0.1"; Port the port sshd listens on.
+	// Host is the loopback address (Config.Host, default "127.0.0.1");
+	// Port the port sshd listens on.
 	Host string
 	Port int
 	// Addr is Host:Port.
@@ -158,6 +166,13 @@ func unavailable() string {
 }
 
 func start(cfg Config) (*Server, error) {
+	host := cfg.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() || ip.To4() == nil {
+		return nil, fmt.Errorf("Config.Host %q is not an IPv4 loopback address (127.0.0.0/8)", host)
+	}
 	password, err := ensureUsers()
 	if err != nil {
 		return nil, err
@@ -171,7 +186,7 @@ func start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		Host: "127.0.0.1", User: User, NoPasswdUser: NoPasswdUser, Password: password,
+		Host: host, User: User, NoPasswdUser: NoPasswdUser, Password: password,
 		Dir: dir, LogPath: filepath.Join(dir, "sshd.log"), HostKeys: map[string]ssh.PublicKey{},
 		exited: make(chan struct{}),
 	}
@@ -185,13 +200,18 @@ func start(cfg Config) (*Server, error) {
 	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, err
+		port := cfg.Port
+		if port == 0 {
+			if port, err = FreePort(host); err != nil {
+				os.RemoveAll(dir)
+				return nil, err
+			}
 		}
 		if lastErr = s.launch(cfg, port); lastErr == nil {
 			return s, nil
+		}
+		if cfg.Port != 0 {
+			break // the caller's port: trying again cannot help
 		}
 	}
 	os.RemoveAll(dir)
@@ -228,7 +248,7 @@ func (s *Server) writeKeys(ca ssh.Signer) error {
 	if ca != nil {
 		cert := &ssh.Certificate{
 			Key: s.HostKeys["ed25519"], CertType: ssh.HostCert, KeyId: "sshdtest",
-			ValidPrincipals: []string{"127.0.0.1"}, ValidBefore: ssh.CertTimeInfinity,
+			ValidPrincipals: []string{s.Host}, ValidBefore: ssh.CertTimeInfinity,
 		}
 		if err := cert.SignCert(rand.Reader, ca); err != nil {
 			return err
@@ -277,7 +297,7 @@ func (s *Server) launch(cfg Config, port int) error {
 	s.Port = port
 	s.Addr = net.JoinHostPort(s.Host, strconv.Itoa(port))
 	var b strings.Builder
-	fmt.Fprintf(&b, "ListenAddress 127.0.0.1:%d\n", port)
+	fmt.Fprintf(&b, "ListenAddress %s:%d\n", s.Host, port)
 	for _, name := range []string{"ed25519", "ecdsa", "rsa"} {
 		fmt.Fprintf(&b, "HostKey %s\n", filepath.Join(s.Dir, "ssh_host_"+name+"_key"))
 	}
@@ -561,13 +581,43 @@ func ensureUsers() (string, error) {
 	return password, nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// FreePort returns a TCP port that is free on every one of hosts (default
+// 127.0.0.1), for sshd on several loopback addresses with one port.
+func FreePort(hosts ...string) (int, error) {
+	if len(hosts) == 0 {
+		hosts = []string{"127.0.0.1"}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	var lastErr error
+	for attempt := 0; attempt < 20; attempt++ {
+		l, err := net.Listen("tcp", net.JoinHostPort(hosts[0], "0"))
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		ok := true
+		for _, h := range hosts[1:] {
+			o, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(port)))
+			if err != nil {
+				ok, lastErr = false, err
+				break
+			}
+			o.Close()
+		}
+		l.Close()
+		if ok {
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("no port free on all of %v: %v", hosts, lastErr)
+}
+
+// PID is sshd's process id: with Config.PrivateDirs, nsenter -t PID -m
+// runs a command in the host's mount namespace (as the sessions see it).
+func (s *Server) PID() int {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
 }
 
 func randHex(n int) string {

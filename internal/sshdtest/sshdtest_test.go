@@ -1,6 +1,7 @@
 package sshdtest
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -30,5 +31,31 @@ func TestStartAndLogin(t *testing.T) {
 	}
 	if n := s.Accepted(); n != 4 {
 		t.Fatalf("Accepted lines = %d, want 4\n%s", n, s.Logs())
+	}
+}
+
+// TestHostsOnOnePort starts two sshd on other loopback addresses with the
+// same port, as two machines running sshd on 22, and logs in to each.
+func TestHostsOnOnePort(t *testing.T) {
+	hosts := []string{"127.0.0.2", "127.0.0.3"}
+	port, err := FreePort(hosts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hosts {
+		s := Start(t, Config{Host: h, Port: port})
+		if s.Addr != h+":"+strconv.Itoa(port) {
+			t.Fatalf("Addr %s", s.Addr)
+		}
+		cfg := &ssh.ClientConfig{User: s.NoPasswdUser, Auth: []ssh.AuthMethod{ssh.PublicKeys(s.Signer)},
+			HostKeyCallback: ssh.FixedHostKey(s.HostKeys["ed25519"]), HostKeyAlgorithms: []string{ssh.KeyAlgoED25519}}
+		c, err := ssh.Dial("tcp", s.Addr, cfg)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", s.Addr, err, s.Logs())
+		}
+		c.Close()
+	}
+	if _, err := StartServer(Config{Host: "10.0.0.1"}); err == nil || !strings.Contains(err.Error(), "loopback") {
+		t.Fatalf("a non-loopback Host: %v", err)
 	}
 }
