@@ -13,6 +13,7 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 
+	"github.com/loomrt/loom/bindings"
 	"github.com/loomrt/loom/bindings/luaval"
 )
 
@@ -38,7 +39,29 @@ type CallRequest struct {
 	// instead of the runtime's logger (a Go host's per-request logger).
 	// It is not part of the JSON request.
 	Logger *slog.Logger `json:"-"`
+	// Secrets are values the host knows to be secret (a token it read
+	// from a Kubernetes Secret for the input): like the kind's secret
+	// keys, they never reach the call's messages, stderr or logs. Not
+	// part of the JSON request.
+	Secrets []string `json:"-"`
+	// Host holds functions of the Go host program that this call's hook
+	// may call as self.host.<name>(arg): an explicit opt-in, for this
+	// call only, of what the host chooses to offer (machine-controller's
+	// MachineUpdater, say). Not part of the JSON request.
+	Host map[string]HostFunc `json:"-"`
 }
+
+// HostFunc is a function a Go host offers one call (CallRequest.Host).
+// Lua calls it as self.host.<name>(arg): arg is the Lua value converted
+// to Go as a hook's result is (tables become map[string]any or []any,
+// nil is nil), and the returned value goes back converted as a hook's
+// input is (through JSON). An error is raised into Lua as an error table
+// {kind = "host", message = ...}: a plain error makes the call a retry if
+// the hook does not catch it; a *CallError's class (and reason) become
+// the table's class and reason, so a terminal error stays terminal.
+// The function runs on the hook's goroutine; ctx is the hook's context
+// (its timeout, the caller's cancellation).
+type HostFunc func(ctx context.Context, arg any) (any, error)
 
 // CallResult is what a called hook produced. Status is 0 on success and 1
 // when the hook failed; Error then says how (class, reason, message). A
@@ -223,7 +246,13 @@ func (rt *Runtime) callWith(ctx context.Context, c *CallRequest, logger *slog.Lo
 	if t, ok := inT.(*lua.LTable); ok {
 		v.registerNamed(names, t)
 	}
+	for _, s := range c.Secrets {
+		v.secrets.Add(s)
+	}
 	inst := v.newCallInstance(c.CallID, h.Name)
+	if len(c.Host) > 0 {
+		inst.RawSetString("host", v.hostFuncs(hctx, c.Host))
+	}
 	L.Push(L.GetField(inst, h.Name))
 	L.Push(inst)
 	L.Push(inT)
@@ -390,6 +419,54 @@ func (v *vm) newCallInstance(callID, hook string) *lua.LTable {
 	}
 	inst.Metatable = v.instMeta
 	return inst
+}
+
+// hostFuncs is self.host for one call: each CallRequest.Host function as
+// a Lua function.
+func (v *vm) hostFuncs(ctx context.Context, funcs map[string]HostFunc) *lua.LTable {
+	L := v.L
+	t := L.CreateTable(0, len(funcs))
+	for name, f := range funcs {
+		name, f := name, f
+		t.RawSetString(name, L.NewFunction(func(L *lua.LState) int {
+			var arg any
+			if L.GetTop() > 0 && L.Get(1) != lua.LNil {
+				a, err := luaval.ToGo(L, L.Get(1), luaval.Limits{MaxDepth: MaxTaskDepth})
+				if err != nil {
+					L.ArgError(1, fmt.Sprintf("self.host.%s: %v", name, err))
+				}
+				arg = a
+			}
+			out, err := f(ctx, arg)
+			if err != nil {
+				e := &bindings.Error{Kind: "host", Message: fmt.Sprintf("self.host.%s: %v", name, err)}
+				var ce *CallError
+				if errors.As(err, &ce) {
+					e.Message = fmt.Sprintf("self.host.%s: %s", name, ce.Message)
+					e.Fields = map[string]any{"class": ce.Class}
+					if ce.Reason != "" {
+						e.Fields["reason"] = ce.Reason
+					}
+				}
+				bindings.Raise(L, e)
+			}
+			if out == nil {
+				L.Push(lua.LNil)
+				return 1
+			}
+			raw, err := json.Marshal(out)
+			if err != nil {
+				L.RaiseError("self.host.%s: encoding its result: %v", name, err)
+			}
+			lv, err := luaval.Decode(L, raw, luaval.Limits{})
+			if err != nil {
+				L.RaiseError("self.host.%s: converting its result to Lua: %v", name, err)
+			}
+			L.Push(lv)
+			return 1
+		}))
+	}
+	return t
 }
 
 // vmEnv is self.env, built once per VM: the hook and the task or call id

@@ -57,11 +57,16 @@ type TypeDef struct {
 	Timeouts      map[string]string          `json:"timeouts,omitempty"`
 	Permissions   *PermissionsDef            `json:"permissions,omitempty"`
 	Limits        *LimitsDef                 `json:"limits,omitempty"`
+	// Host holds the settings the kind's host program reads (its
+	// Kind.Settings shape), checked at load.
+	Host json.RawMessage `json:"host,omitempty"`
 	// Raw is the type's object as written, which is what a Coopr server
 	// receives when the plugin type is registered.
 	Raw json.RawMessage `json:"-"`
 
 	kind *Kind // the kind whose key lists the type
+	// hostSettings is Host, decoded and checked against kind.Settings.
+	hostSettings map[string]any
 }
 
 // Kind is the kind whose definition key lists the type.
@@ -162,6 +167,9 @@ func parseDefinition(data []byte) (*Definition, error) {
 			if err := td.Limits.validate(); err != nil {
 				return fmt.Errorf("type %q: %w", name, err)
 			}
+			if err := td.parseHost(); err != nil {
+				return fmt.Errorf("type %q: %w", name, err)
+			}
 			d.Types[name] = td
 			d.KindTypes[k.Family] = append(d.KindTypes[k.Family], name)
 		}
@@ -183,6 +191,31 @@ func parseDefinition(data []byte) (*Definition, error) {
 	}
 	return &d, nil
 }
+
+// parseHost decodes and checks the type's "host" settings against its
+// kind's shape.
+func (t *TypeDef) parseHost() error {
+	if len(t.Host) == 0 {
+		return nil
+	}
+	if t.kind.Settings == nil {
+		return fmt.Errorf("\"host\": %s types take no host settings; remove it", t.kind.Family)
+	}
+	var v any
+	if err := json.Unmarshal(t.Host, &v); err != nil {
+		return fmt.Errorf("host: %s", describeJSONError(t.Host, err))
+	}
+	out, err := t.kind.Settings.Check(v, "host")
+	if err != nil {
+		return fmt.Errorf("%w (docs/kinds/%s.md, \"Host settings\")", err, t.kind.Family)
+	}
+	t.hostSettings, _ = out.(map[string]any)
+	return nil
+}
+
+// HostSettings returns the type's checked "host" settings (nil when the
+// definition has none).
+func (t *TypeDef) HostSettings() map[string]any { return t.hostSettings }
 
 // validateTimeouts checks a timeouts object: its keys are "default" or
 // one of hooks.

@@ -41,6 +41,24 @@ type Kind struct {
 	// Secrets are input keys whose values are secrets wherever they
 	// appear: they never reach messages, stderr or logs.
 	Secrets []string `json:"secrets,omitempty"`
+	// Settings is the shape of a type's "host" object in its definition:
+	// what the host program (an adapter) needs to know about the type
+	// beyond its hooks (Kloud's resource name, machine-controller's
+	// ConfigVar fields ...). Checked when the type loads; nil means the
+	// kind takes none.
+	Settings *Shape `json:"settings,omitempty"`
+	// RequiredWhen makes hooks required when a boolean setting is true.
+	RequiredWhen []SettingRequirement `json:"required_when,omitempty"`
+}
+
+// SettingRequirement makes Hooks required when the type's host setting
+// Setting is true: a type that sets it and lacks one of them does not
+// load, and the error says Why and what to do.
+type SettingRequirement struct {
+	Setting string   `json:"setting"`
+	Hooks   []string `json:"hooks"`
+	// Why the host needs the hooks, and how to do without them.
+	Why string `json:"why"`
 }
 
 // Hook is one hook of a kind.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -387,5 +389,140 @@ end
 	bad := luatest.Call(t, rt, "opt", "create", map[string]any{"options": map[string]any{"string": map[string]any{"bad": "float"}}})
 	if bad.Status != 1 || !strings.Contains(bad.Message, `opt.lua:9: option: unknown option type "float"`) {
 		t.Fatalf("unknown type: %+v", bad)
+	}
+}
+
+// TestHostSettings checks a type's "host" object: checked against its
+// kind's shape at load, handed to adapters in TypeInfo.Host, refused for
+// kinds that take none, and a setting that makes a hook required
+// (cloudprovider uid_tagging: migrate_uid) refusing the type at the
+// setting's line.
+func TestHostSettings(t *testing.T) {
+	dir := t.TempDir()
+	mc := `%[1]s = require("loom").CloudProvider:extend("%[1]s")
+function %[1]s:get(req) return {} end
+function %[1]s:create(req) return {} end
+function %[1]s:cleanup(req) return true end
+`
+	writeKind(t, dir, "cloudprovider", "tagged", "Tagged", fmt.Sprintf(mc, "Tagged")+"function Tagged:migrate_uid(req) end\n",
+		map[string]any{"host": map[string]any{"uid_tagging": true, "config_vars": map[string]any{"token": map[string]any{"type": "string", "env": "T"}}}})
+	writeKind(t, dir, "cloudprovider", "lazy", "Lazy", fmt.Sprintf(mc, "Lazy"), map[string]any{"host": map[string]any{"uid_tagging": true}})
+	writeKind(t, dir, "cloudprovider", "typo", "Typo", fmt.Sprintf(mc, "Typo"), map[string]any{"host": map[string]any{"uid_taging": true}})
+	writeKind(t, dir, "cloudprovider", "badvar", "Badvar", fmt.Sprintf(mc, "Badvar"),
+		map[string]any{"host": map[string]any{"config_vars": map[string]any{"token": map[string]any{"type": "int"}}}})
+	writeKind(t, dir, "clusterdriver", "drvh", "Drvh", driverLua, map[string]any{"host": map[string]any{}})
+	rt := luatest.NewRuntime(t, runtime.Options{PluginsDir: dir})
+	byType := map[string]*runtime.LoadError{}
+	for _, e := range rt.LoadErrors() {
+		byType[e.Type] = e
+		if e.Type == "" {
+			byType[e.Plugin] = e
+		}
+	}
+	if e := byType["lazy"]; e == nil || e.Line == 0 || !strings.HasSuffix(e.File, "lazy.json") ||
+		!strings.Contains(e.Message, "cloudprovider Lazy sets host.uid_tagging, so it must define migrate_uid") ||
+		!strings.Contains(e.Message, "define Lazy:migrate_uid(req), or set host.uid_tagging to false") {
+		t.Errorf("lazy: %v", e)
+	} else if data, _ := os.ReadFile(e.File); !strings.Contains(strings.Split(string(data), "\n")[e.Line-1], `"uid_tagging"`) {
+		t.Errorf("lazy: line %d of %s is not the setting's:\n%s", e.Line, e.File, data)
+	}
+	for name, want := range map[string]string{
+		"typo":   `host: unknown key "uid_taging"`,
+		"badvar": `host.config_vars.token.type: "int" is not one of string, bool`,
+		"drvh":   `"host": clusterdriver types take no host settings`,
+	} {
+		if e := byType[name]; e == nil || !strings.Contains(e.Error(), want) {
+			t.Errorf("%s: %v, want %q", name, e, want)
+		}
+	}
+	var got map[string]any
+	for _, ti := range rt.Types() {
+		if ti.Name == "tagged" {
+			got = ti.Host
+		}
+	}
+	if got["uid_tagging"] != true || got["config_vars"].(map[string]any)["token"].(map[string]any)["env"] != "T" {
+		t.Fatalf("TypeInfo.Host: %v", got)
+	}
+	if len(rt.Types()) != 1 {
+		t.Fatalf("types: %+v", rt.Types())
+	}
+}
+
+// TestCallSecretsAndHostFuncs checks CallRequest.Secrets (values the host
+// knows are secret, redacted from the call's messages) and CallRequest.Host
+// (Go functions the hook calls as self.host.<name>).
+func TestCallSecretsAndHostFuncs(t *testing.T) {
+	dir := t.TempDir()
+	writeKind(t, dir, "cloudprovider", "hf", "Hf", `
+Hf = require("loom").CloudProvider:extend("Hf")
+function Hf:get(req)
+  local n = req.machine.metadata.name
+  if n == "leak" then return nil, "token " .. req.machine.metadata.annotations.k .. " rejected" end
+  if n == "nohost" then return { name = tostring(self.host) } end
+  local out = self.host.echo({ n = 3, list = { "a", "b" }, name = n })
+  if n == "fail" then self.host.fail({}) end
+  if n == "catch" then
+    local ok, err = pcall(self.host.fail, {})
+    return { name = (ok and "ok" or err.kind) .. ":" .. tostring(err.message) }
+  end
+  return { name = out.name .. "/" .. out.n .. "/" .. #out.list .. "/" .. tostring(self.host.none()) }
+end
+function Hf:create(req) return {} end
+function Hf:cleanup(req) return true end
+`, nil)
+	rt := luatest.NewRuntime(t, runtime.Options{PluginsDir: dir})
+	var seen any
+	host := map[string]runtime.HostFunc{
+		"echo": func(ctx context.Context, arg any) (any, error) {
+			if ctx.Err() != nil {
+				t.Errorf("echo: context done")
+			}
+			seen = arg
+			return arg, nil
+		},
+		"none": func(context.Context, any) (any, error) { return nil, nil },
+		"fail": func(context.Context, any) (any, error) {
+			return nil, &runtime.CallError{Class: runtime.ClassTerminal, Reason: "InvalidConfiguration", Message: "forbidden by RBAC"}
+		},
+	}
+	call := func(name string, c *runtime.CallRequest) *runtime.CallResult {
+		t.Helper()
+		in, _ := json.Marshal(map[string]any{"machine": map[string]any{"metadata": map[string]any{"name": name, "annotations": map[string]any{"k": "s3cr3t-t0ken"}}}})
+		c.Type, c.Hook, c.Input = "hf", "get", in
+		res, err := rt.Call(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	res := call("ok", &runtime.CallRequest{Host: host})
+	if res.Status != 0 || res.Result.(map[string]any)["name"] != "ok/3/2/nil" {
+		t.Fatalf("echo: %+v %+v", res, res.Error)
+	}
+	if m, _ := seen.(map[string]any); m["n"] != float64(3) || len(m["list"].([]any)) != 2 {
+		t.Fatalf("echo's argument in Go: %#v", seen)
+	}
+	// A host function's terminal error keeps its class; caught, it is a
+	// table with kind "host".
+	res = call("fail", &runtime.CallRequest{Host: host})
+	if res.Status != 1 || res.Error.Class != "terminal" || res.Error.Reason != "InvalidConfiguration" || !strings.Contains(res.Message, "self.host.fail: forbidden by RBAC") {
+		t.Fatalf("fail: %+v %+v", res, res.Error)
+	}
+	if res = call("catch", &runtime.CallRequest{Host: host}); res.Status != 0 || res.Result.(map[string]any)["name"] != "host:self.host.fail: forbidden by RBAC" {
+		t.Fatalf("catch: %+v %+v", res, res.Error)
+	}
+	// Without Host, self.host is nil; the next call on the same VM does
+	// not see the previous call's functions.
+	if res = call("nohost", &runtime.CallRequest{}); res.Status != 0 || res.Result.(map[string]any)["name"] != "nil" {
+		t.Fatalf("nohost: %+v %+v", res, res.Error)
+	}
+	// Secrets: the value is redacted from the message.
+	res = call("leak", &runtime.CallRequest{Secrets: []string{"s3cr3t-t0ken"}})
+	if res.Status != 1 || strings.Contains(res.Message, "s3cr3t-t0ken") || !strings.Contains(res.Message, "token [REDACTED] rejected") {
+		t.Fatalf("leak: %+v", res)
+	}
+	if res = call("leak", &runtime.CallRequest{}); !strings.Contains(res.Message, "s3cr3t-t0ken") {
+		t.Fatalf("leak without Secrets: %+v (the test's premise: nothing else redacts it)", res)
 	}
 }

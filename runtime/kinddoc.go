@@ -102,6 +102,18 @@ func KindMarkdown(k *Kind) string {
 		fmt.Fprintf(&b, "\n## Secrets\n\nValues under these input keys, anywhere in the input, never appear in messages, stderr or logs: `%s`.\n",
 			strings.Join(k.Secrets, "`, `"))
 	}
+	if k.Settings != nil {
+		fmt.Fprintf(&b, "\n## Host settings\n\nA type's object in the definition may hold a `host` object: what the host program reads about the type. "+
+			"It is checked when the type loads (an unknown key or a wrong type is a load error naming its path).\n\n")
+		if k.Settings.Doc != "" {
+			fmt.Fprintf(&b, "%s.\n\n", upperFirst(k.Settings.Doc))
+		}
+		writeShape(&b, k.Settings, "")
+		for _, r := range k.RequiredWhen {
+			fmt.Fprintf(&b, "\nWith `host.%s` true, %s %s required (the type does not load without): %s.\n",
+				r.Setting, "`"+strings.Join(r.Hooks, "`, `")+"`", map[bool]string{true: "is", false: "are"}[len(r.Hooks) == 1], r.Why)
+		}
+	}
 	return b.String()
 }
 

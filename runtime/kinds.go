@@ -326,6 +326,19 @@ func cloudProviderKind() *Kind {
 		},
 		Flags:   map[string]ErrorFlag{"os_not_supported": {Class: ClassRetry, Reason: "os_not_supported"}},
 		Secrets: []string{"token", "password", "secretKey", "userdata"},
+		Settings: sObj(
+			opt("uid_tagging", sBool("the plugin tags each instance with the Machine's metadata.uid and finds it by that tag, as Hetzner's provider does")),
+			opt("config_vars", sMap(sObj(
+				req("type", sString("string: a ConfigVarString; bool: a ConfigVarBool", "string", "bool")),
+				opt("env", sString("environment variable of the controller read when the field resolves to nothing (GetStringValueOrEnv, GetBoolValueOrEnv)")),
+			)).withDoc("cloudProviderSpec fields (a dotted path for a nested one) holding machine-controller ConfigVarString/ConfigVarBool values: "+
+				"the adapter resolves each (value, secretKeyRef, configMapKeyRef, then env) through the controller's ConfigVarResolver before every hook but add_defaults, "+
+				"and the hook sees the plain string or boolean; a value read from a Secret is redacted from messages and logs")),
+			opt("kubernetes", sString("the controller's Kubernetes client through self.host: read (k8s_get, k8s_list) or read_write (and k8s_delete); absent: none", "read", "read_write")),
+		).withDoc("read by adapters/machinecontroller ([machine-controller.md](machine-controller.md))"),
+		RequiredWhen: []SettingRequirement{{Setting: "uid_tagging", Hooks: []string{"migrate_uid"},
+			Why: "machine-controller calls MigrateUID when a Machine's uid changes (its machines.k8s.io to cluster.k8s.io migration), and a provider that finds instances by uid " +
+				"must re-tag them with the new one, or get finds nothing and the controller creates a second instance while the first one leaks"}},
 	}
 }
 
@@ -345,6 +358,7 @@ func kloudProviderKind() *Kind {
 	value := sObj(req("name", sString("")), req("type", sString("", "string", "integer", "file", "enum", "duration", "object")),
 		opt("label", sString("")), opt("secret", sBool("")), opt("read_only", sBool("")),
 		opt("values", sList(sObj(req("title", sString("")), req("value", sAny(""))))),
+		opt("attribute", sString("metadata only: the Terraform attribute of the machine it is read from after apply; default its name")),
 	).named("Value")
 	template := sObj(opt("key", sString("unique content id; default <group>-<stack id>")), req("content", sString("JSON Terraform"))).named("Template")
 	cred := obj1("credential", kloudCredential)
@@ -372,8 +386,9 @@ func kloudProviderKind() *Kind {
 				absent: answer(func() any { return []any{} }), Doc: "Terraform for the per-credential resources (VPC, keys)"},
 			{Name: "apply_template", Required: true,
 				Input: sObj(req("credential", kloudCredential), req("template", template), opt("variables", sOpen()),
-					opt("username", sString("")), opt("group", sString("")), opt("stack_id", sString(""))),
-				Result: template, Doc: "rewrite the user's template: bootstrap outputs, userdata, shadowed secrets"},
+					opt("username", sString("")), opt("group", sString("")), opt("stack_id", sString("")),
+					opt("kite_keys", sMap(sString("")).withDoc("with host.no_cloud_init: a fresh kite key per machine label, for the plugin to hand Klient itself"))),
+				Result: template, Doc: "rewrite the user's template for the cloud (bootstrap outputs, defaults); the host then adds Klient's cloud-init and kite keys to each machine's user data and shadows the credential's secret variables"},
 			{Name: "start", Input: kloudMachine, Result: metaPatch, Absent: "error terminal/unimplemented \"not implemented\"", absent: notImpl,
 				Classes: []string{ClassNotFound}},
 			{Name: "stop", Input: kloudMachine, Result: metaPatch, Absent: "error terminal/unimplemented \"not implemented\"", absent: notImpl,
@@ -389,5 +404,12 @@ func kloudProviderKind() *Kind {
 			{Class: ClassNotFound, Doc: "machine hooks: ErrMachineNotFound (106)"},
 		},
 		Secrets: []string{"secret", "password", "token"},
+		Settings: sObj(
+			opt("provider_name", sString("the name kloud registers the provider under (provider.Provider.Name), the prefix of its resources and credential variables; default the type's name")),
+			opt("resource_name", sString("the machine resource: <provider_name>_<resource_name> in templates (provider.Provider.ResourceName); default instance")),
+			opt("userdata", sString("the machine resource's user-data field (provider.Provider.Userdata); default user_data")),
+			opt("userdata_path", sList(sString("")).withDoc("where user data sits in the template's resources (provider.Provider.UserdataPath); default [<provider_name>_<resource_name>, \"*\", <userdata>]")),
+			opt("no_cloud_init", sBool("the cloud runs no cloud-init (provider.Provider.NoCloudInit): the host builds no Klient cloud-init, and apply_template gets kite_keys to install Klient itself")),
+		).withDoc("read by the Kloud host"),
 	}
 }

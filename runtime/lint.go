@@ -16,7 +16,7 @@ import (
 // typo ("defualt") that loading would silently ignore.
 var (
 	lintTopKeys   = []string{"name", "description", "main", "timeouts", "permissions", "limits", "label", "icon", "version"}
-	lintTypeKeys  = []string{"name", "classname", "description", "parameters", "resourceTypes", "main", "timeouts", "permissions", "limits", "label", "icon", "version"}
+	lintTypeKeys  = []string{"name", "classname", "description", "parameters", "resourceTypes", "main", "timeouts", "permissions", "limits", "host", "label", "icon", "version"}
 	lintGroupKeys = []string{"fields", "required"}
 	lintFieldKeys = []string{"label", "type", "tip", "default", "override", "sensitive", "options"}
 	lintPermKeys  = []string{"http"}

@@ -179,6 +179,9 @@ type TypeInfo struct {
 	MemoryLimit int64 `json:"memory_limit,omitempty"`
 	// Definition as written, for registering the type with a Coopr server.
 	Raw []byte `json:"-"`
+	// Host is the type's "host" settings, checked against the kind's
+	// settings shape: what an adapter reads about the type.
+	Host map[string]any `json:"host,omitempty"`
 }
 
 // Stats are the runtime's gauges.
@@ -423,9 +426,40 @@ func (rt *Runtime) buildType(p *plugin, name string) (*pluginType, error) {
 				Message: fmt.Sprintf("%s %s does not define the required hook(s) %s of the %s contract (docs/kinds/%s.md); define them as %s:%s(req)",
 					k.Family, orClass(td.Classname), strings.Join(lacking, ", "), k.Family, k.Family, orClass(td.Classname), lacking[0])}
 		}
+		if le := requiredBySettings(p, name, td, pt.missing); le != nil {
+			v.close()
+			return nil, le
+		}
 	}
 	pt.pool.add(v)
 	return pt, nil
+}
+
+// requiredBySettings refuses a type whose host settings make hooks
+// required (Kind.RequiredWhen) that it does not define. The error points
+// at the setting's line in the definition.
+func requiredBySettings(p *plugin, name string, td *TypeDef, missing []string) *LoadError {
+	k := td.kind
+	for _, r := range k.RequiredWhen {
+		if on, _ := td.hostSettings[r.Setting].(bool); !on {
+			continue
+		}
+		var lacking []string
+		for _, h := range r.Hooks {
+			if contains(missing, h) {
+				lacking = append(lacking, h)
+			}
+		}
+		if len(lacking) == 0 {
+			continue
+		}
+		return &LoadError{Plugin: p.def.Name, Type: name, File: p.defFile,
+			Line: jsonKeyLines(p.defData)["/"+name+"/host/"+r.Setting],
+			Message: fmt.Sprintf("%s %s sets host.%s, so it must define %s (docs/kinds/%s.md): %s; define %s:%s(req), or set host.%s to false",
+				k.Family, orClass(td.Classname), r.Setting, strings.Join(lacking, ", "), k.Family, r.Why,
+				orClass(td.Classname), lacking[0], r.Setting)}
+	}
+	return nil
 }
 
 func orClass(c string) string {
@@ -489,7 +523,7 @@ func (rt *Runtime) Types() []TypeInfo {
 			Definition: pt.plugin.defFile, Classname: pt.def.Classname,
 			Version: pt.plugin.version, Hooks: pt.hooks, Missing: pt.missing, Raw: pt.def.Raw,
 			Key: pt.kind().Key, Coopr: pt.kind().Coopr,
-			MemoryLimit: pt.def.memoryLimit(pt.plugin.def),
+			MemoryLimit: pt.def.memoryLimit(pt.plugin.def), Host: pt.def.hostSettings,
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

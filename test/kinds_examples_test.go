@@ -357,6 +357,11 @@ func exampleCloudProvider(t *testing.T, c *kindCaller) {
 			fmt.Sscan(strings.TrimPrefix(r.URL.Path, "/servers/"), &id)
 			delete(servers, id)
 			reply(w, 204, nil)
+		case r.Method == "PUT":
+			var id int
+			fmt.Sscan(strings.TrimPrefix(r.URL.Path, "/servers/"), &id)
+			servers[id]["labels"] = body["labels"]
+			reply(w, 200, map[string]any{"server": servers[id]})
 		}
 	})
 	spec := func(token, os string) map[string]any {
@@ -385,7 +390,12 @@ func exampleCloudProvider(t *testing.T, c *kindCaller) {
 	if l := c.ok("fakecloud", "metrics_labels", map[string]any{"machine": machine}).(map[string]any); l["size"] != "cx22" {
 		t.Fatalf("metrics_labels: %v", l)
 	}
-	c.ok("fakecloud", "migrate_uid", map[string]any{"machine": machine, "new_uid": "uid-2"}) // absent: no-op
+	// The uid changes: the server is re-tagged and found by the new uid.
+	c.ok("fakecloud", "migrate_uid", map[string]any{"machine": machine, "new_uid": "uid-2"})
+	machine["metadata"].(map[string]any)["uid"] = "uid-2"
+	if got := c.ok("fakecloud", "get", map[string]any{"machine": machine}).(map[string]any); got["id"] != "1" {
+		t.Fatalf("get after migrate_uid: %v, servers %v", got, servers)
+	}
 	c.ok("fakecloud", "set_metrics", map[string]any{"machines": []any{machine}})
 	// Deletion: cleanup until it returns true.
 	if done := c.ok("fakecloud", "cleanup", map[string]any{"machine": machine}); done != false {

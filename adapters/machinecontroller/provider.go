@@ -8,19 +8,27 @@
 // errors.Is(err, providerconfig.ErrOSNotSupported)).
 //
 // machine-controller has no plugin mechanism: its providers sit in a
-// package-private map in pkg/cloudprovider/provider.go. A host adds an
-// entry there that returns a Provider (see docs/kinds/cloudprovider.md):
+// package-private map in pkg/cloudprovider/provider.go, each built from
+// the controller's ConfigVarResolver. A host adds an entry there that
+// returns a Provider (see docs/kinds/machine-controller.md):
 //
 //	rt, _ := runtime.New(runtime.Options{PluginsDir: "/plugins", Bindings: std.New(std.Options{})})
 //	_ = rt.Load(ctx)
-//	p, err := machinecontroller.New(rt, "fakecloud")
+//	"lua-fakecloud": func(cvr providerconfig.ConfigVarResolver) cloudprovidertypes.Provider {
+//		p, err := machinecontroller.New(rt, "fakecloud", cvr)
+//		...
+//	},
 //
 // Each method runs one hook (AddDefaults: add_defaults, Validate:
 // validate, Get: get, Create: create, Cleanup: cleanup,
 // MachineMetricsLabels: metrics_labels, MigrateUID: migrate_uid,
 // SetMetricsForMachines: set_metrics) with the Kubernetes JSON of the
 // machine or spec as its input; the runtime checks input and result
-// against the contract (loomd kinds cloudprovider).
+// against the contract (loomd kinds cloudprovider). The fields the
+// type's definition declares as ConfigVars (host.config_vars) are
+// resolved through the controller's resolver first, and the hooks of
+// Get, Create and Cleanup may call the controller's ProviderData
+// (MachineUpdater, Kubernetes client) as self.host functions.
 package machinecontroller
 
 import (
@@ -50,40 +58,56 @@ var _ cloudprovidertypes.Provider = (*Provider)(nil)
 // cloudproviders type. It is safe for concurrent use (the controller runs
 // several workers): each call checks out its own VM.
 type Provider struct {
-	t *kindcall.Type
+	t   *kindcall.Type
+	rt  *runtime.Runtime
+	cvr providerconfig.ConfigVarResolver
 }
 
-// New returns the provider for the loaded cloudproviders type name.
-func New(rt *runtime.Runtime, name string) (*Provider, error) {
+// New returns the provider for the loaded cloudproviders type name. cvr
+// is the ConfigVarResolver machine-controller hands every provider
+// factory: the fields the type declares in host.config_vars are resolved
+// through it. It may be nil only for a type that declares none.
+func New(rt *runtime.Runtime, name string, cvr providerconfig.ConfigVarResolver) (*Provider, error) {
 	t, err := kindcall.New(rt, name, runtime.CloudProvider)
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{t: t}, nil
+	return &Provider{t: t, rt: rt, cvr: cvr}, nil
 }
 
 // AddDefaults runs add_defaults with {spec} and returns the spec it
-// returns (the spec unchanged when the plugin does not define it).
+// returns (the spec unchanged when the plugin does not define it). The
+// webhook writes the result back to the Machine, so the spec's ConfigVars
+// reach this hook as written, never resolved: a secret must not end up
+// in the Machine object.
 func (p *Provider) AddDefaults(log *zap.SugaredLogger, spec clusterv1alpha1.MachineSpec) (clusterv1alpha1.MachineSpec, error) {
 	var out clusterv1alpha1.MachineSpec
-	err := p.call(context.Background(), log, "add_defaults", spec.Name, map[string]any{"spec": spec}, &out)
+	err := p.call(context.Background(), log, request{hook: "add_defaults", id: spec.Name, in: map[string]any{"spec": spec}}, &out)
 	if err != nil {
 		return spec, err
 	}
 	return out, nil
 }
 
-// Validate runs validate with {spec}. Its error rejects the Machine in
-// the admission webhook.
+// Validate runs validate with {spec}, its ConfigVars resolved. Its error
+// rejects the Machine in the admission webhook.
 func (p *Provider) Validate(ctx context.Context, log *zap.SugaredLogger, spec clusterv1alpha1.MachineSpec) error {
-	return p.call(ctx, log, "validate", spec.Name, map[string]any{"spec": spec}, nil)
+	r := request{hook: "validate", id: spec.Name}
+	if err := p.resolved(&r, "spec", spec, nil); err != nil {
+		return err
+	}
+	return p.call(ctx, log, r, nil)
 }
 
 // Get runs get with {machine}. A not_found error from the plugin is
 // ErrInstanceNotFound, after which the controller creates the instance.
-func (p *Provider) Get(ctx context.Context, log *zap.SugaredLogger, machine *clusterv1alpha1.Machine, _ *cloudprovidertypes.ProviderData) (instance.Instance, error) {
+func (p *Provider) Get(ctx context.Context, log *zap.SugaredLogger, machine *clusterv1alpha1.Machine, data *cloudprovidertypes.ProviderData) (instance.Instance, error) {
+	r := request{hook: "get", id: machineID(machine), data: data, machine: machine}
+	if err := p.resolved(&r, "machine", machine, nil); err != nil {
+		return nil, err
+	}
 	var out Instance
-	if err := p.call(ctx, log, "get", machineID(machine), map[string]any{"machine": machine}, &out); err != nil {
+	if err := p.call(ctx, log, r, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -92,10 +116,13 @@ func (p *Provider) Get(ctx context.Context, log *zap.SugaredLogger, machine *clu
 // Create runs create with {machine, userdata}. The controller calls Get
 // then Create again after a non-terminal error: the plugin's create must
 // be idempotent (tag the instance with metadata.uid).
-func (p *Provider) Create(ctx context.Context, log *zap.SugaredLogger, machine *clusterv1alpha1.Machine, _ *cloudprovidertypes.ProviderData, userdata string) (instance.Instance, error) {
+func (p *Provider) Create(ctx context.Context, log *zap.SugaredLogger, machine *clusterv1alpha1.Machine, data *cloudprovidertypes.ProviderData, userdata string) (instance.Instance, error) {
+	r := request{hook: "create", id: machineID(machine), data: data, machine: machine}
+	if err := p.resolved(&r, "machine", machine, map[string]any{"userdata": userdata}); err != nil {
+		return nil, err
+	}
 	var out Instance
-	in := map[string]any{"machine": machine, "userdata": userdata}
-	if err := p.call(ctx, log, "create", machineID(machine), in, &out); err != nil {
+	if err := p.call(ctx, log, r, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -104,9 +131,13 @@ func (p *Provider) Create(ctx context.Context, log *zap.SugaredLogger, machine *
 // Cleanup runs cleanup with {machine}: true when the instance and its
 // resources are gone, false to be called again (the controller waits
 // 10 s).
-func (p *Provider) Cleanup(ctx context.Context, log *zap.SugaredLogger, machine *clusterv1alpha1.Machine, _ *cloudprovidertypes.ProviderData) (bool, error) {
+func (p *Provider) Cleanup(ctx context.Context, log *zap.SugaredLogger, machine *clusterv1alpha1.Machine, data *cloudprovidertypes.ProviderData) (bool, error) {
+	r := request{hook: "cleanup", id: machineID(machine), data: data, machine: machine}
+	if err := p.resolved(&r, "machine", machine, nil); err != nil {
+		return false, err
+	}
 	var done bool
-	if err := p.call(ctx, log, "cleanup", machineID(machine), map[string]any{"machine": machine}, &done); err != nil {
+	if err := p.call(ctx, log, r, &done); err != nil {
 		return false, err
 	}
 	return done, nil
@@ -115,28 +146,37 @@ func (p *Provider) Cleanup(ctx context.Context, log *zap.SugaredLogger, machine 
 // MachineMetricsLabels runs metrics_labels with {machine}. The hook must
 // not call the cloud's API; its timeout bounds it.
 func (p *Provider) MachineMetricsLabels(machine *clusterv1alpha1.Machine) (map[string]string, error) {
+	r := request{hook: "metrics_labels", id: machineID(machine)}
+	if err := p.resolved(&r, "machine", machine, nil); err != nil {
+		return nil, err
+	}
 	out := map[string]string{}
-	if err := p.call(context.Background(), nil, "metrics_labels", machineID(machine), map[string]any{"machine": machine}, &out); err != nil {
+	if err := p.call(context.Background(), nil, r, &out); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
 // MigrateUID runs migrate_uid with {machine, new_uid}: the plugin re-tags
-// the instance found by the old uid.
+// the instance found by the old uid. A type whose definition sets
+// host.uid_tagging must define the hook (it does not load otherwise).
 func (p *Provider) MigrateUID(ctx context.Context, log *zap.SugaredLogger, machine *clusterv1alpha1.Machine, newUID types.UID) error {
-	in := map[string]any{"machine": machine, "new_uid": string(newUID)}
-	return p.call(ctx, log, "migrate_uid", machineID(machine), in, nil)
+	r := request{hook: "migrate_uid", id: machineID(machine)}
+	if err := p.resolved(&r, "machine", machine, map[string]any{"new_uid": string(newUID)}); err != nil {
+		return err
+	}
+	return p.call(ctx, log, r, nil)
 }
 
 // SetMetricsForMachines runs set_metrics with {machines} (the items of
-// the list), every 10 minutes.
+// the list, as written: their ConfigVars are not resolved), every 10
+// minutes.
 func (p *Provider) SetMetricsForMachines(machines clusterv1alpha1.MachineList) error {
 	items := machines.Items
 	if items == nil {
 		items = []clusterv1alpha1.Machine{}
 	}
-	return p.call(context.Background(), nil, "set_metrics", "", map[string]any{"machines": items}, nil)
+	return p.call(context.Background(), nil, request{hook: "set_metrics", in: map[string]any{"machines": items}}, nil)
 }
 
 func machineID(m *clusterv1alpha1.Machine) string {
@@ -149,20 +189,43 @@ func machineID(m *clusterv1alpha1.Machine) string {
 	return m.Namespace + "/" + m.Name
 }
 
+// request is one hook call: its input, the secrets resolved into it, and
+// the controller's ProviderData for the host functions.
+type request struct {
+	hook, id string
+	in       map[string]any
+	secrets  []string
+	data     *cloudprovidertypes.ProviderData
+	machine  *clusterv1alpha1.Machine
+}
+
 // call runs a hook; a failure becomes a *kindcall.Error that also stands
 // for machine-controller's error of the same meaning.
-func (p *Provider) call(ctx context.Context, log *zap.SugaredLogger, hook, id string, in, out any) error {
-	req := kindcall.Request{Hook: hook, Input: in, ID: id}
+func (p *Provider) call(ctx context.Context, log *zap.SugaredLogger, r request, out any) error {
+	req := kindcall.Request{Hook: r.hook, Input: r.in, ID: r.id, Secrets: r.secrets}
 	if log != nil {
 		req.Logger = slog.New(zapslog.NewHandler(log.Desugar().Core()))
+	}
+	if r.data != nil {
+		req.Host = p.hostFuncs(r.data, r.machine)
 	}
 	err := p.t.Call(ctx, req, out)
 	var ce *kindcall.Error
 	if !errors.As(err, &ce) {
 		return err
 	}
-	ce.Host = hostErrors(hook, ce)
+	ce.Host = hostErrors(r.hook, ce)
 	return ce
+}
+
+// settings returns the type's host settings as loaded now (a reload may
+// change them).
+func (p *Provider) settings() map[string]any {
+	ti, err := kindcall.Lookup(p.rt, p.t.Name(), runtime.CloudProvider)
+	if err != nil {
+		return nil
+	}
+	return ti.Host
 }
 
 // hostErrors maps a call's class and reason onto machine-controller's

@@ -109,6 +109,13 @@ type Request struct {
 	// Logger, when set, receives the call's log lines instead of the
 	// runtime's logger.
 	Logger *slog.Logger
+	// Secrets are values the host knows are secret (read from a
+	// Kubernetes Secret for the input): redacted from the call's
+	// messages, traceback and logs.
+	Secrets []string
+	// Host holds the host's functions the hook may call as
+	// self.host.<name>(arg), for this call only (runtime.HostFunc).
+	Host map[string]runtime.HostFunc
 }
 
 // Call runs a hook and decodes its result into out (a pointer; nil
@@ -117,7 +124,8 @@ type Request struct {
 // into out.
 func (t *Type) Call(ctx context.Context, r Request, out any) error {
 	id, hook := r.ID, r.Hook
-	req := &runtime.CallRequest{CallID: id, Type: t.name, Hook: hook, Kind: t.family, Logger: r.Logger}
+	req := &runtime.CallRequest{CallID: id, Type: t.name, Hook: hook, Kind: t.family, Logger: r.Logger,
+		Secrets: r.Secrets, Host: r.Host}
 	if r.Input != nil {
 		raw, err := json.Marshal(r.Input)
 		if err != nil {

@@ -21,6 +21,11 @@ function M:get(req)
   if req.machine.metadata.uid == "gone" then return nil, { not_found = true, message = "no such instance" } end
   if req.machine.metadata.uid == "boom" then error({ terminal = true, reason = "InsufficientResources", message = "quota" }) end
   if req.machine.metadata.uid == "bad" then return { status = "exploding" } end
+  if req.machine.metadata.uid == "host" then
+    local id = self.host.lookup({ uid = "host" })
+    log.info("found " .. id .. " with key hunter2hunter2")
+    return { id = id }
+  end
   return { id = "i-" .. req.machine.metadata.uid, status = "running", addresses = { ["10.0.0.1"] = "InternalIP" } }
 end
 function M:create(req) return { id = "i-1" } end
@@ -142,5 +147,26 @@ func TestNew(t *testing.T) {
 	}
 	if _, err := kindcall.New(rt, "m", runtime.BucketProvisioner); err == nil || !strings.Contains(err.Error(), "is a cloudprovider type, not a bucketprovisioner type: list it under \"bucketprovisioners\"") {
 		t.Errorf("wrong family: %v", err)
+	}
+}
+
+// TestCallHostAndSecrets checks that Request.Host and Request.Secrets
+// reach the runtime: the hook calls the host's function, and the secret
+// is redacted from its log line.
+func TestCallHostAndSecrets(t *testing.T) {
+	typ, _ := newType(t)
+	var logs bytes.Buffer
+	var got inst
+	err := typ.Call(context.Background(), kindcall.Request{Hook: "get", Input: machine("host"),
+		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
+		Secrets: []string{"hunter2hunter2"},
+		Host: map[string]runtime.HostFunc{"lookup": func(_ context.Context, arg any) (any, error) {
+			return "i-" + arg.(map[string]any)["uid"].(string), nil
+		}}}, &got)
+	if err != nil || got.ID != "i-host" {
+		t.Fatalf("Call: %+v, %v", got, err)
+	}
+	if !strings.Contains(logs.String(), "found i-host with key [REDACTED]") || strings.Contains(logs.String(), "hunter2hunter2") {
+		t.Fatalf("log: %s", logs.String())
 	}
 }

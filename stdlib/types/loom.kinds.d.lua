@@ -100,6 +100,7 @@
 ---@field secret? boolean
 ---@field read_only? boolean
 ---@field values? {title: string, value: any}[]
+---@field attribute? string metadata only: the Terraform attribute of the machine it is read from after apply; default its name
 
 ---@class LoomCallError
 ---@field class? "retry"|"terminal"|"not_found"
@@ -368,8 +369,8 @@ function LoomKloudProvider:verify_credential(req) end
 ---@return (string|LoomCallError)? err
 function LoomKloudProvider:bootstrap_templates(req) end
 
---- Required. Rewrite the user's template: bootstrap outputs, userdata, shadowed secrets.
----@param req {credential: LoomCredential, template: LoomTemplate, variables?: table, username?: string, group?: string, stack_id?: string}
+--- Required. Rewrite the user's template for the cloud (bootstrap outputs, defaults); the host then adds Klient's cloud-init and kite keys to each machine's user data and shadows the credential's secret variables.
+---@param req {credential: LoomCredential, template: LoomTemplate, variables?: table, username?: string, group?: string, stack_id?: string, kite_keys?: table<string, string>}
 ---@return LoomTemplate? result
 ---@return (string|LoomCallError)? err
 function LoomKloudProvider:apply_template(req) end

@@ -3,7 +3,12 @@
 -- (label machine-uid) and found by it, which makes create idempotent:
 -- the controller calls get, then create when get says not_found.
 --
--- cloudProviderSpec: {apiUrl, token, serverType (default "cx22"), location}.
+-- cloudProviderSpec: {apiUrl, token, serverType (default "cx22"), location,
+-- publicIp (default true)}. The definition declares token and publicIp as
+-- machine-controller ConfigVars: under machine-controller the adapter
+-- resolves them (a Secret, a ConfigMap, FAKECLOUD_TOKEN) before the hook
+-- runs, so the hook always sees a plain string and boolean. It also
+-- declares uid_tagging, which makes migrate_uid required.
 local loom = require("loom")
 local http = require("loom.http")
 
@@ -81,10 +86,27 @@ function FakeCloud:create(req)
   if not s then
     local body = api(cps, "POST", "/servers", { json = {
       name = m.metadata.name, server_type = cps.serverType or "cx22", location = cps.location,
-      user_data = req.userdata, labels = { ["machine-uid"] = m.metadata.uid } } })
+      public_ip = cps.publicIp ~= false, user_data = req.userdata, labels = { ["machine-uid"] = m.metadata.uid } } })
     s = body.server
   end
+  -- Under machine-controller the adapter offers its MachineUpdater: note
+  -- the server's id on the Machine, as several in-tree providers do.
+  -- (loomd call and loomd test offer no host functions.)
+  if self.host and self.host.update_machine then
+    self.host.update_machine({ annotations = { ["fakecloud.example.com/server-id"] = tostring(s.id) } })
+  end
   return instance(s)
+end
+
+-- The machine's uid changed (machine-controller's migration to
+-- cluster.k8s.io): re-tag the server found by the old uid, or get would
+-- find nothing and a second server would be created.
+function FakeCloud:migrate_uid(req)
+  local m = req.machine
+  local cps = spec_of(m.spec)
+  local s = find(cps, m.metadata.uid)
+  if not s then return end -- no server yet, or re-tagged already
+  api(cps, "PUT", "/servers/" .. tostring(s.id), { json = { labels = { ["machine-uid"] = req.new_uid } } })
 end
 
 function FakeCloud:cleanup(req)

@@ -51,6 +51,7 @@ describe("create and cleanup", function()
     assert.equals(0, res.status)
     local sent = fake:last("POST", "/servers").json
     assert.equals("uid-1", sent.labels["machine-uid"])
+    assert.is_true(sent.public_ip)
     assert.equals("cx32", sent.server_type)
     -- a retried create finds the server and creates nothing
     assert.equals(0, loom.test.call("create", { machine = machine(fake), userdata = "" }).status)
@@ -77,10 +78,18 @@ describe("admission", function()
     assert.equals("InvalidConfiguration", bad.error.reason)
   end)
 
-  it("answers the absent migrate_uid with success", function()
-    local res = loom.test.call("migrate_uid", { machine = { metadata = {} }, new_uid = "u2" })
+  it("re-tags the server with the new uid on migrate_uid, once", function()
+    local fake = loom.test.http({ permit = true, routes = {
+      ["GET /servers"] = { { json = { servers = { server } } }, { json = { servers = {} } } },
+      ["PUT /servers/{id}"] = { json = { server = server } },
+    } })
+    local res = loom.test.call("migrate_uid", { machine = machine(fake), new_uid = "uid-2" })
     assert.equals(0, res.status)
-    assert.is_true(res.defaulted)
+    assert.equals("7", fake:last("PUT").params.id)
+    assert.equals("uid-2", fake:last("PUT").json.labels["machine-uid"])
+    -- run again (the controller retries): nothing carries the old uid
+    assert.equals(0, loom.test.call("migrate_uid", { machine = machine(fake), new_uid = "uid-2" }).status)
+    fake:assert_called("PUT", "/servers/{id}", 1)
   end)
 end)
 
