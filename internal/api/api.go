@@ -24,6 +24,9 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/loomrt/loom/bindings/listeners"
+	"github.com/loomrt/loom/internal/cluster/joblog"
+	"github.com/loomrt/loom/internal/cluster/runner"
+	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/queue"
 	"github.com/loomrt/loom/runtime"
 )
@@ -79,6 +82,13 @@ type Config struct {
 	MaxConns int
 	// IdleTimeout closes keep-alive connections idle this long. Default 2 min.
 	IdleTimeout time.Duration
+	// ClusterStore is the cluster state store; nil opens it from the
+	// queue's JetStream context on first use.
+	ClusterStore *state.KVStore
+	// ClusterJobs runs cluster jobs in this daemon, and ClusterLog keeps
+	// their logs; without them the job endpoints answer 503.
+	ClusterJobs *runner.Runner
+	ClusterLog  *joblog.Stream
 	// Pprof serves the Go profiler under /debug/pprof/ (behind Token like
 	// every route). Off by default: profiles show the daemon's internals
 	// and a CPU profile costs CPU while it runs.
@@ -240,6 +250,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/v1/calls", s.route("calls", map[string]http.HandlerFunc{"POST": s.submitCall}))
 	mux.Handle("/v1/plugins", s.route("plugins", map[string]http.HandlerFunc{"GET": s.plugins}))
 	s.clusterRoutes(mux)
+	s.clusterJobRoutes(mux)
 	mux.Handle("/healthz", s.route("healthz", map[string]http.HandlerFunc{"GET": s.health}))
 	metrics := promhttp.HandlerFor(s.cfg.Metrics.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
 	mux.Handle("/metrics", s.route("metrics", map[string]http.HandlerFunc{"GET": metrics.ServeHTTP}))

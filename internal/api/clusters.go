@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/state"
 )
 
@@ -41,6 +42,10 @@ func (s *Server) clusterStore(ctx context.Context) (*state.KVStore, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.store != nil {
+		return b.store, nil
+	}
+	if s.cfg.ClusterStore != nil {
+		b.store = s.cfg.ClusterStore
 		return b.store, nil
 	}
 	q, ok := s.cfg.Queue.(jetStreamer)
@@ -84,6 +89,15 @@ type JobReport struct {
 	Ended    *time.Time `json:"ended,omitempty"`
 	Duration float64    `json:"durationMs,omitempty"`
 	Progress Progress   `json:"progress"`
+	// Runner names who runs a running job ("loomd <owner>", or the loomd
+	// apply holding the cluster's lock). A job the state says is running
+	// but nobody runs (its daemon or CLI died) is "interrupted", and Note
+	// says what happens next.
+	Runner string `json:"runner,omitempty"`
+	Note   string `json:"note,omitempty"`
+	// Events are the job's interruptions, resumes and takeovers
+	// (history only).
+	Events []state.Event `json:"events,omitempty"`
 	// Running and Failed list the tasks running now and those that
 	// failed (GET /v1/clusters/{name} only).
 	Running []TaskReport `json:"running,omitempty"`
@@ -193,6 +207,49 @@ func summary(c *state.Cluster, now time.Time) ClusterSummary {
 	return s
 }
 
+// JobInterrupted is the status shown for a job the state says is running
+// but that nobody runs.
+const JobInterrupted = "interrupted"
+
+// liveJob tells who runs a job the state says is running: a daemon (the
+// cluster's job record) or a CLI (the cluster's lock). One nobody runs
+// shows as interrupted, with what happens next.
+func (s *Server) liveJob(ctx context.Context, st *state.KVStore, c *state.Cluster, r *JobReport) {
+	if r == nil || r.Status != state.JobRunning {
+		return
+	}
+	now := time.Now()
+	if s.cfg.ClusterJobs != nil {
+		rec, err := s.cfg.ClusterJobs.Job(ctx, c.Name)
+		if err == nil && rec.State == runner.StateRunning {
+			live := s.cfg.ClusterJobs.Liveness(rec)
+			r.Runner = "loomd " + rec.Owner
+			if !live.Running {
+				r.Status, r.Note, r.Runner = JobInterrupted, live.Note, ""
+			}
+			return
+		}
+	}
+	h, ok, err := st.Holder(c.Name)
+	switch {
+	case err != nil:
+		return // unknown: leave it as the state says
+	case ok && now.Before(h.Expires):
+		r.Runner = fmt.Sprintf("%s (%s pid %d)", h.Owner, h.Host, h.PID)
+		return
+	}
+	r.Status = JobInterrupted
+	r.Note = fmt.Sprintf("nobody runs job %s: the loomd apply or loomd that ran it stopped without finishing; run 'loomd apply %s' (or 'loomd destroy %s') again to resume it",
+		r.ID, orDash(c.SpecFile), c.Name)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "SPEC"
+	}
+	return s
+}
+
 // clusterErr answers a store error: 404 for an unknown cluster, 400 for a
 // bad name, 503 otherwise (the store is unreachable: try again).
 func clusterErr(w http.ResponseWriter, err error) {
@@ -230,7 +287,9 @@ func (s *Server) listClusters(w http.ResponseWriter, r *http.Request) {
 			clusterErr(w, err)
 			return
 		}
-		out.Clusters = append(out.Clusters, summary(c, now))
+		sum := summary(c, now)
+		s.liveJob(r.Context(), st, c, sum.LastJob)
+		out.Clusters = append(out.Clusters, sum)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -262,6 +321,9 @@ func (s *Server) getCluster(w http.ResponseWriter, r *http.Request) {
 	}
 	if j := c.LastJob(); j != nil {
 		rep.LastJob = jobReport(j, true, now)
+		if st, err := s.clusterStore(r.Context()); err == nil {
+			s.liveJob(r.Context(), st, c, rep.LastJob)
+		}
 		if j.Status == state.JobFailed {
 			rep.Retry = fmt.Sprintf("fix the cause, then run 'loomd apply %s' again: it resumes job %s (finished tasks are not run again)", c.SpecFile, j.ID)
 		}
@@ -279,8 +341,14 @@ func (s *Server) clusterHistory(w http.ResponseWriter, r *http.Request) {
 		Jobs    []*JobReport `json:"jobs"`
 	}{Cluster: c.Name, Jobs: []*JobReport{}}
 	now := time.Now()
-	for _, j := range c.Jobs {
-		out.Jobs = append(out.Jobs, jobReport(j, false, now))
+	st, _ := s.clusterStore(r.Context())
+	for i, j := range c.Jobs {
+		rep := jobReport(j, false, now)
+		rep.Events = j.Events
+		if i == len(c.Jobs)-1 && st != nil {
+			s.liveJob(r.Context(), st, c, rep)
+		}
+		out.Jobs = append(out.Jobs, rep)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -328,9 +396,20 @@ func (s *Server) deleteClusterState(w http.ResponseWriter, r *http.Request) {
 		clusterErr(w, err)
 		return
 	}
-	if err := st.Delete(r.PathValue("name")); err != nil {
+	name := r.PathValue("name")
+	if s.cfg.ClusterJobs != nil {
+		if err := s.cfg.ClusterJobs.Forget(r.Context(), name); s.jobError(w, err) {
+			return
+		}
+	}
+	if err := st.Delete(name); err != nil {
 		clusterErr(w, err)
 		return
+	}
+	if s.cfg.ClusterLog != nil {
+		if err := s.cfg.ClusterLog.Purge(r.Context(), name); err != nil {
+			s.log.Warn("removing a forgotten cluster's job log failed; it ages out", "cluster", name, "err", err)
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"cluster": r.PathValue("name"), "deleted": true})
 }

@@ -3,11 +3,15 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"os/user"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -17,7 +21,9 @@ import (
 
 	"github.com/loomrt/loom/internal/api"
 	"github.com/loomrt/loom/internal/cluster/apply"
+	"github.com/loomrt/loom/internal/cluster/joblog"
 	"github.com/loomrt/loom/internal/cluster/plan"
+	"github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/runtime"
@@ -31,6 +37,7 @@ type clusterOptions struct {
 	client      clientOptions
 	taskTimeout time.Duration
 	live        bool
+	detach      bool
 	// retry is the command that resumes a failed job, for the summary.
 	retry string
 }
@@ -61,6 +68,7 @@ func (o *clusterOptions) addFlags(fs *pflag.FlagSet, run bool) {
 	fs.IntVar(&o.parallelism, "parallelism", 16, "most tasks running at once (never more than one per node)")
 	fs.BoolVar(&o.live, "live", true, "on a terminal, show a live view (stages, running tasks, failures) instead of log lines; --live=false or --log-format json keeps the log lines")
 	fs.DurationVar(&o.taskTimeout, "task-timeout", 0, "without --local, give up waiting for one task after this long (0: the daemon's own deadlines)")
+	fs.BoolVar(&o.detach, "detach", false, "submit the job to the daemon and return at once; 'loomd cluster watch NAME' follows it")
 }
 
 type applyOptions struct {
@@ -124,116 +132,223 @@ func (a *App) runApply(ctx context.Context, o *applyOptions, sp *spec.Spec) erro
 	if o.onFailure != "keep" && o.onFailure != "rollback" {
 		return usageErr(fmt.Errorf("--on-failure %q: want keep or rollback", o.onFailure))
 	}
-	st, err := a.clusterStore(ctx, &o.cluster)
+	req := runner.Request{Verb: runner.VerbApply, Spec: sp.Source, SpecFile: o.file, NoRestart: o.noRestart, OnFailure: o.onFailure}
+	o.cluster.retry = o.cluster.retryCommand("apply", o.file)
+	// A template spec is solved around the cluster's nodes first: the job
+	// runs the solved spec (the daemon needs no catalog).
+	prep := func(cl *state.Cluster, req *runner.Request) error {
+		solved, layout, err := a.resolveSpec(sp, cl, &o.tmpl)
+		if err != nil {
+			return err
+		}
+		if layout != nil {
+			if err := a.printLayout(layout); err != nil {
+				return err
+			}
+		}
+		req.Spec = solved.Source
+		return nil
+	}
+	return a.runCluster(ctx, o.g, &o.cluster, sp.Name, req, prep)
+}
+
+// runCluster runs a request: in this process (--local, --state-dir), or
+// on the daemon at --server, followed from here. prep, when set, sees the
+// cluster's state first and may complete the request.
+func (a *App) runCluster(ctx context.Context, g *globalOptions, o *clusterOptions, name string, req runner.Request, prep func(*state.Cluster, *runner.Request) error) error {
+	req.Parallelism = o.parallelism
+	req.TaskTimeoutMs = o.taskTimeout.Milliseconds()
+	req.Requester = requester()
+	if o.parallelism < 1 {
+		return usageErr(fmt.Errorf("--parallelism %d: must be at least 1", o.parallelism))
+	}
+	if o.local || o.stateDir != "" {
+		if o.detach {
+			return usageErr(errors.New("--detach needs a daemon to run the job: drop --local and --state-dir"))
+		}
+		return a.runHere(ctx, g, o, name, req, prep)
+	}
+	return a.submitJob(ctx, g, o, name, req, prep)
+}
+
+// requester names who asks, for the job's history: user@host pid N.
+func requester() string {
+	host, _ := os.Hostname()
+	who := "unknown"
+	if u, err := user.Current(); err == nil {
+		who = u.Username
+	}
+	return fmt.Sprintf("%s@%s pid %d", who, host, os.Getpid())
+}
+
+// runHere runs the job in this process, its state in the state dir: the
+// tasks run here (--local) or on the daemon at --server (--state-dir
+// alone).
+func (a *App) runHere(ctx context.Context, g *globalOptions, o *clusterOptions, name string, req runner.Request, prep func(*state.Cluster, *runner.Request) error) error {
+	st, err := a.clusterStore(ctx, o)
 	if err != nil {
 		return err
 	}
-	unlock, err := st.Lock(sp.Name)
+	unlock, err := st.Lock(name)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	cl, err := a.getCluster(st, sp.Name)
+	cl, err := a.getCluster(st, name)
 	if err != nil {
 		return err
 	}
-	sp, layout, err := a.resolveSpec(sp, cl, &o.tmpl)
-	if err != nil {
-		return err
-	}
-	if layout != nil {
-		if err := a.printLayout(layout); err != nil {
+	if prep != nil {
+		if err := prep(cl, &req); err != nil {
 			return err
 		}
 	}
-	steps, err := apply.Diff(cl, sp, apply.DiffOptions{NoRestart: o.noRestart})
+	steps, err := runner.Plan(cl, req)
 	if err != nil {
 		return usageErr(err)
 	}
-	o.cluster.retry = o.cluster.retryCommand("apply", o.file)
 	if len(steps) == 0 {
-		fmt.Fprintf(a.Out, "No changes: cluster %s is as %s says.\n\n", sp.Name, o.file)
+		if req.Verb == runner.VerbDestroy {
+			fmt.Fprintf(a.Out, "Cluster %s has no nodes: nothing to destroy.\n", name)
+			return nil
+		}
+		fmt.Fprintf(a.Out, "No changes: cluster %s is as %s says.\n\n", name, req.SpecFile)
 		return a.printClusterSummary(cl, nil, nil, "")
 	}
-	return a.runSteps(ctx, o.g, &o.cluster, st, cl, steps, o.onFailure == "rollback")
-}
-
-// runSteps runs the jobs in order, stopping at the first that fails.
-func (a *App) runSteps(ctx context.Context, g *globalOptions, o *clusterOptions, st clusterStore, cl *state.Cluster, steps []apply.Step, rollback bool) error {
 	logger, err := a.newLogger(g.log)
 	if err != nil {
 		return err
 	}
+	live := o.live && stderrTerminal(a.Err) && g.log.format != "json"
+	host, _ := os.Hostname()
+	who := fmt.Sprintf("loomd apply --local (%s pid %d)", host, os.Getpid())
+	dir := st.(fileStore).Dir
+	secrets := &joblog.Secrets{}
+	secrets.Set(name, runner.Secrets(req, cl))
+	jl := &joblog.File{Dir: dir, Source: who, Secrets: secrets}
+	defer jl.Close()
+	// Plugin lines go to the job log, and to stderr unless the live view
+	// is there (it would scroll them away, or they it).
+	quiet := &gate{}
+	tee := joblog.NewTee()
+	tee.SetSink(jl, who)
+	pluginLogger := slog.New(tee.Handler(quiet.handler(logger.Handler())))
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	runner, closeRunner, err := a.clusterRunner(ctx, g, o, logger)
+	tasks, closeTasks, err := a.clusterRunner(ctx, g, o, pluginLogger, tee, name)
 	if err != nil {
 		return err
 	}
-	defer closeRunner()
-	var job *state.Job
-	var p *plan.Plan
-	live := o.live && stderrTerminal(a.Err) && g.log.format != "json"
-	run := func(step apply.Step) error {
-		cl, job = apply.Begin(cl, step, time.Now())
-		p, err = apply.PlanStep(cl, step)
-		if err != nil {
-			return usageErr(fmt.Errorf("planning %s of cluster %s: %w", step.Action, cl.Name, err))
-		}
-		logger.Info("applying", "cluster", cl.Name, "job", job.ID, "why", step.Reason, "plan", p.Summary())
-		opts := apply.Options{Runner: runner, Parallelism: o.parallelism, Logger: logger, Save: st.Put, Journal: st.Append}
+	defer closeTasks()
+	var first []state.Event
+	if cl != nil && cl.LastJob() != nil && cl.LastJob().Status == state.JobRunning {
+		// This process holds the lock: whoever ran it is gone.
+		first = []state.Event{{Time: time.Now(), Kind: state.EventInterrupted, By: "loomd apply",
+			Message: "the process that ran it stopped without finishing (killed, or its machine went down)"}}
+	}
+	var view *liveView
+	eng := &runner.Engine{Store: st, Tasks: tasks, Log: jl, Who: who, Source: who}
+	if !live {
+		eng.Logger = logger
+	}
+	eng.Started = func(i int, _ runner.Step, job *state.Job, p *plan.Plan) {
 		if live {
-			// On a terminal the live view is the progress; the log
-			// lines would scroll it away (warnings and errors stay
-			// in the view and the summary).
-			v := newLiveView(a.Err, p, job)
-			opts.Observe, opts.Logger = v.observe, discardLogger()
-			defer v.close()
-		}
-		return apply.Execute(ctx, cl, step.Spec, p, job, opts)
-	}
-	for _, step := range steps {
-		if err := run(step); err != nil {
-			return err
-		}
-		if job.Status != state.JobComplete {
-			if rb := apply.Rollback(cl, job, step.Spec); rollback && rb != nil && ctx.Err() == nil {
-				// Report the failure, then undo it.
-				if err := a.printClusterSummary(cl, job, p, o.retry); err != nil {
-					return err
-				}
-				fmt.Fprintf(a.Out, "\n--on-failure rollback: %s\n", rb.Reason)
-				if err := run(*rb); err != nil {
-					return err
-				}
-				if err := a.printClusterSummary(cl, job, p, o.retry); err != nil {
-					return err
-				}
-				return silentExit(ExitFailure)
-			}
-			break
+			quiet.on.Store(true)
+			view = newLiveView(a.Err, p, job)
 		}
 	}
-	if err := a.printClusterSummary(cl, job, p, o.retry); err != nil {
+	eng.Observe = func(_ int, _ *state.Job, _ *plan.Plan, ev apply.Event) {
+		if view != nil {
+			view.observe(ev)
+		}
+	}
+	eng.Ended = func(i int, st runner.Step, cl *state.Cluster, job *state.Job, p *plan.Plan) {
+		if view != nil {
+			view.close()
+			view = nil
+			quiet.on.Store(false)
+		}
+		if len(steps) > 1 {
+			a.printStep(i, len(steps), st, job, p)
+		}
+	}
+	out, err := eng.Run(ctx, name, req, &steps, first)
+	if view != nil {
+		view.close()
+		quiet.on.Store(false)
+	}
+	if err != nil {
 		return err
 	}
-	if job.Status != state.JobComplete {
-		if ctx.Err() != nil {
-			return &exitError{code: 130, err: fmt.Errorf("interrupted: run the same command again to resume job %s", job.ID)}
-		}
-		return silentExit(ExitFailure)
+	if out.Cluster == nil {
+		return fmt.Errorf("%s", out.Message)
 	}
-	return nil
+	if err := a.printClusterSummary(out.Cluster, out.Job, out.Plan, o.retry); err != nil {
+		return err
+	}
+	switch out.State {
+	case runner.Complete:
+		return nil
+	case runner.Interrupted:
+		return &exitError{code: 130, err: fmt.Errorf("interrupted: run the same command again to resume job %s", out.Job.ID)}
+	}
+	return silentExit(ExitFailure)
 }
 
-// clusterRunner is the in-process runtime (--local) or the daemon's API.
-func (a *App) clusterRunner(ctx context.Context, g *globalOptions, o *clusterOptions, logger *slog.Logger) (apply.Runner, func(), error) {
+// gate drops the records of a handler while on (a live view is drawn).
+type gate struct{ on atomic.Bool }
+
+func (g *gate) handler(next slog.Handler) slog.Handler { return &gateHandler{g: g, next: next} }
+
+type gateHandler struct {
+	g    *gate
+	next slog.Handler
+}
+
+func (h *gateHandler) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
+func (h *gateHandler) Handle(ctx context.Context, r slog.Record) error {
+	if h.g.on.Load() {
+		return nil
+	}
+	return h.next.Handle(ctx, r)
+}
+func (h *gateHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &gateHandler{g: h.g, next: h.next.WithAttrs(as)}
+}
+func (h *gateHandler) WithGroup(name string) slog.Handler {
+	return &gateHandler{g: h.g, next: h.next.WithGroup(name)}
+}
+
+// printStep prints one step's outcome: its job; for a failed step that
+// another follows (the rollback), the failed tasks too (the summary at
+// the end shows the last job's).
+func (a *App) printStep(i, n int, st runner.Step, job *state.Job, p *plan.Plan) {
+	what := fmt.Sprintf("%s (%s)", st.Action, st.Reason)
+	if st.Rollback {
+		what = "--on-failure rollback: " + st.Reason
+	}
+	fmt.Fprintf(a.Out, "Step %d/%d, %s: job %s %s, %d/%d tasks done", i+1, n, what, job.ID, job.Status,
+		job.DoneTasks(), max(job.TaskCount, len(job.Tasks)))
+	if !job.Ended.IsZero() {
+		fmt.Fprintf(a.Out, ", %s", job.Ended.Sub(job.Started).Round(time.Millisecond))
+	}
+	fmt.Fprintln(a.Out)
+	if job.Status != state.JobComplete && i < n-1 {
+		fmt.Fprintf(a.Out, "  Job %s failed: %s\n", job.ID, job.Message)
+		a.printFailures(job, p, "    ")
+	}
+}
+
+// clusterRunner is the in-process runtime (--local) or the daemon's API
+// (--state-dir alone). The tasks of the cluster's jobs are registered with
+// the tee while they run, so their plugin lines reach the job log.
+func (a *App) clusterRunner(ctx context.Context, g *globalOptions, o *clusterOptions, logger *slog.Logger, tee *joblog.Tee, cluster string) (apply.Runner, func(), error) {
 	if o.local {
 		rt, err := a.newRuntime(ctx, g, runtimeConfig{logger: logger, poolSize: o.parallelism})
 		if err != nil {
 			return nil, nil, err
 		}
-		return localRunner{rt}, func() { rt.Close() }, nil
+		return localRunner{rt: rt, tee: tee, cluster: cluster}, func() { rt.Close() }, nil
 	}
 	c, err := o.client.client()
 	if err != nil {
@@ -243,9 +358,16 @@ func (a *App) clusterRunner(ctx context.Context, g *globalOptions, o *clusterOpt
 }
 
 // localRunner runs tasks in this process.
-type localRunner struct{ rt *runtime.Runtime }
+type localRunner struct {
+	rt      *runtime.Runtime
+	tee     *joblog.Tee
+	cluster string
+}
 
-func (r localRunner) Run(ctx context.Context, _ string, task []byte) (*runtime.Result, error) {
+func (r localRunner) Run(ctx context.Context, id string, task []byte) (*runtime.Result, error) {
+	if t, err := runtime.ParseTask(task); err == nil && t.JobID != "" {
+		defer r.tee.Track(id, r.cluster, t.JobID)()
+	}
 	return r.rt.Run(ctx, task)
 }
 
@@ -293,7 +415,7 @@ func (a *App) printClusterSummary(cl *state.Cluster, job *state.Job, p *plan.Pla
 	}
 	fmt.Fprintf(a.Out, "Cluster %s: %s", cl.Name, cl.Status)
 	if job != nil {
-		done, total := 0, 0
+		done, total := 0, max(job.TaskCount, len(job.Tasks))
 		if p != nil {
 			total = len(p.Tasks)
 		}
@@ -326,25 +448,35 @@ func (a *App) printClusterSummary(cl *state.Cluster, job *state.Job, p *plan.Pla
 		return nil
 	}
 	fmt.Fprintf(a.Out, "\nJob %s failed: %s\n", job.ID, job.Message)
-	if p != nil {
-		for i, t := range p.Tasks {
-			rec := job.Tasks[i]
-			if rec == nil || rec.Status != state.TaskFailed {
-				continue
-			}
-			what := t.Name
-			if t.Service != "" {
-				what += " " + t.Service
-			}
-			if len(rec.Runs) == 0 {
-				fmt.Fprintf(a.Out, "  failed: %s on %s (never started): %s\n", what, t.Node, rec.Message)
-				continue
-			}
-			last := rec.Runs[len(rec.Runs)-1]
-			fmt.Fprintf(a.Out, "  failed: %s on %s (task %s, %s, %d runs): %s\n", what, t.Node, last.ID, last.Name, len(rec.Runs), last.Message)
-		}
-	}
+	a.printFailures(job, p, "  ")
 	fmt.Fprintf(a.Out, "Fix the cause, then run '%s' again: it resumes job %s where it stopped (finished tasks are not run again).\n",
 		retry, job.ID)
 	return nil
+}
+
+// printFailures lists a job's failed tasks with their last run and
+// message: from the plan's task list when there is one, else from the
+// task records (which name their task, node and service).
+func (a *App) printFailures(job *state.Job, p *plan.Plan, indent string) {
+	idx := make([]int, 0, len(job.Tasks))
+	for i, rec := range job.Tasks {
+		if rec != nil && rec.Status == state.TaskFailed {
+			idx = append(idx, i)
+		}
+	}
+	slices.Sort(idx)
+	for _, i := range idx {
+		rec := job.Tasks[i]
+		name, node, svc := rec.Name, rec.Node, rec.Service
+		if p != nil && i < len(p.Tasks) {
+			name, node, svc = p.Tasks[i].Name, p.Tasks[i].Node, p.Tasks[i].Service
+		}
+		what := strings.TrimSpace(name + " " + svc)
+		if len(rec.Runs) == 0 {
+			fmt.Fprintf(a.Out, "%sfailed: %s on %s (never started): %s\n", indent, what, node, rec.Message)
+			continue
+		}
+		last := rec.Runs[len(rec.Runs)-1]
+		fmt.Fprintf(a.Out, "%sfailed: %s on %s (task %s, %s, %d runs): %s\n", indent, what, node, last.ID, last.Name, len(rec.Runs), last.Message)
+	}
 }

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/loomrt/loom/internal/cluster/apply"
-	"github.com/loomrt/loom/internal/cluster/plan"
+	"github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
 )
@@ -67,41 +67,15 @@ func (a *App) runDestroy(ctx context.Context, o *destroyOptions) error {
 	if err != nil {
 		return err
 	}
-	st, err := a.clusterStore(ctx, &o.cluster)
-	if err != nil {
-		return err
-	}
-	unlock, err := st.Lock(name)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	cl, err := st.Get(name)
-	if err != nil {
-		return a.clusterGetErr(st, name, err)
-	}
-	if len(cl.Nodes) == 0 {
-		fmt.Fprintf(a.Out, "Cluster %s has no nodes: nothing to destroy.\n", name)
-		return nil
-	}
-	sp, err := spec.Parse(cl.SpecFile+" (as last applied)", []byte(cl.Spec))
-	if err != nil {
-		return fmt.Errorf("cluster %s: its saved spec no longer parses: %w", name, err)
-	}
 	o.cluster.retry = o.cluster.retryCommand("destroy", o.target)
-	step := apply.Step{Action: plan.Destroy, Spec: sp, Reason: "destroy"}
-	if j := cl.LastJob(); j != nil && j.Status != state.JobComplete && j.Action == string(plan.Destroy) && j.PlannedNodes == nil {
-		step.Resume = j
-		step.Reason = "resume job " + j.ID
-	}
-	return a.runSteps(ctx, o.g, &o.cluster, st, cl, []apply.Step{step}, false)
+	return a.runCluster(ctx, o.g, &o.cluster, name, runner.Request{Verb: runner.VerbDestroy}, nil)
 }
 
 func (a *App) newClusterCmd(g *globalOptions) *cobra.Command {
 	o := &clusterOptions{}
 	cmd := &cobra.Command{
 		Use:   "cluster",
-		Short: "Show the clusters loomd apply manages (list, get, history)",
+		Short: "Show and follow the clusters loomd apply manages (list, get, history, watch, logs, cancel, import)",
 	}
 	o.addFlags(cmd.PersistentFlags(), false)
 	cmd.AddCommand(&cobra.Command{
@@ -167,25 +141,79 @@ read without --local).`,
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(a.Out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "JOB\tACTION\tSTATUS\tSTARTED\tDURATION\tTASKS\tMESSAGE")
-			for _, j := range cl.Jobs {
-				dur := "-"
-				if !j.Ended.IsZero() {
-					dur = j.Ended.Sub(j.Started).Round(time.Millisecond).String()
-				}
-				done := 0
-				for _, t := range j.Tasks {
-					if t.Status == state.TaskDone {
-						done++
-					}
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", j.ID, j.Action, j.Status, j.Started.UTC().Format(time.RFC3339), dur, done, max(j.TaskCount, len(j.Tasks)), j.Message)
-			}
-			return tw.Flush()
+			return a.printHistory(cl)
+		},
+	})
+	watchLive := true
+	watch := &cobra.Command{
+		Use:   "watch NAME",
+		Short: "Follow the cluster's job the daemon runs (live view on a terminal), or show how the last one ended",
+		Long: `Re-attach to the job a loomd runs for the cluster (submitted by 'loomd apply' or
+'loomd destroy', whether that command was detached, interrupted or killed): on a
+terminal the live view, else the job log's lines, each step's summary as it ends and
+the cluster's at the end. Ctrl-C detaches again; the job goes on. A job that ended
+is summarized. Exit status: 0 when the job completed, 1 when it failed or was
+cancelled, 130 after Ctrl-C.`,
+		Example: `  loomd cluster watch shop
+  loomd cluster watch shop --server http://10.0.0.5:7070,http://10.0.0.6:7070`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.live = watchLive
+			return a.runWatch(cmd.Context(), g, o, args[0])
+		},
+	}
+	watch.Flags().BoolVar(&watchLive, "live", true, "on a terminal, show a live view instead of the job log's lines")
+	var follow, asJSON bool
+	var logJob string
+	logs := &cobra.Command{
+		Use:   "logs NAME",
+		Short: "Print the cluster's job log: the executor's and the plugins' lines, job events",
+		Long: `Print the job log of a cluster: each job's lines (task started, finished, failed,
+retried), the log lines its plugins wrote while running its tasks (on whichever daemon
+ran them; secrets redacted), and the job's events (steps, interruptions, takeovers).
+The log is bounded (per entry, per cluster and in all; docs/clusters.md). With --local,
+the log of 'loomd apply --local' beside its state files.`,
+		Example: `  loomd cluster logs shop --follow
+  loomd cluster logs shop --job shop-004 --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.runLogs(cmd.Context(), o, args[0], follow, asJSON, logJob)
+		},
+	}
+	logs.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new lines until Ctrl-C")
+	logs.Flags().BoolVar(&asJSON, "json", false, "print each entry as a JSON object, one per line")
+	logs.Flags().StringVar(&logJob, "job", "", "only this job's lines (e.g. shop-004)")
+	cmd.AddCommand(watch, logs, &cobra.Command{
+		Use:   "cancel NAME",
+		Short: "Stop the cluster's job a loomd runs (its running tasks end first; apply again resumes it)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.runCancel(cmd.Context(), o, args[0])
 		},
 	})
 	return cmd
+}
+
+// printHistory prints one line per job, oldest first, and under it one
+// line per event (started, interrupted, resumed, taken over: who, when).
+func (a *App) printHistory(cl *state.Cluster) error {
+	tw := tabwriter.NewWriter(a.Out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tACTION\tSTATUS\tSTARTED\tDURATION\tTASKS\tMESSAGE")
+	for _, j := range cl.Jobs {
+		dur := "-"
+		if !j.Ended.IsZero() {
+			dur = j.Ended.Sub(j.Started).Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", j.ID, j.Action, j.Status, j.Started.UTC().Format(time.RFC3339), dur, j.DoneTasks(), max(j.TaskCount, len(j.Tasks)), j.Message)
+		for _, ev := range j.Events {
+			tasks := "-"
+			if ev.Done > 0 || ev.Kind != state.EventStarted {
+				tasks = fmt.Sprintf("%d done", ev.Done)
+			}
+			fmt.Fprintf(tw, "\t\u21b3 %s\t\t%s\t\t%s\t%s\n", ev.Kind, ev.Time.UTC().Format(time.RFC3339), tasks, strings.TrimSpace(ev.By+": "+ev.Message))
+		}
+	}
+	return tw.Flush()
 }
 
 // loadCluster reads a cluster's state; an unknown name is a usage error.

@@ -22,8 +22,9 @@ import (
 type liveView struct {
 	mu      sync.Mutex
 	w       io.Writer
-	p       *plan.Plan
+	p       *viewPlan
 	job     string
+	note    string      // a line under the header (a takeover, an unreachable daemon)
 	status  []string    // per task: "", running, done, retrying, failed
 	run     []string    // the run a running task is on (DELETE before a retried CREATE...)
 	started []time.Time // when the running run started
@@ -39,29 +40,71 @@ func stderrTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
+// viewPlan is what a live view draws from: a plan's tasks and stages,
+// from the plan itself (--local) or from the daemon's view of the job.
+type viewPlan struct {
+	action string
+	tasks  []viewTask
+	stages [][]int
+}
+
+type viewTask struct {
+	name, node, service string
+	stage               int
+}
+
+func viewOfPlan(p *plan.Plan) *viewPlan {
+	v := &viewPlan{action: string(p.Action), stages: p.Stages}
+	for _, t := range p.Tasks {
+		v.tasks = append(v.tasks, viewTask{name: t.Name, node: t.Node, service: t.Service, stage: t.Stage})
+	}
+	return v
+}
+
 func newLiveView(w io.Writer, p *plan.Plan, job *state.Job) *liveView {
-	n := len(p.Tasks)
-	v := &liveView{w: w, p: p, job: job.ID, status: make([]string, n), run: make([]string, n), started: make([]time.Time, n),
-		msg: make([]string, n), stop: make(chan struct{}), done: make(chan struct{})}
+	v := startLiveView(w, viewOfPlan(p), job.ID)
 	for i, t := range job.Tasks {
-		if t != nil && t.Status == state.TaskDone && i < n {
-			v.status[i] = state.TaskDone
+		if t != nil && t.Status == state.TaskDone {
+			v.set(i, "", state.TaskDone, "", time.Time{})
 		}
 	}
+	return v
+}
+
+// startLiveView draws p's progress until close.
+func startLiveView(w io.Writer, p *viewPlan, job string) *liveView {
+	n := len(p.tasks)
+	v := &liveView{w: w, p: p, job: job, status: make([]string, n), run: make([]string, n), started: make([]time.Time, n),
+		msg: make([]string, n), stop: make(chan struct{}), done: make(chan struct{})}
 	go v.loop()
 	return v
 }
 
 // observe is apply.Options.Observe.
-func (v *liveView) observe(ev apply.Event) {
+func (v *liveView) observe(ev apply.Event) { v.set(ev.Task, ev.Run, ev.Status, ev.Message, ev.Time) }
+
+// set records task i's state.
+func (v *liveView) set(i int, run, status, msg string, at time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.status[ev.Task] = ev.Status
-	v.run[ev.Task] = ev.Run
-	if ev.Status == state.TaskRunning {
-		v.started[ev.Task] = ev.Time
+	if i < 0 || i >= len(v.status) {
+		return
 	}
-	v.msg[ev.Task] = ev.Message
+	v.status[i] = status
+	if run != "" {
+		v.run[i] = run
+	}
+	if status == state.TaskRunning {
+		v.started[i] = at
+	}
+	v.msg[i] = msg
+}
+
+// setNote shows a line under the header ("" removes it).
+func (v *liveView) setNote(s string) {
+	v.mu.Lock()
+	v.note = s
+	v.mu.Unlock()
 }
 
 func (v *liveView) loop() {
@@ -117,9 +160,12 @@ func (v *liveView) render(now time.Time) []string {
 			failed++
 		}
 	}
-	out := []string{fmt.Sprintf("job %s %s: %d/%d tasks done, %d running, %d failed", v.job, v.p.Action, done, len(v.p.Tasks), running, failed)}
+	out := []string{fmt.Sprintf("job %s %s: %d/%d tasks done, %d running, %d failed", v.job, v.p.action, done, len(v.p.tasks), running, failed)}
+	if v.note != "" {
+		out = append(out, "  "+v.note)
+	}
 	shown := 0
-	for si, st := range v.p.Stages {
+	for si, st := range v.p.stages {
 		d, r, f := 0, 0, 0
 		for _, i := range st {
 			switch v.status[i] {
@@ -157,18 +203,26 @@ func (v *liveView) render(now time.Time) []string {
 			moreFail++
 			continue
 		}
-		t := v.p.Tasks[i]
-		what := strings.TrimSpace(v.run[i] + " " + t.Service)
-		if v.run[i] != t.Name {
-			what = fmt.Sprintf("%s (before retrying %s)", v.run[i], strings.TrimSpace(t.Name+" "+t.Service))
+		t := v.p.tasks[i]
+		run := v.run[i]
+		if run == "" {
+			run = t.name
+		}
+		what := strings.TrimSpace(run + " " + t.service)
+		if run != t.name {
+			what = fmt.Sprintf("%s (before retrying %s)", run, strings.TrimSpace(t.name+" "+t.service))
 		}
 		switch s {
 		case state.TaskRunning:
 			shownRun++
-			out = append(out, fmt.Sprintf("  running  %-12s %s  %s", t.Node, what, now.Sub(v.started[i]).Round(100*time.Millisecond)))
+			elapsed := "-"
+			if !v.started[i].IsZero() {
+				elapsed = now.Sub(v.started[i]).Round(100 * time.Millisecond).String()
+			}
+			out = append(out, fmt.Sprintf("  running  %-12s %s  %s", t.node, what, elapsed))
 		case "retrying", state.TaskFailed:
 			shownFail++
-			out = append(out, fmt.Sprintf("  %-8s %-12s %s: %s", s, t.Node, what, v.msg[i]))
+			out = append(out, fmt.Sprintf("  %-8s %-12s %s: %s", s, t.node, what, v.msg[i]))
 		}
 	}
 	if moreRun+moreFail > 0 {

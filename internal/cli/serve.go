@@ -18,6 +18,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/loomrt/loom/internal/api"
+	"github.com/loomrt/loom/internal/cluster/joblog"
+	clusterrunner "github.com/loomrt/loom/internal/cluster/runner"
+	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/coopr"
 	"github.com/loomrt/loom/internal/queue"
 	"github.com/loomrt/loom/internal/worker"
@@ -59,6 +62,7 @@ type serveOptions struct {
 	pluginMemory    string
 	limitMode       string
 	pprof           bool
+	clusterLease    time.Duration
 	coopr           cooprOptions
 }
 
@@ -112,6 +116,7 @@ running, interrupts them and exits 1; the interrupted tasks run again later.`,
 	f.StringVar(&o.token, "token", "", "bearer token the HTTP API requires (required off loopback)")
 	f.DurationVar(&o.apiReadTimeout, "api-read-timeout", 30*time.Second, "time a client has to send a request's headers and body; slower clients are cut off")
 	f.IntVar(&o.apiMaxConns, "api-max-conns", 512, "HTTP API connections served at once; more wait in the backlog")
+	f.DurationVar(&o.clusterLease, "cluster-lease", 15*time.Second, "lease of a cluster job (loomd apply, destroy) this daemon runs, renewed every third of it; when the daemon dies, another daemon sharing the queue takes the job over once the lease ran out and the daemon stopped announcing itself (at once when it was on the same host and its process is gone)")
 	f.BoolVar(&o.pprof, "pprof", false, "serve the Go profiler under /debug/pprof/ on the API listener (behind --token; shows the daemon's internals: turn it on only to debug)")
 	f.IntVar(&o.concurrency, "concurrency", 8, "tasks in flight at once")
 	f.StringSliceVar(&o.natsURLs, "nats", nil, "external NATS URL(s), comma-separated, instead of the embedded server")
@@ -184,15 +189,21 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		ctx = context.Background()
 	}
 	start := time.Now()
-	logger, err := a.newLogger(o.g.log)
+	baseLogger, err := a.newLogger(o.g.log)
 	if err != nil {
 		return err
 	}
+	// Plugin lines of cluster jobs' tasks also go to the jobs' logs.
+	tee := joblog.NewTee()
+	logger := slog.New(tee.Handler(baseLogger.Handler()))
 	if o.concurrency < 1 {
 		return usageErr(fmt.Errorf("--concurrency %d: must be at least 1", o.concurrency))
 	}
 	if o.shutdownTimeout < 0 {
 		return usageErr(fmt.Errorf("--shutdown-timeout %v: must not be negative", o.shutdownTimeout))
+	}
+	if o.clusterLease < time.Second {
+		return usageErr(fmt.Errorf("--cluster-lease %v: must be at least 1s", o.clusterLease))
 	}
 	sigs, stopSignals := a.signals(2)
 	defer stopSignals()
@@ -334,8 +345,16 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		plugins = workerPlugins{Runtime: rt, sup: sup}
 	}
 
+	cj, err := a.startClusterJobs(ctx, o, q, tee, baseLogger, metrics)
+	if err != nil {
+		return err
+	}
+	defer cj.close()
+	runner = clusterTaskRunner{next: runner, tee: tee, jobs: cj.jobs}
+
 	srv, err := api.New(api.Config{Addr: o.listen, Token: o.token, Queue: q, Plugins: plugins, Metrics: metrics,
-		ReadTimeout: o.apiReadTimeout, MaxConns: o.apiMaxConns, Pprof: o.pprof, Listeners: o.g.listeners, Logger: logger.With("component", "api")})
+		ReadTimeout: o.apiReadTimeout, MaxConns: o.apiMaxConns, Pprof: o.pprof, Listeners: o.g.listeners, Logger: logger.With("component", "api"),
+		ClusterStore: cj.store, ClusterJobs: cj.jobs, ClusterLog: cj.log})
 	if err != nil {
 		return usageErr(err)
 	}
@@ -357,6 +376,11 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	defer stopServing()
 	served := make(chan error, 1)
 	go func() { served <- q.Serve(serveCtx, runner, o.concurrency) }()
+	// Jobs of daemons that died (this one's previous run included) are
+	// taken over from here on.
+	if err := cj.jobs.Start(ctx); err != nil {
+		logger.Error("cluster jobs: cannot follow the job records; jobs of dead daemons are not taken over by this one", "err", err)
+	}
 
 	var stopWatch func()
 	if o.watch {
@@ -401,11 +425,15 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	case <-ctx.Done():
 	}
 
-	// Shutdown: stop pulling, let in-flight tasks finish, then close.
+	// Shutdown: hand the cluster jobs over, stop pulling, let in-flight
+	// tasks finish, then close.
 	logger.Info("shutting down: no new tasks; waiting for tasks in flight", "signal", fmt.Sprint(sig), "timeout", o.shutdownTimeout)
 	if stopWatch != nil {
 		stopWatch()
 	}
+	jctx, jcancel := context.WithTimeout(context.Background(), min(o.shutdownTimeout, 10*time.Second)+time.Second)
+	cj.jobs.Stop(jctx)
+	jcancel()
 	stopServing()
 	forced := false
 	// Coopr slots stop taking at once and finish their tasks (and deliver
@@ -445,6 +473,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 	rt.Close()
 	rtClosed = true
+	cj.close()
 	if err := q.Close(); err != nil {
 		logger.Error("closing the queue", "err", err)
 	}
@@ -454,6 +483,59 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 	logger.Info("loomd stopped")
 	return nil
+}
+
+// clusterJobs are the daemon's cluster job parts: the state store, the
+// job log and the runner.
+type clusterJobs struct {
+	store *state.KVStore
+	log   *joblog.Stream
+	jobs  *clusterrunner.Runner
+	once  sync.Once
+}
+
+func (c *clusterJobs) close() {
+	c.once.Do(func() { c.log.Close() })
+}
+
+// startClusterJobs opens the cluster state, the job log and the runner on
+// the queue's JetStream.
+func (a *App) startClusterJobs(ctx context.Context, o *serveOptions, q *queue.Queue, tee *joblog.Tee, base *slog.Logger, metrics *api.Metrics) (*clusterJobs, error) {
+	store, err := state.OpenKV(ctx, q.JetStream(), q.Replicas())
+	if err != nil {
+		return nil, err
+	}
+	secrets := &joblog.Secrets{}
+	jl, err := joblog.OpenStream(ctx, q.JetStream(), joblog.StreamOptions{Replicas: q.Replicas(), Source: q.Owner(), Secrets: secrets,
+		Logger: base.With("component", "clusterjobs")})
+	if err != nil {
+		return nil, err
+	}
+	tee.SetSink(jl, q.Owner())
+	host, _ := os.Hostname()
+	jobs, err := clusterrunner.New(ctx, clusterrunner.Config{Store: store, JS: q.JetStream(), Replicas: q.Replicas(), Queue: q, Log: jl,
+		Secrets: secrets, Owner: q.Owner(), Host: host, PID: os.Getpid(), Live: q.OwnerLive, Trouble: q.RecentTrouble,
+		LeaseTTL: o.clusterLease, Logger: base, Registerer: metrics.Registry()})
+	if err != nil {
+		jl.Close()
+		return nil, err
+	}
+	return &clusterJobs{store: store, log: jl, jobs: jobs}, nil
+}
+
+// clusterTaskRunner registers the tasks of cluster jobs with the log tee
+// while they run here, so their plugin lines reach the job's log.
+type clusterTaskRunner struct {
+	next queue.Runner
+	tee  *joblog.Tee
+	jobs *clusterrunner.Runner
+}
+
+func (r clusterTaskRunner) Run(ctx context.Context, task []byte) ([]byte, int, error) {
+	if t, err := runtime.ParseTask(task); err == nil && t.ClusterID != "" && t.JobID != "" && r.jobs.IsJob(t.ClusterID, t.JobID) {
+		defer r.tee.Track(t.TaskID, t.ClusterID, t.JobID)()
+	}
+	return r.next.Run(ctx, task)
 }
 
 // waitOrSignal waits for done, a signal, or d; it reports whether it gave

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,26 +29,77 @@ type clientOptions struct {
 }
 
 func (o *clientOptions) addFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.server, "server", "http://"+api.DefaultAddr, "URL of the loomd HTTP API")
+	fs.StringVar(&o.server, "server", "http://"+api.DefaultAddr, "URL of the loomd HTTP API; several, comma-separated, are daemons sharing a queue: a command that follows a cluster job goes on with the next when one does not answer")
 	fs.StringVar(&o.token, "token", "", "bearer token of the loomd HTTP API")
 }
 
-// apiClient calls a loomd's HTTP API.
+// apiClient calls a loomd's HTTP API. With several servers (daemons
+// sharing a queue), base is the one in use; failover moves to the next.
 type apiClient struct {
 	base  string
+	bases []string
 	token string
 	hc    *http.Client
 }
 
 func (o *clientOptions) client() (*apiClient, error) {
-	s := strings.TrimRight(o.server, "/")
-	if !strings.Contains(s, "://") {
-		s = "http://" + s
+	c := &apiClient{token: o.token, hc: &http.Client{}}
+	for _, part := range strings.Split(o.server, ",") {
+		s := strings.TrimRight(strings.TrimSpace(part), "/")
+		if s == "" {
+			continue
+		}
+		if !strings.Contains(s, "://") {
+			s = "http://" + s
+		}
+		if _, err := url.Parse(s); err != nil {
+			return nil, usageErr(fmt.Errorf("--server %q: %w", part, err))
+		}
+		c.bases = append(c.bases, s)
 	}
-	if _, err := url.Parse(s); err != nil {
-		return nil, usageErr(fmt.Errorf("--server %q: %w", o.server, err))
+	if len(c.bases) == 0 {
+		return nil, usageErr(fmt.Errorf("--server %q: no URL", o.server))
 	}
-	return &apiClient{base: s, token: o.token, hc: &http.Client{}}, nil
+	c.base = c.bases[0]
+	return c, nil
+}
+
+// unreachable reports whether err means the daemon did not answer (as
+// opposed to an answer with an error status).
+func unreachable(err error) bool {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.code == http.StatusServiceUnavailable || ae.code == http.StatusBadGateway || ae.code == http.StatusGatewayTimeout
+	}
+	var ce *callError
+	return errors.As(err, &ce)
+}
+
+// callError is a request that got no answer.
+type callError struct {
+	base string
+	err  error
+}
+
+func (e *callError) Error() string {
+	return fmt.Sprintf("calling loomd at %s: %v (is it running? start it with 'loomd serve', or set --server / LOOM_SERVER)", e.base, e.err)
+}
+func (e *callError) Unwrap() error { return e.err }
+
+// doFailover is do on the server in use, then on each other one in turn
+// while they do not answer; the one that answers stays in use.
+func (c *apiClient) doFailover(ctx context.Context, method, path string, body []byte, out any) error {
+	var err error
+	for range c.bases {
+		if err = c.do(ctx, method, path, body, out); err == nil || !unreachable(err) || ctx.Err() != nil {
+			return err
+		}
+		if len(c.bases) > 1 {
+			i := slices.Index(c.bases, c.base)
+			c.base = c.bases[(i+1)%len(c.bases)]
+		}
+	}
+	return err
 }
 
 // apiError is an error answer from loomd.
@@ -77,7 +129,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, body []byte, ou
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("calling loomd at %s: %w (is it running? start it with 'loomd serve', or set --server / LOOM_SERVER)", c.base, err)
+		return &callError{base: c.base, err: err}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)

@@ -134,6 +134,17 @@ func (q *Queue) ownerLive(owner string) bool {
 	return q.served.ownerLive(owner)
 }
 
+// OwnerLive reports whether the daemon named owner is alive: it announced
+// its served plugin types within Config.ServedTTL, or this daemon cannot
+// tell yet (its own view of the announcements is stale or fresh from a
+// gap). Work owned by a daemon is taken over only when this is false.
+func (q *Queue) OwnerLive(owner string) bool { return q.ownerLive(owner) }
+
+// RecentTrouble reports whether a broker call of this daemon failed
+// lately: silence of other daemons then proves nothing, and nothing of
+// theirs is taken over.
+func (q *Queue) RecentTrouble() bool { return q.recentTrouble() }
+
 // noteTrouble records that a broker call failed just now (a heartbeat, a
 // record write, an announcement).
 func (q *Queue) noteTrouble() { q.trouble.Store(time.Now().UnixNano()) }

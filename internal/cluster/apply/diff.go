@@ -288,3 +288,22 @@ func Rollback(cl *state.Cluster, job *state.Job, sp *spec.Spec) *Step {
 	return &Step{Action: plan.Destroy, PlannedNodes: nodes, OnlyPlannedNodes: true, Spec: sp,
 		Reason: fmt.Sprintf("roll back failed job %s: destroy %d node(s)", job.ID, len(nodes))}
 }
+
+// DestroySteps is what `loomd destroy` runs: one destroy of every node,
+// planned from the spec the cluster was last applied with, or the resume
+// of a destroy that did not finish. None when the cluster has no nodes.
+func DestroySteps(cl *state.Cluster) ([]Step, error) {
+	if cl == nil || len(cl.Nodes) == 0 {
+		return nil, nil
+	}
+	sp, err := spec.Parse(cl.SpecFile+" (as last applied)", []byte(cl.Spec))
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: its saved spec no longer parses: %w", cl.Name, err)
+	}
+	step := Step{Action: plan.Destroy, Spec: sp, Reason: "destroy"}
+	if j := cl.LastJob(); j != nil && j.Status != state.JobComplete && j.Action == string(plan.Destroy) && j.PlannedNodes == nil {
+		step.Resume = j
+		step.Reason = "resume job " + j.ID
+	}
+	return []Step{step}, nil
+}

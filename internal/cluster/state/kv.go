@@ -559,6 +559,27 @@ func isRevMismatch(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
+// Holder reads who holds the cluster's lock; ok is false when nobody
+// does (its lease may have expired: compare Expires).
+func (s *KVStore) Holder(name string) (h Holder, ok bool, err error) {
+	if err := checkName(name); err != nil {
+		return Holder{}, false, err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	e, err := s.kv.Get(ctx, name+".lock")
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Holder{}, false, nil
+	}
+	if err != nil {
+		return Holder{}, false, fmt.Errorf("cluster %s: reading its lock: %w", name, err)
+	}
+	if err := json.Unmarshal(e.Value(), &h); err != nil {
+		return Holder{}, false, fmt.Errorf("cluster %s: decoding its lock: %w", name, err)
+	}
+	return h, true, nil
+}
+
 // Unlock releases the lock if owner holds it.
 func (s *KVStore) Unlock(name, owner string) error {
 	if err := checkName(name); err != nil {

@@ -114,6 +114,52 @@ type Job struct {
 	// TaskCount is the plan's number of tasks (a store may leave out
 	// the records of tasks not started yet).
 	TaskCount int `json:"taskCount,omitempty"`
+	// Events are what happened to the job besides its tasks: who started
+	// it, and each interruption, resume and takeover, oldest first.
+	Events []Event `json:"events,omitempty"`
+}
+
+// Event is something that happened to a job besides its tasks.
+type Event struct {
+	Time time.Time `json:"time"`
+	// Kind is one of the Event* constants.
+	Kind string `json:"kind"`
+	// By names who: "loomd <owner>" for a daemon, "loomd apply --local
+	// (<host> pid <n>)" for a CLI.
+	By string `json:"by,omitempty"`
+	// Message says more: why it was interrupted, whom it was taken
+	// from, who asked for it.
+	Message string `json:"message,omitempty"`
+	// Done is how many of the job's tasks were done at that moment.
+	Done int `json:"done,omitempty"`
+}
+
+// Event kinds.
+const (
+	EventStarted     = "started"
+	EventInterrupted = "interrupted"
+	EventResumed     = "resumed"
+	EventTakeover    = "taken over"
+)
+
+// AddEvent appends an event, keeping the last 100 (a job resumed in a
+// loop must not grow without bound).
+func (j *Job) AddEvent(ev Event) {
+	j.Events = append(j.Events, ev)
+	if n := len(j.Events); n > 100 {
+		j.Events = append(j.Events[:1:1], j.Events[n-99:]...)
+	}
+}
+
+// DoneTasks counts the job's tasks done.
+func (j *Job) DoneTasks() int {
+	n := 0
+	for _, t := range j.Tasks {
+		if t != nil && t.Status == TaskDone {
+			n++
+		}
+	}
+	return n
 }
 
 // Job statuses.

@@ -1,0 +1,565 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/loomrt/loom/internal/api"
+	"github.com/loomrt/loom/internal/cluster/joblog"
+	"github.com/loomrt/loom/internal/cluster/runner"
+	"github.com/loomrt/loom/internal/cluster/state"
+)
+
+// followGiveUp is how long a follower keeps trying daemons that do not
+// answer before it gives up (the job goes on regardless).
+const followGiveUp = 10 * time.Minute
+
+// submitJob sends the request to the daemon at --server, which runs the
+// job, and follows it from here (or returns at once with --detach).
+func (a *App) submitJob(ctx context.Context, g *globalOptions, o *clusterOptions, name string, req runner.Request, prep func(*state.Cluster, *runner.Request) error) error {
+	c, err := o.client.client()
+	if err != nil {
+		return err
+	}
+	if err := a.checkRemoteCluster(ctx, c, name, req.Verb); err != nil {
+		return err
+	}
+	if prep != nil {
+		cl, err := a.remoteState(ctx, c, name)
+		var ae *apiError
+		if errors.As(err, &ae) && ae.code == http.StatusNotFound {
+			cl, err = nil, nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := prep(cl, &req); err != nil {
+			return err
+		}
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	var resp api.JobSubmitResponse
+	err = c.doFailover(ctx, "POST", "/v1/clusters/"+url.PathEscape(name)+"/jobs", body, &resp)
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae) && ae.code == http.StatusBadRequest:
+		return usageErr(errors.New(ae.msg))
+	case errors.As(err, &ae) && ae.code == http.StatusConflict:
+		return errors.New(ae.msg)
+	case err != nil:
+		return err
+	}
+	if !resp.Changes {
+		fmt.Fprintln(a.Out, resp.Message)
+		if req.Verb == runner.VerbDestroy {
+			return nil
+		}
+		fmt.Fprintln(a.Out)
+		cl, err := a.remoteState(ctx, c, name)
+		if err != nil {
+			return err
+		}
+		return a.printClusterSummary(cl, nil, nil, "")
+	}
+	jv := resp.Job
+	if resp.Attached {
+		fmt.Fprintf(a.Err, "loomd: cluster %s already runs this change as job %s (on loomd %s): following it\n", name, jv.ID, jv.Owner)
+	} else {
+		fmt.Fprintf(a.Err, "loomd: job %s submitted to the loomd at %s, which runs it (loomd %s), in %d step(s):\n", jv.ID, c.base, jv.Owner, len(jv.Steps))
+		for i, st := range jv.Steps {
+			fmt.Fprintf(a.Err, "  %d. %s (%s)\n", i+1, st.Action, st.Reason)
+		}
+	}
+	if o.detach {
+		fmt.Fprintf(a.Out, "Job %s of cluster %s runs on loomd %s.\nFollow it: loomd cluster watch %s%s\nIts log:   loomd cluster logs %s%s\n",
+			jv.ID, name, jv.Owner, name, o.serverFlag(), name, o.serverFlag())
+		return nil
+	}
+	return a.followJob(ctx, g, o, c, name, jv)
+}
+
+// serverFlag is " --server URL" unless --server is the default.
+func (o *clusterOptions) serverFlag() string {
+	if o.client.server != "" && o.client.server != "http://"+api.DefaultAddr {
+		return " --server " + o.client.server
+	}
+	return ""
+}
+
+// checkRemoteCluster refuses to create anew, through the daemon, a cluster
+// whose state is in the default state dir (applied with --local): its
+// machines would be made twice. Destroying a cluster the daemon does not
+// know is a usage error.
+func (a *App) checkRemoteCluster(ctx context.Context, c *apiClient, name, verb string) error {
+	err := c.doFailover(ctx, "GET", "/v1/clusters/"+url.PathEscape(name), nil, nil)
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.code != http.StatusNotFound {
+		return nil // known, or the submit says what is wrong
+	}
+	st := &apiStore{c: c, ctx: ctx}
+	if hint := a.stateFileHint(st, name); hint != "" {
+		if verb == runner.VerbDestroy {
+			return usageErr(errors.New(hint))
+		}
+		return errors.New(hint)
+	}
+	if verb == runner.VerbDestroy {
+		return usageErr(fmt.Errorf("cluster %s: %w (in the store of the loomd at %s): 'loomd cluster list' shows the clusters it knows", name, state.ErrNotFound, c.base))
+	}
+	return nil
+}
+
+// remoteState reads the whole state of a cluster from the daemon.
+func (a *App) remoteState(ctx context.Context, c *apiClient, name string) (*state.Cluster, error) {
+	var raw json.RawMessage
+	if err := c.doFailover(ctx, "GET", "/v1/clusters/"+url.PathEscape(name)+"/state", nil, &raw); err != nil {
+		return nil, fmt.Errorf("cluster %s: reading its state: %w", name, err)
+	}
+	if string(raw) == "null" {
+		return nil, nil
+	}
+	return state.Unmarshal(name, raw)
+}
+
+// followJob follows a job the daemon runs until it ends: a live view on a
+// terminal (plugin lines stay in the job log), else the job log's lines;
+// each step's summary as it ends, the cluster's at the end. Ctrl-C
+// detaches: the job goes on. A daemon that stops answering is retried,
+// then the next of --server: the job goes on without this process.
+func (a *App) followJob(ctx context.Context, g *globalOptions, o *clusterOptions, c *apiClient, name string, jv *api.JobView) error {
+	logger, err := a.newLogger(g.log)
+	if err != nil {
+		return err
+	}
+	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	f := &follower{a: a, c: c, o: o, name: name, logger: logger, seq: jv.LogSeq, rec: jv.Record,
+		live: o.live && stderrTerminal(a.Err) && g.log.format != "json", printed: map[string]bool{}}
+	if o.retry == "" {
+		o.retry = retryOf(o, jv.Record)
+	}
+	err = f.run(sctx)
+	f.closeView()
+	if sctx.Err() != nil && ctx.Err() == nil && err == nil {
+		return &exitError{code: 130, err: fmt.Errorf("detached: job %s keeps running on the daemons sharing the queue (loomd %s now); follow it again with 'loomd cluster watch %s%s', stop it with 'loomd cluster cancel %s%s'",
+			f.rec.ID, orUnknown(f.rec.Owner), name, o.serverFlag(), name, o.serverFlag())}
+	}
+	return err
+}
+
+// retryOf is the command that resumes a job after a failure.
+func retryOf(o *clusterOptions, rec runner.Record) string {
+	if rec.Request.Verb == runner.VerbDestroy {
+		return o.retryCommand("destroy", rec.Cluster)
+	}
+	return o.retryCommand("apply", orUnknown(rec.Request.SpecFile))
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "?"
+	}
+	return s
+}
+
+type follower struct {
+	a      *App
+	c      *apiClient
+	o      *clusterOptions
+	name   string
+	logger *slog.Logger
+	live   bool
+
+	seq     uint64
+	rec     runner.Record
+	view    *liveView
+	viewJob string
+	printed map[string]bool // step jobs summarized
+	down    time.Time       // since when no daemon answers
+}
+
+func (f *follower) path(sub string) string { return "/v1/clusters/" + url.PathEscape(f.name) + sub }
+
+// run follows until the job ends (its exit status) or ctx ends (nil).
+func (f *follower) run(ctx context.Context) error {
+	check := true
+	lastCheck := time.Time{}
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if check || time.Since(lastCheck) > 3*time.Second {
+			var jv api.JobView
+			err := f.c.doFailover(ctx, "GET", f.path("/job"), nil, &jv)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err != nil {
+				if gone, gerr := f.trouble(ctx, err); gone {
+					continue
+				} else if gerr != nil {
+					return gerr
+				}
+				return err
+			}
+			f.answered()
+			lastCheck, check = time.Now(), false
+			if jv.ID != f.rec.ID {
+				return fmt.Errorf("cluster %s now runs job %s, not %s: 'loomd cluster watch %s' follows it", f.name, jv.ID, f.rec.ID, f.name)
+			}
+			f.rec = jv.Record
+			if done, err := f.sync(ctx); done || err != nil {
+				return err
+			}
+		}
+		var resp api.LogResponse
+		err := f.c.doFailover(ctx, "GET", f.path(fmt.Sprintf("/log?after=%d&wait=2s", f.seq)), nil, &resp)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			if gone, gerr := f.trouble(ctx, err); gone {
+				check = true
+				continue
+			} else if gerr != nil {
+				return gerr
+			}
+			return err
+		}
+		f.answered()
+		for _, e := range resp.Entries {
+			if f.entry(ctx, e.Entry) {
+				check = true
+			}
+		}
+		f.seq = max(f.seq, resp.Next)
+	}
+}
+
+// entry shows one log entry; true when it changes the job's course (a
+// step began or ended, a takeover).
+func (f *follower) entry(ctx context.Context, e joblog.Entry) bool {
+	switch e.Kind {
+	case joblog.KindTask:
+		if f.view != nil && e.Job == f.viewJob && e.Task != nil {
+			f.view.set(e.Task.Index, e.Task.Run, e.Task.Status, e.Task.Message, e.Time)
+		}
+		return false
+	case joblog.KindJob:
+		if f.live {
+			if ev := e.Attr("event"); f.view != nil && (ev == "takeover" || ev == "interrupted") {
+				f.view.setNote(e.Msg)
+			}
+		} else {
+			_ = f.logger.Handler().Handle(ctx, joblog.Record(e))
+		}
+		return true
+	default:
+		if !f.live {
+			_ = f.logger.Handler().Handle(ctx, joblog.Record(e))
+		}
+		return false
+	}
+}
+
+// sync catches up with the job record: prints the summaries of steps that
+// ended, puts the live view on the step running, and ends the follow when
+// the job ended (done, with its exit status).
+func (f *follower) sync(ctx context.Context) (bool, error) {
+	var cl *state.Cluster
+	getState := func() error {
+		if cl != nil {
+			return nil
+		}
+		var err error
+		cl, err = f.a.remoteState(ctx, f.c, f.name)
+		return err
+	}
+	steps := f.rec.Steps
+	for i, st := range steps {
+		if st.Job == "" || f.printed[st.Job] || (st.Status != runner.StepComplete && st.Status != runner.StepFailed) {
+			continue
+		}
+		if f.viewJob == st.Job {
+			f.closeView()
+		}
+		if len(steps) > 1 || st.Rollback {
+			if err := getState(); err != nil {
+				return false, err
+			}
+			if j := findJob(cl, st.Job); j != nil {
+				f.a.printStep(i, len(steps), st, j, nil)
+			}
+		}
+		f.printed[st.Job] = true
+	}
+	if f.rec.Done() {
+		f.closeView()
+		if err := getState(); err != nil {
+			return true, err
+		}
+		var last *state.Job
+		for _, st := range steps {
+			if j := findJob(cl, st.Job); j != nil {
+				last = j
+			}
+		}
+		if err := f.a.printClusterSummary(cl, last, nil, f.o.retry); err != nil {
+			return true, err
+		}
+		switch {
+		case f.rec.State == runner.StateComplete:
+			return true, nil
+		case last == nil || last.Status == state.JobComplete:
+			fmt.Fprintf(f.a.Out, "\nJob %s %s: %s\n", f.rec.ID, f.rec.State, f.rec.Message)
+		case f.rec.State == runner.StateCancelled:
+			fmt.Fprintf(f.a.Out, "Job %s was %s.\n", f.rec.ID, f.rec.Message)
+		}
+		return true, silentExit(ExitFailure)
+	}
+	if cur := f.rec.Current(); cur >= 0 && steps[cur].Job != "" && steps[cur].Job != f.viewJob && f.live {
+		f.closeView()
+		var sv api.StepView
+		if err := f.c.doFailover(ctx, "GET", f.path("/jobs/"+url.PathEscape(steps[cur].Job)), nil, &sv); err != nil {
+			return false, nil // drawn at the next look
+		}
+		vp := &viewPlan{action: sv.Action, stages: make([][]int, sv.Stages)}
+		for _, t := range sv.Tasks {
+			vp.tasks = append(vp.tasks, viewTask{name: t.Name, node: t.Node, service: t.Service, stage: t.Stage})
+			if t.Stage >= 1 && t.Stage <= sv.Stages {
+				vp.stages[t.Stage-1] = append(vp.stages[t.Stage-1], len(vp.tasks)-1)
+			}
+		}
+		f.view = startLiveView(f.a.Err, vp, steps[cur].Job)
+		f.viewJob = steps[cur].Job
+		for i, t := range sv.Tasks {
+			run := t.Run
+			if run == "" {
+				run = t.Name
+			}
+			f.view.set(i, run, t.Status, t.Message, t.Started)
+		}
+		if !f.down.IsZero() {
+			f.view.setNote(fmt.Sprintf("no loomd answers since %s; retrying", f.down.Format(time.TimeOnly)))
+		}
+	}
+	return false, nil
+}
+
+func findJob(cl *state.Cluster, id string) *state.Job {
+	if cl == nil || id == "" {
+		return nil
+	}
+	for _, j := range cl.Jobs {
+		if j.ID == id {
+			return j
+		}
+	}
+	return nil
+}
+
+func (f *follower) closeView() {
+	if f.view != nil {
+		f.view.close()
+		f.view, f.viewJob = nil, ""
+	}
+}
+
+// trouble handles an error of a call: a daemon that does not answer is
+// retried (true) until followGiveUp; anything else is returned as is.
+func (f *follower) trouble(ctx context.Context, err error) (bool, error) {
+	if !unreachable(err) {
+		return false, nil
+	}
+	if f.down.IsZero() {
+		f.down = time.Now()
+		msg := fmt.Sprintf("no loomd of --server answers (%v): the job goes on in the daemons sharing the queue; retrying (Ctrl-C detaches)", err)
+		if f.view != nil {
+			f.view.setNote(msg)
+		} else {
+			fmt.Fprintln(f.a.Err, "loomd: "+msg)
+		}
+	}
+	if time.Since(f.down) > followGiveUp {
+		return false, fmt.Errorf("no loomd answered for %v; job %s goes on without this process: 'loomd cluster watch %s' follows it again", followGiveUp, f.rec.ID, f.name)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Second):
+	}
+	return true, nil
+}
+
+// answered notes a daemon answers again.
+func (f *follower) answered() {
+	if f.down.IsZero() {
+		return
+	}
+	f.down = time.Time{}
+	msg := fmt.Sprintf("the loomd at %s answers: following job %s again", f.c.base, f.rec.ID)
+	if f.view != nil {
+		f.view.setNote("")
+	} else {
+		fmt.Fprintln(f.a.Err, "loomd: "+msg)
+	}
+}
+
+// runWatch re-attaches to a cluster's job: its progress until it ends
+// (exit status as apply's), or the outcome of the last one.
+func (a *App) runWatch(ctx context.Context, g *globalOptions, o *clusterOptions, name string) error {
+	if o.local || o.stateDir != "" {
+		return usageErr(errors.New("watch follows the jobs a loomd runs; a --local apply runs in its own process (its log: 'loomd cluster logs NAME --local --follow')"))
+	}
+	c, err := o.client.client()
+	if err != nil {
+		return err
+	}
+	var jv api.JobView
+	err = c.doFailover(ctx, "GET", "/v1/clusters/"+url.PathEscape(name)+"/job", nil, &jv)
+	var ae *apiError
+	if errors.As(err, &ae) && (ae.code == http.StatusNotFound || ae.code == http.StatusBadRequest) {
+		return usageErr(fmt.Errorf("%s: 'loomd cluster list' shows the clusters the loomd at %s knows", ae.msg, c.base))
+	}
+	if err != nil {
+		return err
+	}
+	o.retry = retryOf(o, jv.Record)
+	if jv.State == runner.StateRunning {
+		fmt.Fprintf(a.Err, "loomd: following job %s of cluster %s (%s, on loomd %s)\n", jv.ID, name, jv.Request.Verb, orUnknown(jv.Owner))
+		if !jv.Liveness.Running && jv.Liveness.Note != "" {
+			fmt.Fprintln(a.Err, "loomd: "+jv.Liveness.Note)
+		}
+	} else {
+		fmt.Fprintf(a.Err, "loomd: job %s of cluster %s ended %s at %s\n", jv.ID, name, jv.State, jv.Ended.UTC().Format(time.RFC3339))
+	}
+	return a.followJob(ctx, g, o, c, name, &jv)
+}
+
+// runLogs prints a cluster's job log: the executor's and the plugins'
+// lines, and the job events; --follow waits for more.
+func (a *App) runLogs(ctx context.Context, o *clusterOptions, name string, follow, asJSON bool, job string) error {
+	print := func(e joblog.Entry) {
+		if e.Kind == joblog.KindTask || (job != "" && e.Job != job) {
+			return
+		}
+		if asJSON {
+			data, _ := json.Marshal(e)
+			fmt.Fprintln(a.Out, string(data))
+			return
+		}
+		fmt.Fprintln(a.Out, joblog.Format(e))
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if o.local || o.stateDir != "" {
+		st, err := a.clusterStore(ctx, o)
+		if err != nil {
+			return err
+		}
+		f := &joblog.File{Dir: st.(fileStore).Dir}
+		if _, err := os.Stat(f.Path(name)); err != nil {
+			if _, err := st.Get(name); err != nil {
+				return a.clusterGetErr(st, name, err)
+			}
+		}
+		if follow {
+			return f.Follow(sctx, name, print)
+		}
+		return f.Read(name, print)
+	}
+	c, err := o.client.client()
+	if err != nil {
+		return err
+	}
+	if err := c.doFailover(ctx, "GET", "/v1/clusters/"+url.PathEscape(name), nil, nil); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && (ae.code == http.StatusNotFound || ae.code == http.StatusBadRequest) {
+			return usageErr(fmt.Errorf("%s: 'loomd cluster list' shows the clusters the loomd at %s knows", ae.msg, c.base))
+		}
+		return err
+	}
+	var seq uint64
+	var down time.Time
+	for {
+		wait := ""
+		if follow {
+			wait = "&wait=30s"
+		}
+		q := fmt.Sprintf("/log?after=%d&kind=log,job%s", seq, wait)
+		if job != "" {
+			q += "&job=" + url.QueryEscape(job)
+		}
+		var resp api.LogResponse
+		err := c.doFailover(sctx, "GET", "/v1/clusters/"+url.PathEscape(name)+q, nil, &resp)
+		if sctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			if !follow || !unreachable(err) {
+				return err
+			}
+			if down.IsZero() {
+				down = time.Now()
+				fmt.Fprintf(a.Err, "loomd: %v; retrying\n", err)
+			}
+			if time.Since(down) > followGiveUp {
+				return err
+			}
+			time.Sleep(time.Second)
+			continue
+		}
+		down = time.Time{}
+		for _, e := range resp.Entries {
+			print(e.Entry)
+		}
+		if resp.Next == seq && !follow {
+			return nil
+		}
+		seq = resp.Next
+	}
+}
+
+// runCancel asks the daemon running a cluster's job to stop it.
+func (a *App) runCancel(ctx context.Context, o *clusterOptions, name string) error {
+	if o.local || o.stateDir != "" {
+		return usageErr(errors.New("cancel stops the jobs a loomd runs; stop a --local apply with Ctrl-C"))
+	}
+	c, err := o.client.client()
+	if err != nil {
+		return err
+	}
+	var jv api.JobView
+	err = c.doFailover(ctx, "POST", "/v1/clusters/"+url.PathEscape(name)+"/job/cancel?by="+url.QueryEscape(requester()), nil, &jv)
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae) && (ae.code == http.StatusNotFound || ae.code == http.StatusBadRequest):
+		return usageErr(errors.New(ae.msg))
+	case errors.As(err, &ae) && ae.code == http.StatusConflict:
+		return errors.New(ae.msg)
+	case err != nil:
+		return err
+	}
+	if jv.State == runner.StateCancelled {
+		fmt.Fprintf(a.Out, "Job %s of cluster %s cancelled (no daemon ran it).\n", jv.ID, name)
+	} else {
+		fmt.Fprintf(a.Out, "Job %s of cluster %s: cancel requested; loomd %s stops it (running tasks end first). 'loomd cluster watch %s' shows it end; 'loomd %s' resumes it.\n",
+			jv.ID, name, orUnknown(jv.Owner), name, strings.TrimPrefix(retryOf(o, jv.Record), "loomd "))
+	}
+	return nil
+}

@@ -1,0 +1,39 @@
+package runner
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the runner's Prometheus metrics (docs/operations.md).
+type metrics struct {
+	running   prometheus.Gauge
+	ended     *prometheus.CounterVec
+	takeovers prometheus.Counter
+	lost      prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		running: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "loom_cluster_jobs_running",
+			Help: "Cluster jobs (loomd apply, destroy) this daemon runs now.",
+		}),
+		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loom_cluster_jobs_total",
+			Help: "Cluster jobs that stopped running on this daemon, by outcome: complete, failed, cancelled, interrupted (handed over at shutdown).",
+		}, []string{"outcome"}),
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loom_cluster_job_takeovers_total",
+			Help: "Cluster jobs this daemon took over from a daemon that died or shut down.",
+		}),
+		lost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loom_cluster_job_leases_lost_total",
+			Help: "Cluster jobs this daemon stopped because another daemon had taken them over (its lease had run out).",
+		}),
+	}
+	for _, o := range []string{StateComplete, StateFailed, StateCancelled, "interrupted"} {
+		m.ended.WithLabelValues(o)
+	}
+	if reg != nil {
+		reg.MustRegister(m.running, m.ended, m.takeovers, m.lost)
+	}
+	return m
+}
