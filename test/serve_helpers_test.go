@@ -105,6 +105,11 @@ type daemon struct {
 func startDaemon(t *testing.T, dir, logName string, env []string, args ...string) *daemon {
 	t.Helper()
 	d := &daemon{t: t, addr: freePort(t), log: filepath.Join(dir, logName), done: make(chan struct{})}
+	for i, a := range args {
+		if a == "--listen" && i+1 < len(args) {
+			d.addr = args[i+1] // a daemon restarted where the last one listened
+		}
+	}
 	full := append([]string{"serve", "--listen", d.addr, "--log-format", "json",
 		"--plugins", filepath.Join(dir, "plugins"), "--data", filepath.Join(dir, "data"),
 		"--work-dir", filepath.Join(dir, "work")}, args...)

@@ -56,12 +56,18 @@ func TestClusterEndpoints(t *testing.T) {
 	if code, body := f.do("GET", "/v1/clusters/shop/state", ""); code != http.StatusOK || !strings.Contains(string(body), "s3cret") {
 		t.Fatalf("GET state (whole, for apply): %d %s", code, body)
 	}
-	if code, body := f.do("GET", "/v1/clusters/shop/history", ""); code != http.StatusOK || !strings.Contains(string(body), `"id":"shop-001","action":"create","status":"running"`) {
+	// The state says running, but nobody runs it (no daemon's job record,
+	// no apply holding the lock): the true state is interrupted.
+	if code, body := f.do("GET", "/v1/clusters/shop/history", ""); code != http.StatusOK || !strings.Contains(string(body), `"id":"shop-001","action":"create","status":"interrupted"`) ||
+		!strings.Contains(string(body), "nobody runs job shop-001") {
 		t.Fatalf("history: %d %s", code, body)
 	}
 	// The lock.
 	if code, body := f.do("POST", "/v1/clusters/shop/lock", `{"owner":"a","host":"h1","pid":10}`); code != http.StatusOK {
 		t.Fatalf("lock: %d %s", code, body)
+	}
+	if code, body := f.do("GET", "/v1/clusters", ""); code != http.StatusOK || !strings.Contains(string(body), `"status":"running"`) || !strings.Contains(string(body), `"runner":"a (h1 pid 10)"`) {
+		t.Fatalf("list while an apply holds the lock: %d %s", code, body)
 	}
 	code, body = f.do("POST", "/v1/clusters/shop/lock", `{"owner":"b","host":"h2","pid":20}`)
 	lc := decode[LockConflict](t, body)

@@ -72,7 +72,7 @@ func (o *owned) update(f func(*Record)) error {
 	if o.lost {
 		return errLost
 	}
-	for range 5 {
+	for try := 0; try < 20; try++ {
 		next := o.rec.clone()
 		f(&next)
 		now := time.Now()
@@ -90,6 +90,12 @@ func (o *owned) update(f func(*Record)) error {
 		cur, crev, gerr := o.r.recs.get(context.Background(), o.cluster)
 		if gerr != nil {
 			return gerr
+		}
+		if crev <= o.rev {
+			// A stale read (a NATS cluster's replica behind its leader):
+			// the write that beat ours is not there yet.
+			time.Sleep(50 * time.Millisecond)
+			continue
 		}
 		if cur.Owner != o.r.cfg.Owner || cur.Done() {
 			o.lost = true

@@ -63,6 +63,7 @@ func (t *queueTasks) Run(ctx context.Context, id string, task []byte) (*runtime.
 		wctx, cancel = context.WithTimeout(ctx, t.timeout)
 		defer cancel()
 	}
+	submitted := time.Now()
 	for {
 		// A bounded wait, looked at again: a change the record watch
 		// missed (a reconnect) cannot leave the job waiting for good.
@@ -74,6 +75,15 @@ func (t *queueTasks) Run(ctx context.Context, id string, task []byte) (*runtime.
 			return result(id, rec)
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
+		case errors.Is(err, queue.ErrNotFound) && time.Since(submitted) < 30*time.Second:
+			// On a NATS cluster a record just written may not be on the
+			// replica that answers the read yet.
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
 		case wctx.Err() != nil:
 			return nil, fmt.Errorf("task %s is still %s after --task-timeout %v; it keeps going in the queue ('loomd task get %s')", id, rec.State, t.timeout, id)
 		case errors.Is(err, context.DeadlineExceeded):
