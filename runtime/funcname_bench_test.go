@@ -23,7 +23,7 @@ func BenchmarkCaughtErrorTraceback(b *testing.B) {
 		cached bool
 	}{{"upstream", false, false}, {"funcname", true, true}, {"funcname-uncached", true, false}} {
 		b.Run(c.name, func(b *testing.B) {
-			var quota int
+			var quota coroutines
 			v := &vm{pt: &pluginType{name: "bench", def: &TypeDef{Classname: "Bench"}}}
 			v.L = newSandboxState(DefaultLimits, &quota)
 			defer v.L.Close()

@@ -265,6 +265,12 @@ func (rt *Runtime) runHookWith(ctx context.Context, pt *pluginType, task *Task, 
 	}
 	v.begin(hctx, task.TaskID, hook, logger)
 	defer v.end()
+	if held == nil {
+		// What the task opened ends with its hook. (A REPL session's
+		// scope spans its prompt and hooks: the session ends it.)
+		v.newScope(task.TaskID)
+		defer v.endTask()
+	}
 	L := v.L
 
 	snap := rt.snap.Load()

@@ -29,6 +29,11 @@ type Limits struct {
 	CallStackSize int
 	// RegistryMaxSize caps the Lua data stack in slots (default 1M, 16 MiB).
 	RegistryMaxSize int
+	// MaxTaskConns caps the connections one task holds for itself at
+	// once (ssh.connect{reuse=false}; default 16), MaxTaskDescriptors
+	// every descriptor it holds across calls, connections included
+	// (default 32). Past them a binding fails with kind "limit".
+	MaxTaskConns, MaxTaskDescriptors int
 }
 
 // DefaultLimits are the limits used when Options.Limits is zero.
@@ -38,6 +43,9 @@ var DefaultLimits = Limits{
 	MaxCoroutines:   256,
 	CallStackSize:   512,
 	RegistryMaxSize: 1 << 20,
+
+	MaxTaskConns:       bindings.DefaultTaskLimits.Conns,
+	MaxTaskDescriptors: bindings.DefaultTaskLimits.Descriptors,
 }
 
 func (l Limits) withDefaults() Limits {
@@ -56,6 +64,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.RegistryMaxSize > 0 {
 		d.RegistryMaxSize = l.RegistryMaxSize
+	}
+	if l.MaxTaskConns > 0 {
+		d.MaxTaskConns = l.MaxTaskConns
+	}
+	if l.MaxTaskDescriptors > 0 {
+		d.MaxTaskDescriptors = l.MaxTaskDescriptors
 	}
 	return d
 }
@@ -79,7 +93,7 @@ var removedGlobals = []string{
 // newSandboxState builds a Lua state with only the allow-listed libraries,
 // wrapped builtins and a locked string metatable. The caller adds require,
 // log and print, which need the VM.
-func newSandboxState(lim Limits, quota *int) *lua.LState {
+func newSandboxState(lim Limits, co *coroutines) *lua.LState {
 	setArrayCap.Do(func() { lua.MaxArrayIndex = maxArrayIndex })
 	L := lua.NewState(lua.Options{
 		SkipOpenLibs:        true,
@@ -149,9 +163,9 @@ func newSandboxState(lim Limits, quota *int) *lua.LState {
 	tbl.RawSetString("concat", L.NewFunction(sbTableConcat(lim.MaxStringSize)))
 	tbl.RawSetString("sort", L.NewFunction(sbTableSort))
 
-	co := L.GetGlobal("coroutine").(*lua.LTable)
+	coLib := L.GetGlobal("coroutine").(*lua.LTable)
 	for _, name := range []string{"create", "wrap"} {
-		co.RawSetString(name, L.NewFunction(sbCoroutine(co.RawGetString(name).(*lua.LFunction), name, lim.MaxCoroutines, quota)))
+		coLib.RawSetString(name, L.NewFunction(sbCoroutine(coLib.RawGetString(name).(*lua.LFunction), name, lim.MaxCoroutines, co)))
 	}
 
 	// Lock the string metatable: getmetatable("") answers "locked" instead
@@ -531,14 +545,25 @@ func callOriginal(L *lua.LState, orig *lua.LFunction) {
 	L.Call(top, 1)
 }
 
-// sbCoroutine counts coroutines per task: each is a whole Lua state.
-func sbCoroutine(orig *lua.LFunction, name string, maxN int, count *int) lua.LGFunction {
+// sbCoroutine counts coroutines per task (each is a whole Lua state) and
+// remembers them, so that the task's end releases them.
+func sbCoroutine(orig *lua.LFunction, name string, maxN int, co *coroutines) lua.LGFunction {
 	return func(L *lua.LState) int {
-		*count++
-		if *count > maxN {
+		co.n++
+		if co.n > maxN {
 			raiseLimit(L, "coroutine.%s: more than %d coroutines in one task", name, maxN)
 		}
 		callOriginal(L, orig)
+		switch v := L.Get(-1).(type) {
+		case *lua.LState:
+			co.threads = append(co.threads, v)
+		case *lua.LFunction: // wrap: the coroutine is the closure's upvalue
+			if len(v.Upvalues) > 0 {
+				if th, ok := v.Upvalues[0].Value().(*lua.LState); ok {
+					co.threads = append(co.threads, th)
+				}
+			}
+		}
 		return 1
 	}
 }

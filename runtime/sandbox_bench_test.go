@@ -26,7 +26,7 @@ var sandboxBenchCases = []struct{ name, code string }{
 func benchState(b *testing.B, sandbox bool) *lua.LState {
 	var L *lua.LState
 	if sandbox {
-		quota := 0
+		var quota coroutines
 		L = newSandboxState(DefaultLimits, &quota)
 	} else {
 		L = lua.NewState()

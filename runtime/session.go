@@ -55,7 +55,11 @@ func (s *Session) open(typeName string) error {
 	if err != nil {
 		return err
 	}
+	// What the prompt and the hooks it runs open lives until the session
+	// loads another task or ends.
+	v.newScope("(repl)")
 	if s.v != nil {
+		s.v.endTask()
 		s.v.close()
 	}
 	s.pt, s.v = pt, v
@@ -107,6 +111,7 @@ func (s *Session) SetTask(data []byte) error {
 		return err
 	}
 	s.task = t
+	s.v.newScope(t.TaskID)
 	s.refreshSelf()
 	return nil
 }
@@ -358,8 +363,11 @@ func (s *Session) Reload(ctx context.Context) (ReloadReport, error) {
 	return rep, nil
 }
 
-// Close releases the session's VM.
-func (s *Session) Close() { s.v.close() }
+// Close releases what the session opened and its VM.
+func (s *Session) Close() {
+	s.v.endTask()
+	s.v.close()
+}
 
 // WorkDir is the session's work dir.
 func (s *Session) WorkDir() string { return s.v.workDir }

@@ -41,7 +41,10 @@ type vm struct {
 	grants     []bindings.Grant
 	taskID     string
 	secrets    *redact.Set
-	coroutines int
+	coroutines coroutines
+	// scope holds what the task opened beyond a call (bindings.Scoped);
+	// nil between tasks.
+	scope *bindings.Scope
 	// sensitive holds the string values of the task's sensitive fields,
 	// by name, for bindings that take a key by reference
 	// (bindings.SensitiveFields).
@@ -75,7 +78,9 @@ func newVM(rt *Runtime, pt *pluginType, tenant string) (*vm, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), rt.opts.LoadTimeout)
 	defer cancel()
 	L.SetContext(ctx)
+	v.newScope("(loading " + pt.name + ")")
 	err := v.provision()
+	v.endTask()
 	L.RemoveContext()
 	if err != nil {
 		L.Close()
@@ -319,7 +324,7 @@ func (v *vm) begin(ctx context.Context, taskID, hook string, logger *slog.Logger
 	v.uses++
 	v.ctx = ctx
 	v.taskID = taskID
-	v.coroutines = 0
+	v.coroutines.n = 0
 	clear(v.names)
 	v.secrets = redact.New()
 	clear(v.sensitive)

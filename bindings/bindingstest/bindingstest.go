@@ -33,6 +33,9 @@ type Host struct {
 	// Sensitive are the task's sensitive fields, for bindings that take
 	// a secret by reference (bindings.SensitiveFields).
 	Sensitive map[string]string
+	// Scope, when set, is the task's scope (bindings.Scoped); close it to
+	// end the task.
+	Scope *bindings.Scope
 	mu        sync.Mutex
 	secrets   []string
 	logBuf    bytes.Buffer
@@ -79,6 +82,9 @@ func (h *Host) SensitiveField(name string) (string, bool) {
 	v, ok := h.Sensitive[name]
 	return v, ok
 }
+
+// TaskScope implements bindings.Scoped.
+func (h *Host) TaskScope() *bindings.Scope { return h.Scope }
 
 // TaskID implements bindings.Host.
 func (h *Host) TaskID() string { return h.Task }

@@ -62,7 +62,8 @@ func (b *Binding) Spec() bindings.ModuleSpec {
 			{Name: "list", Params: p, Returns: []string{"string[]"}, Doc: "Lists a dir's entries, sorted."},
 			{Name: "with_lock", Params: []string{"path string", "fn function"}, Returns: []string{"any..."},
 				Doc: "Holds an exclusive lock (flock) on path while fn runs, across tasks and processes; returns fn's results and " +
-					"releases the lock even when fn raises. Waiting honours the hook deadline."},
+					"releases the lock even when fn raises or the hook times out. Waiting honours the hook deadline. Each lock held " +
+					"counts against the task's descriptors (32; past them a limit error)."},
 		},
 	}
 }
@@ -225,6 +226,15 @@ func (m *module) withLock(L *lua.LState) int {
 	fn := L.CheckFunction(2)
 	root, rel := m.resolve(L, "with_lock", p, true)
 	defer root.Close()
+	// The lock file's descriptor is held while fn runs: it counts against
+	// the task's descriptors (nested locks cannot pile up without bound).
+	if sc, ok := m.h.(bindings.Scoped); ok && sc.TaskScope() != nil {
+		release, err := sc.TaskScope().Hold(bindings.File, "fs.with_lock "+p, nil)
+		if err != nil {
+			bindings.Raise(L, err)
+		}
+		defer release()
+	}
 	if dir := filepath.Dir(rel); dir != "." {
 		if err := root.MkdirAll(dir, 0o750); err != nil {
 			ioErr(L, "with_lock", p, err)

@@ -22,6 +22,10 @@ type luaConn struct {
 	cfg    *connConfig
 	key    string
 	closed bool
+	// scope is the task that opened the handle (nil without one): the
+	// handle ends with it. release gives back a private connection.
+	scope   *bindings.Scope
+	release func()
 }
 
 func registerConnType(L *lua.LState) {
@@ -61,6 +65,9 @@ func checkConn(L *lua.LState, n int, method string, allowClosed bool) *luaConn {
 	if c.closed && !allowClosed {
 		bindings.Raise(L, bindings.Errorf("config", "conn:%s: %s is closed", method, c.cfg))
 	}
+	if c.scope.Closed() && !allowClosed {
+		bindings.Raise(L, bindings.Errorf("config", "conn:%s: %s was opened by task %s, which has ended: a handle lives as long as the task that opened it; connect again (the pool reuses a shared connection)", method, c.cfg, c.scope.Task()))
+	}
 	return c
 }
 
@@ -89,13 +96,20 @@ func (m *module) open(L *lua.LState, cfg *connConfig) int {
 			m.h.Logger().Warn("ssh: host key checking is DISABLED for this connection (insecure policy)", "conn", cc.String())
 		}
 	}
+	scope, release, err := m.hold(cfg, key)
+	if err != nil {
+		bindings.Raise(L, err)
+	}
 	pc, err := m.b.pool.acquire(m.h.Context(), cfg, key, m.b, m.h.Logger())
 	if err != nil {
+		if release != nil {
+			release()
+		}
 		bindings.Raise(L, err)
 	}
 	m.b.pool.release(pc)
 	ud := L.NewUserData()
-	ud.Value = &luaConn{m: m, cfg: cfg, key: key}
+	ud.Value = &luaConn{m: m, cfg: cfg, key: key, scope: scope, release: release}
 	L.SetMetatable(ud, L.GetTypeMetatable(connTypeName))
 	L.Push(ud)
 	return 1
@@ -105,7 +119,11 @@ func (m *module) open(L *lua.LState, cfg *connConfig) int {
 // next hook; a private one is closed.
 func connClose(L *lua.LState) int {
 	c := checkConn(L, 1, "close", true)
-	if !c.closed && c.cfg.private {
+	switch {
+	case c.closed:
+	case c.release != nil:
+		c.release() // closes the connection, and the task holds one less
+	case c.cfg.private:
 		c.m.b.pool.closeKey(c.key)
 	}
 	c.closed = true

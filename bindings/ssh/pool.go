@@ -37,7 +37,7 @@ type pool struct {
 
 	opened, reused, evicted, closedIdle   atomic.Int64
 	sessionsOpened, retries, dialFailures atomic.Int64
-	handshaking                           atomic.Int64
+	handshaking, refused                  atomic.Int64
 }
 
 type group struct {
@@ -137,29 +137,30 @@ func (p *pool) acquire(ctx context.Context, cfg *connConfig, key string, b *Bind
 			return best, nil
 		}
 		if live+g.dialing < p.opts.ConnsPerKey {
-			g.dialing++
-			p.mu.Unlock()
-			c, err := p.dial(ctx, cfg, key, b, logger)
-			p.mu.Lock()
-			g.dialing--
+			victim, err := p.makeRoom(cfg)
 			if err != nil {
-				p.broadcast()
+				p.forget(key, g)
 				p.mu.Unlock()
 				return nil, err
 			}
-			if p.closed {
-				p.broadcast()
-				p.mu.Unlock()
-				c.client.Close()
-				return nil, cfg.connError("connect", "%v", errPoolClosed)
+			g.dialing++
+			p.mu.Unlock()
+			if victim != nil {
+				victim.kill(errors.New("closed to make room in the pool (MaxConns)"))
 			}
-			c.inUse = 1
-			g.conns = append(g.conns, c)
+			if err = p.checkDescriptors(cfg); err == nil {
+				var c *pconn
+				c, err = p.dial(ctx, cfg, key, b, logger)
+				if err == nil {
+					return p.added(g, c, cfg)
+				}
+			}
+			p.mu.Lock()
+			g.dialing--
+			p.forget(key, g)
 			p.broadcast()
 			p.mu.Unlock()
-			p.opened.Add(1)
-			p.watch(c)
-			return c, nil
+			return nil, err
 		}
 		wake := p.wake
 		p.mu.Unlock()
@@ -169,6 +170,34 @@ func (p *pool) acquire(ctx context.Context, cfg *connConfig, key string, b *Bind
 			return nil, cfg.connError("timeout", "waiting for a free session: %v", ctx.Err())
 		}
 	}
+}
+
+// forget drops an empty group (a failed private key would stay forever).
+// Callers hold p.mu.
+func (p *pool) forget(key string, g *group) {
+	if len(g.conns) == 0 && g.dialing == 0 && p.groups[key] == g {
+		delete(p.groups, key)
+	}
+}
+
+// added files a freshly dialled connection into its group, lent to the
+// caller who dialled it.
+func (p *pool) added(g *group, c *pconn, cfg *connConfig) (*pconn, error) {
+	p.mu.Lock()
+	g.dialing--
+	if p.closed {
+		p.broadcast()
+		p.mu.Unlock()
+		c.client.Close()
+		return nil, cfg.connError("connect", "%v", errPoolClosed)
+	}
+	c.inUse = 1
+	g.conns = append(g.conns, c)
+	p.broadcast()
+	p.mu.Unlock()
+	p.opened.Add(1)
+	p.watch(c)
+	return c, nil
 }
 
 // release returns a session slot.
@@ -351,6 +380,7 @@ func (p *pool) closeKey(key string) {
 	p.mu.Unlock()
 	for _, c := range victims {
 		c.kill(errors.New("closed by conn:close()"))
+		p.evict(c) // now, not when the transport notices: it is gone for the caller
 	}
 }
 
@@ -435,5 +465,6 @@ func (p *pool) stats() map[string]float64 {
 		"handshakes_in_flight":    float64(p.handshaking.Load()),
 		"handshake_retries":       float64(p.retries.Load()),
 		"dial_failures":           float64(p.dialFailures.Load()),
+		"connections_refused":     float64(p.refused.Load()),
 	}
 }

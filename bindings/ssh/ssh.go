@@ -51,6 +51,12 @@ type Options struct {
 	// ConnsPerKey caps the connections per pool key. Default 2. Callers
 	// past SessionsPerConn*ConnsPerKey wait for a free session.
 	ConnsPerKey int
+	// MaxConns caps the connections of the whole pool, private ones
+	// included. Default 256. A new connection past it first closes the
+	// least recently used idle shared connection; when none is idle it
+	// fails with kind "limit". (A task's own cap on private connections
+	// is the runtime's: bindings.TaskLimits.)
+	MaxConns int
 	// HandshakesPerHost bounds concurrent handshakes to one host:port
 	// (sshd's MaxStartups starts dropping at 10). Default 4.
 	HandshakesPerHost int
@@ -123,6 +129,7 @@ func (o Options) withDefaults() Options {
 	}
 	defInt(&o.SessionsPerConn, 4)
 	defInt(&o.ConnsPerKey, 2)
+	defInt(&o.MaxConns, 256)
 	defInt(&o.HandshakesPerHost, 4)
 	defInt(&o.MaxHandshakes, 32)
 	defInt(&o.KeepaliveMax, 3)

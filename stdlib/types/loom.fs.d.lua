@@ -45,7 +45,9 @@ function loom_fs.mkdir(path) end
 function loom_fs.list(path) end
 
 --- Holds an exclusive lock (flock) on path while fn runs, across tasks and processes; returns fn's
---- results and releases the lock even when fn raises. Waiting honours the hook deadline.
+--- results and releases the lock even when fn raises or the hook times out. Waiting honours the
+--- hook deadline. Each lock held counts against the task's descriptors (32; past them a limit
+--- error).
 ---@param path string
 ---@param fn function
 ---@return any...

@@ -1706,6 +1706,33 @@ func (ls *LState) NewThread() (*LState, context.CancelFunc) {
 	return thread, f
 }
 
+// loom: Release ends a coroutine for good and frees what it holds: its
+// open upvalues are closed (closures it made keep their values), its
+// context is cancelled, its stacks are dropped and it is marked dead, so
+// resuming it fails as for any dead coroutine. Loom calls it on the
+// coroutines a task made when the task ends: one kept in a global then
+// holds no memory and never runs again. It does nothing to a main thread
+// or to the running coroutine.
+func (ls *LState) Release() {
+	if ls.Parent == nil && (ls.G.MainThread == ls || ls.G.MainThread == nil) || ls.G.CurrentThread == ls {
+		return
+	}
+	for uv := ls.uvcache; uv != nil; uv = uv.next {
+		uv.Close()
+	}
+	ls.uvcache = nil
+	if ls.ctxCancelFn != nil {
+		ls.ctxCancelFn()
+		ls.ctxCancelFn = nil
+	}
+	ls.ctx = nil
+	ls.Dead = true
+	ls.currentFrame = nil
+	ls.stack.FreeAll()
+	ls.stack = newFixedCallFrameStack(1)
+	ls.reg = newRegistry(ls, 0, 0, 0, ls.alloc)
+}
+
 func (ls *LState) NewFunctionFromProto(proto *FunctionProto) *LFunction {
 	return newLFunctionL(proto, ls.Env, int(proto.NumUpvalues))
 }
