@@ -35,11 +35,11 @@ type Host struct {
 	Sensitive map[string]string
 	// Scope, when set, is the task's scope (bindings.Scoped); close it to
 	// end the task.
-	Scope *bindings.Scope
-	mu        sync.Mutex
-	secrets   []string
-	logBuf    bytes.Buffer
-	logger    *slog.Logger
+	Scope   *bindings.Scope
+	mu      sync.Mutex
+	secrets []string
+	logBuf  bytes.Buffer
+	logger  *slog.Logger
 }
 
 // NewHost returns a Host whose dirs are fresh temp dirs and whose logger
