@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -96,6 +97,9 @@ type Config struct {
 	// Listeners, when set, registers the API's socket as one of the
 	// daemon's own (plugins never reach it).
 	Listeners *listeners.Registry
+	// UI, when set, serves the web console under /ui (internal/console),
+	// which checks its own session cookie instead of the bearer token.
+	UI http.Handler
 }
 
 // DefaultAddr is where the API listens unless told otherwise.
@@ -255,6 +259,11 @@ func (s *Server) routes() http.Handler {
 	metrics := promhttp.HandlerFor(s.cfg.Metrics.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
 	mux.Handle("/metrics", s.route("metrics", map[string]http.HandlerFunc{"GET": metrics.ServeHTTP}))
 	mux.Handle("/debug/pprof/", s.route("pprof", map[string]http.HandlerFunc{"*": s.pprof()}))
+	if s.cfg.UI != nil {
+		ui := s.route("ui", map[string]http.HandlerFunc{"*": s.cfg.UI.ServeHTTP})
+		mux.Handle("/ui", ui)
+		mux.Handle("/ui/", ui)
+	}
 	mux.Handle("/", s.route("other", map[string]http.HandlerFunc{"*": func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s %s; see docs/api.md", r.Method, r.URL.Path))
 	}}))
@@ -306,6 +315,12 @@ func (s *Server) auth(next http.Handler) http.Handler {
 	}
 	want := []byte(s.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := path.Clean(r.URL.Path); s.cfg.UI != nil && (p == "/ui" || strings.HasPrefix(p, "/ui/")) {
+			// The console signs people in with the same token and keeps
+			// them in a session cookie; it checks that itself.
+			next.ServeHTTP(w, r)
+			return
+		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="loomd"`)

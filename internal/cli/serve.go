@@ -21,6 +21,7 @@ import (
 	"github.com/loomrt/loom/internal/cluster/joblog"
 	clusterrunner "github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/state"
+	"github.com/loomrt/loom/internal/console"
 	"github.com/loomrt/loom/internal/coopr"
 	"github.com/loomrt/loom/internal/queue"
 	"github.com/loomrt/loom/internal/worker"
@@ -63,6 +64,8 @@ type serveOptions struct {
 	limitMode       string
 	pprof           bool
 	clusterLease    time.Duration
+	ui              bool
+	uiReadOnly      bool
 	coopr           cooprOptions
 }
 
@@ -118,6 +121,8 @@ running, interrupts them and exits 1; the interrupted tasks run again later.`,
 	f.IntVar(&o.apiMaxConns, "api-max-conns", 512, "HTTP API connections served at once; more wait in the backlog")
 	f.DurationVar(&o.clusterLease, "cluster-lease", 15*time.Second, "lease of a cluster job (loomd apply, destroy) this daemon runs, renewed every third of it; when the daemon dies, another daemon sharing the queue takes the job over once the lease ran out and the daemon stopped announcing itself (at once when it was on the same host and its process is gone)")
 	f.BoolVar(&o.pprof, "pprof", false, "serve the Go profiler under /debug/pprof/ on the API listener (behind --token; shows the daemon's internals: turn it on only to debug)")
+	f.BoolVar(&o.ui, "ui", true, "serve the web console under /ui on the API's address, behind the same token (docs/ui.md)")
+	f.BoolVar(&o.uiReadOnly, "ui-readonly", false, "web console without actions: it shows everything and refuses cancel, delete and reload")
 	f.IntVar(&o.concurrency, "concurrency", 8, "tasks in flight at once")
 	f.StringSliceVar(&o.natsURLs, "nats", nil, "external NATS URL(s), comma-separated, instead of the embedded server")
 	f.StringVar(&o.natsListen, "nats-listen", "", "expose the embedded NATS server on this address (e.g. 127.0.0.1:4222) so other daemons can join with --nats")
@@ -352,9 +357,62 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	defer cj.close()
 	runner = clusterTaskRunner{next: runner, tee: tee, jobs: cj.jobs}
 
-	srv, err := api.New(api.Config{Addr: o.listen, Token: o.token, Queue: q, Plugins: plugins, Metrics: metrics,
+	// The console's reload runs what the hot reload runs; the Coopr link
+	// it tells exists only once started, below.
+	var reloadMu, cpMu sync.Mutex
+	var cp *coopr.Provisioner
+	coopLink := func() *coopr.Provisioner {
+		cpMu.Lock()
+		defer cpMu.Unlock()
+		return cp
+	}
+	var ui *console.Console
+	reloadAll := func(ctx context.Context) (runtime.ReloadReport, error) {
+		reloadMu.Lock()
+		defer reloadMu.Unlock()
+		rep, err := a.reload(ctx, rt, q, logger)
+		if sup != nil {
+			sup.SetPlugins(typeSpecs(rt.Types(), pluginMemory), rt.Sources())
+		}
+		if p := coopLink(); p != nil {
+			p.SetTypes(cooprTypes(rt.Types()))
+		}
+		if ui != nil {
+			ui.Reloaded(consoleReload(rep), err)
+		}
+		return rep, err
+	}
+	acfg := api.Config{Addr: o.listen, Token: o.token, Queue: q, Plugins: plugins, Metrics: metrics,
 		ReadTimeout: o.apiReadTimeout, MaxConns: o.apiMaxConns, Pprof: o.pprof, Listeners: o.g.listeners, Logger: logger.With("component", "api"),
-		ClusterStore: cj.store, ClusterJobs: cj.jobs, ClusterLog: cj.log})
+		ClusterStore: cj.store, ClusterJobs: cj.jobs, ClusterLog: cj.log}
+	var cooprStatus func() coopr.Status
+	if o.coopr.server != "" {
+		cooprStatus = func() coopr.Status {
+			p := coopLink()
+			if p == nil {
+				return coopr.Status{Server: o.coopr.server, RegError: "starting"}
+			}
+			return p.Status()
+		}
+	}
+	if o.ui {
+		ccfg := console.Config{Token: o.token, ReadOnly: o.uiReadOnly, Queue: q, Plugins: plugins, Changes: q,
+			Metrics: metrics.TaskGatherer(), Coopr: cooprStatus, DefaultTenant: o.g.tenant,
+			Reload: func(ctx context.Context) (console.ReloadResult, error) {
+				rep, err := reloadAll(ctx)
+				return consoleReload(rep), err
+			},
+			Logger: logger.With("component", "console")}
+		if sup != nil {
+			ccfg.Workers = sup.Workers
+		}
+		if ui, err = console.New(ccfg); err != nil {
+			return err
+		}
+		defer ui.Close()
+		acfg.UI = ui.Handler()
+	}
+	srv, err := api.New(acfg)
 	if err != nil {
 		return usageErr(err)
 	}
@@ -365,11 +423,14 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		return usageErr(err)
 	}
 
-	var cp *coopr.Provisioner
 	if o.coopr.server != "" {
-		if cp, err = a.startCoopr(ctx, o, cooprTenants, rt, runner, metrics.Registry(), logger); err != nil {
+		p, err := a.startCoopr(ctx, o, cooprTenants, rt, runner, metrics.Registry(), logger)
+		if err != nil {
 			return err
 		}
+		cpMu.Lock()
+		cp = p
+		cpMu.Unlock()
 	}
 
 	serveCtx, stopServing := context.WithCancel(ctx)
@@ -385,13 +446,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	var stopWatch func()
 	if o.watch {
 		stopWatch, err = watchPlugins(o.g.pluginsDir, o.reloadDebounce, logger, func() {
-			a.reload(ctx, rt, q, logger)
-			if sup != nil {
-				sup.SetPlugins(typeSpecs(rt.Types(), pluginMemory), rt.Sources())
-			}
-			if cp != nil {
-				cp.SetTypes(cooprTypes(rt.Types()))
-			}
+			_, _ = reloadAll(ctx)
 		})
 		if err != nil {
 			logger.Warn("hot reload is off: cannot watch the plugins directory", "dir", o.g.pluginsDir, "err", err)
@@ -467,6 +522,9 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	if ui != nil {
+		ui.Close() // ends the console's event streams, which never go idle
+	}
 	_ = srv.Shutdown(sctx)
 	if sup != nil {
 		sup.Close()
@@ -555,12 +613,12 @@ func waitOrSignal(done <-chan error, sigs <-chan os.Signal, d time.Duration) boo
 
 // reload rescans the plugins and makes the queue consumers follow the
 // types.
-func (a *App) reload(ctx context.Context, rt *runtime.Runtime, q *queue.Queue, logger *slog.Logger) {
+func (a *App) reload(ctx context.Context, rt *runtime.Runtime, q *queue.Queue, logger *slog.Logger) (runtime.ReloadReport, error) {
 	start := time.Now()
 	rep, err := rt.Reload(ctx)
 	if err != nil {
 		logger.Error("plugin reload failed; the loaded plugins keep serving", "err", err)
-		return
+		return rep, err
 	}
 	if err := q.SetTypes(ctx, routesOf(rt.Types())); err != nil {
 		logger.Error("some plugin types cannot be served", "err", err)
@@ -569,6 +627,18 @@ func (a *App) reload(ctx context.Context, rt *runtime.Runtime, q *queue.Queue, l
 		logger.Info("plugins reloaded", "added", rep.Added, "updated", rep.Updated, "removed", rep.Removed,
 			"kept_old_version", rep.Kept, "errors", len(rep.Errors), "took", time.Since(start).Round(time.Microsecond))
 	}
+	return rep, nil
+}
+
+// consoleReload is a reload report as the console shows it.
+func consoleReload(rep runtime.ReloadReport) console.ReloadResult {
+	n := 0
+	for _, e := range rep.Errors {
+		if !e.Warning {
+			n++
+		}
+	}
+	return console.ReloadResult{Added: rep.Added, Updated: rep.Updated, Removed: rep.Removed, Kept: rep.Kept, Errors: n}
 }
 
 // watchPlugins calls reload, debounced, whenever something under dir

@@ -96,6 +96,7 @@ type Queue struct {
 
 	mu      sync.Mutex
 	waiters map[string][]chan Record
+	changes changeSubs // OnChange callbacks (changes.go)
 	flights map[string]*flight // tasks this daemon holds, by id
 	trouble atomic.Int64       // unix nanos of the last failed broker call
 	closed  bool
@@ -641,7 +642,7 @@ func (q *Queue) Wait(ctx context.Context, id string) (Record, error) {
 // The watches live as long as the queue, not as Open's context.
 func (q *Queue) startWatch() error {
 	for _, kv := range q.kvs {
-		w, err := kv.Watch(context.Background(), keyPrefix+">", jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+		w, err := kv.Watch(context.Background(), keyPrefix+">", jetstream.UpdatesOnly())
 		if err != nil {
 			return fmt.Errorf("watching task records in %s: %w", kv.Bucket(), err)
 		}
@@ -661,9 +662,19 @@ func (q *Queue) startWatch() error {
 	return nil
 }
 
-// wake hands a record change to the waiters of its task.
+// wake hands a record change to the waiters of its task and to the
+// OnChange callbacks. Deletes reach only the callbacks.
 func (q *Queue) wake(e jetstream.KeyValueEntry) {
+	if e.Operation() != jetstream.KeyValuePut {
+		q.publishChange(e, nil)
+		return
+	}
 	id := strings.TrimPrefix(e.Key(), keyPrefix)
+	if q.hasChangeSubs() {
+		if rec, err := decodeRecord(e); err == nil {
+			q.publishChange(e, &rec)
+		}
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	ws := q.waiters[id]

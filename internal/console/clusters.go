@@ -1,0 +1,329 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loomrt/loom/internal/cluster/apply"
+	"github.com/loomrt/loom/internal/cluster/plan"
+	"github.com/loomrt/loom/internal/cluster/spec"
+	"github.com/loomrt/loom/internal/cluster/state"
+)
+
+// clusterState opens the cluster bucket on first use, from a queue that
+// exposes its JetStream context (*queue.Queue does), as the API does.
+func (c *Console) clusterState(ctx context.Context) (*state.KVStore, error) {
+	c.clusterMu.Lock()
+	defer c.clusterMu.Unlock()
+	if c.clusterStore != nil {
+		return c.clusterStore, nil
+	}
+	q, ok := c.cfg.Queue.(interface {
+		JetStream() jetstream.JetStream
+		Replicas() int
+	})
+	if !ok {
+		return nil, errors.New("this daemon's queue keeps no cluster state (it is not a JetStream queue)")
+	}
+	st, err := state.OpenKV(ctx, q.JetStream(), q.Replicas())
+	if err != nil {
+		return nil, err
+	}
+	c.clusterStore = st
+	return st, nil
+}
+
+type clusterRow struct {
+	Name     string
+	Status   string
+	Nodes    int
+	Active   int
+	Updated  time.Time
+	Job      *state.Job
+	Progress progress
+}
+
+// progress counts a job's tasks by status.
+type progress struct {
+	Total, Done, Running, Failed, Pending, Skipped int
+}
+
+func progressOf(j *state.Job) progress {
+	var p progress
+	for _, t := range j.Tasks {
+		p.Total++
+		switch t.Status {
+		case state.TaskDone:
+			p.Done++
+		case state.TaskRunning:
+			p.Running++
+		case state.TaskFailed:
+			p.Failed++
+		case state.TaskSkipped:
+			p.Skipped++
+		default:
+			p.Pending++
+		}
+	}
+	if j.TaskCount > p.Total {
+		p.Pending += j.TaskCount - p.Total
+		p.Total = j.TaskCount
+	}
+	return p
+}
+
+func (c *Console) clusters(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	d := struct {
+		Clusters []clusterRow
+		Error    string
+	}{}
+	st, err := c.clusterState(ctx)
+	var names []string
+	if err == nil {
+		names, err = st.List()
+	}
+	for _, n := range names {
+		cl, gerr := st.Get(n)
+		if errors.Is(gerr, state.ErrNotFound) {
+			continue
+		}
+		if gerr != nil {
+			err = gerr
+			break
+		}
+		row := clusterRow{Name: cl.Name, Status: cl.Status, Nodes: len(cl.Nodes), Updated: cl.Updated, Job: cl.LastJob()}
+		for _, node := range cl.Nodes {
+			if node.State == state.NodeActive {
+				row.Active++
+			}
+		}
+		if row.Job != nil {
+			row.Progress = progressOf(row.Job)
+		}
+		d.Clusters = append(d.Clusters, row)
+	}
+	code := http.StatusOK
+	if err != nil {
+		d.Error, code = "Reading the clusters failed: "+err.Error(), http.StatusServiceUnavailable
+	}
+	c.render(w, r, code, "clusters", &view{Title: "Clusters", Nav: "clusters", Topics: []string{topicClusters}, Data: d})
+}
+
+// stageView is a job drawn as its stages: what runs, what waits on what
+// (a stage waits on the ones before it), what failed and why.
+type stageView struct {
+	Job      *state.Job
+	Progress progress
+	Stages   []stage
+	// Unplanned is set when the plan could not be rebuilt (a destroy
+	// removed its nodes, or the spec no longer parses): the stages then
+	// hold only the tasks that ran.
+	Unplanned string
+}
+
+type stage struct {
+	N     int
+	Tasks []stageTask
+	// Status sums the stage up: done, running, failed, waiting.
+	Status string
+}
+
+type stageTask struct {
+	Index   int
+	Name    string
+	Node    string
+	Service string
+	Status  string
+	TaskID  string
+	Runs    int
+	Message string
+	Stderr  string
+	Started time.Time
+	Elapsed time.Duration
+}
+
+// jobPlan rebuilds a job's plan from the spec it was applied with.
+func jobPlan(cl *state.Cluster, job *state.Job) (*plan.Plan, error) {
+	a, err := plan.ParseAction(job.Action)
+	if err != nil {
+		return nil, err
+	}
+	sp, err := spec.Parse(cl.SpecFile+" (as applied by job "+job.ID+")", []byte(job.Spec))
+	if err != nil {
+		return nil, fmt.Errorf("the spec of job %s no longer parses: %w", job.ID, err)
+	}
+	return apply.PlanStep(cl, apply.Step{Action: a, PlannedNodes: job.PlannedNodes, Services: job.Services,
+		OnlyPlannedNodes: job.OnlyPlannedNodes, Resume: job, Spec: sp})
+}
+
+func buildStages(cl *state.Cluster, job *state.Job, now time.Time) stageView {
+	v := stageView{Job: job, Progress: progressOf(job)}
+	byStage := map[int][]stageTask{}
+	row := func(i int, name, node, svc string, st int) {
+		t := stageTask{Index: i, Name: name, Node: node, Service: svc, Status: state.TaskPending}
+		if rec := job.Tasks[i]; rec != nil {
+			t.Status, t.Message, t.Runs = rec.Status, rec.Message, len(rec.Runs)
+			if n := len(rec.Runs); n > 0 {
+				last := rec.Runs[n-1]
+				t.TaskID, t.Started, t.Stderr = last.ID, last.Started, last.Stderr
+				if last.Message != "" {
+					t.Message = last.Message
+				}
+				if t.Status == state.TaskRunning && job.Status == state.JobRunning {
+					t.Elapsed = now.Sub(last.Started)
+				}
+			}
+		}
+		byStage[st] = append(byStage[st], t)
+	}
+	p, err := jobPlan(cl, job)
+	if err == nil && (job.TaskCount == 0 || len(p.Tasks) == job.TaskCount) {
+		for i, t := range p.Tasks {
+			row(i, t.Name, t.Node, t.Service, t.Stage)
+		}
+	} else {
+		if err != nil {
+			v.Unplanned = err.Error()
+		} else {
+			v.Unplanned = fmt.Sprintf("the plan rebuilt from the spec has %d tasks, the job %d", len(p.Tasks), job.TaskCount)
+		}
+		idx := make([]int, 0, len(job.Tasks))
+		for i := range job.Tasks {
+			idx = append(idx, i)
+		}
+		sort.Ints(idx)
+		for _, i := range idx {
+			t := job.Tasks[i]
+			row(i, t.Name, t.Node, t.Service, t.Stage)
+		}
+	}
+	nums := make([]int, 0, len(byStage))
+	for n := range byStage {
+		nums = append(nums, n)
+	}
+	sort.Ints(nums)
+	for _, n := range nums {
+		s := stage{N: n, Tasks: byStage[n], Status: "done"}
+		counts := map[string]int{}
+		for _, t := range s.Tasks {
+			counts[t.Status]++
+		}
+		switch {
+		case counts[state.TaskFailed] > 0:
+			s.Status = "failed"
+		case counts[state.TaskRunning] > 0:
+			s.Status = "running"
+		case counts[state.TaskPending] > 0:
+			s.Status = "waiting"
+		}
+		v.Stages = append(v.Stages, s)
+	}
+	return v
+}
+
+type nodeRow struct {
+	*state.Node
+	Address string
+}
+
+type clusterData struct {
+	Cluster  *state.Cluster
+	Nodes    []nodeRow
+	Current  *stageView
+	Jobs     []jobRow
+	Commands []command
+	Retry    string
+}
+
+type jobRow struct {
+	*state.Job
+	Progress progress
+}
+
+// command is a CLI equivalent of an action on the page.
+type command struct {
+	What, CLI string
+}
+
+func (c *Console) loadCluster(w http.ResponseWriter, r *http.Request) (*state.Cluster, bool) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	st, err := c.clusterState(ctx)
+	if err != nil {
+		c.unavailable(w, r, "opening the cluster store", err)
+		return nil, false
+	}
+	name := r.PathValue("name")
+	cl, err := st.Get(name)
+	switch {
+	case errors.Is(err, state.ErrNotFound), errors.Is(err, state.ErrBadName):
+		c.notFound(w, r, fmt.Sprintf("loomd's store holds no cluster %q.", name))
+		return nil, false
+	case err != nil:
+		c.unavailable(w, r, "reading cluster "+name, err)
+		return nil, false
+	}
+	return cl, true
+}
+
+func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
+	cl, ok := c.loadCluster(w, r)
+	if !ok {
+		return
+	}
+	now := c.cfg.Now()
+	red := cl.Redacted()
+	d := clusterData{Cluster: red}
+	for _, id := range red.NodeIDs() {
+		n := red.Nodes[id]
+		d.Nodes = append(d.Nodes, nodeRow{Node: n, Address: n.Address()})
+	}
+	if j := cl.LastJob(); j != nil {
+		v := buildStages(cl, j, now)
+		d.Current = &v
+		if j.Status == state.JobFailed {
+			d.Retry = fmt.Sprintf("Fix the cause, then run 'loomd apply %s' again: it resumes job %s (finished tasks are not run again).", cl.SpecFile, j.ID)
+		}
+	}
+	for i := len(cl.Jobs) - 1; i >= 0; i-- {
+		d.Jobs = append(d.Jobs, jobRow{Job: cl.Jobs[i], Progress: progressOf(cl.Jobs[i])})
+	}
+	srv := c.cliServer(r)
+	spec := cl.SpecFile
+	if spec == "" {
+		spec = "SPEC"
+	}
+	d.Commands = []command{
+		{"Show the plan of the spec against this cluster", "loomd plan " + shellQuote(spec) + srv},
+		{"Apply the spec (create, change, or resume a failed job)", "loomd apply " + shellQuote(spec) + srv},
+		{"Restart a service on every node carrying it", "loomd plan --action restart --services SERVICE " + shellQuote(spec) + srv + "   # then apply it"},
+		{"Destroy the cluster (delete every node)", "loomd destroy " + shellQuote(cl.Name) + srv},
+		{"The job history", "loomd cluster history " + shellQuote(cl.Name) + srv},
+	}
+	c.render(w, r, http.StatusOK, "cluster", &view{Title: "Cluster " + cl.Name, Nav: "clusters", Topics: []string{"cluster:" + cl.Name}, Data: d})
+}
+
+func (c *Console) clusterJob(w http.ResponseWriter, r *http.Request) {
+	cl, ok := c.loadCluster(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("job")
+	for _, j := range cl.Jobs {
+		if j.ID == id {
+			v := buildStages(cl, j, c.cfg.Now())
+			c.render(w, r, http.StatusOK, "job", &view{Title: "Job " + j.ID, Nav: "clusters", Topics: []string{"cluster:" + cl.Name},
+				Data: map[string]any{"Cluster": cl.Name, "View": v}})
+			return
+		}
+	}
+	c.notFound(w, r, fmt.Sprintf("Cluster %s has no job %q.", cl.Name, id))
+}

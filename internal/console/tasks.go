@@ -1,0 +1,471 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/loomrt/loom/internal/api"
+	"github.com/loomrt/loom/internal/queue"
+	"github.com/loomrt/loom/runtime"
+)
+
+// scope is what a session may see: every tenant, or some. The single API
+// token sees everything; scoped tokens (issue 20) narrow it.
+type scope struct {
+	all     bool
+	tenants map[string]bool
+	// def is the daemon's --tenant: tasks without a tenantId run for it.
+	def string
+}
+
+func (c *Console) scope(r *http.Request) scope {
+	return scope{all: true, def: c.cfg.DefaultTenant}
+}
+
+func (s scope) allows(tenant string) bool {
+	if s.all {
+		return true
+	}
+	if tenant == "" {
+		tenant = s.def
+	}
+	return s.tenants[tenant]
+}
+
+// maxScan bounds the records one page of a list reads when it filters on
+// what the queue's index does not hold (tenant, time): past it the page
+// ends early with a cursor to go on from.
+const maxScan = 5000
+
+// listScoped reads queue pages until it has limit records the scope and
+// the tenant and since filters allow, or maxScan records were read, or the
+// list ended. The queue's own filters (state, type, cluster) run on its
+// index; tenant and since are checked here. Rows come in whole queue
+// pages, so a page may hold a few more than limit. since cuts the walk
+// short: the list is ordered by time (queued, or finished), newest first.
+func (c *Console) listScoped(ctx context.Context, f queue.Filter, sc scope, tenant string, limit int) (queue.Page, error) {
+	since := time.Time{}
+	return c.listFiltered(ctx, f, sc, tenant, since, limit)
+}
+
+// listResult is one page of the task list with how it was read.
+type listResult struct {
+	queue.Page
+	Scanned int
+	// Cut is true when the page ended at maxScan, not at limit.
+	Cut bool
+}
+
+func (c *Console) listFiltered(ctx context.Context, f queue.Filter, sc scope, tenant string, since time.Time, limit int) (queue.Page, error) {
+	res, err := c.listPage(ctx, f, sc, tenant, since, limit)
+	return res.Page, err
+}
+
+func (c *Console) listPage(ctx context.Context, f queue.Filter, sc scope, tenant string, since time.Time, limit int) (listResult, error) {
+	var out listResult
+	postFilter := !sc.all || tenant != "" || !since.IsZero()
+	if !postFilter {
+		f.Limit = limit
+		p, err := c.cfg.Queue.List(ctx, f)
+		out.Page, out.Scanned = p, len(p.Records)
+		return out, err
+	}
+	f.Limit = min(max(limit, 100), queue.MaxPageSize)
+	for {
+		p, err := c.cfg.Queue.List(ctx, f)
+		if err != nil {
+			return out, err
+		}
+		out.Scanned += len(p.Records)
+		old := false
+		for _, rec := range p.Records {
+			if !since.IsZero() && listTime(rec).Before(since) {
+				old = true
+				break
+			}
+			if !sc.allows(rec.TenantID) {
+				continue
+			}
+			if tenant != "" && rec.TenantID != tenant && !(rec.TenantID == "" && tenant == sc.def) {
+				continue
+			}
+			out.Records = append(out.Records, rec)
+		}
+		out.Next = p.Next
+		if old {
+			out.Next = ""
+		}
+		switch {
+		case out.Next == "", len(out.Records) >= limit:
+			return out, nil
+		case out.Scanned >= maxScan:
+			out.Cut = true
+			return out, nil
+		}
+		f.After = out.Next
+	}
+}
+
+// listTime is the time a record is ordered by in lists.
+func listTime(r queue.Record) time.Time {
+	if r.State.Terminal() && r.Finished != nil {
+		return *r.Finished
+	}
+	return r.Created
+}
+
+type tasksData struct {
+	Tasks   []api.Task
+	Next    string
+	Filter  taskFilter
+	States  []queue.State
+	Types   []string
+	Scanned int
+	Cut     bool
+	Error   string
+	First   bool
+	CLI     string
+}
+
+type taskFilter struct {
+	State, Type, Cluster, Tenant, Since, After string
+	Limit                                      int
+}
+
+// sinceChoices are the time filter's values.
+var sinceChoices = map[string]time.Duration{"15m": 15 * time.Minute, "1h": time.Hour, "24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour}
+
+func (c *Console) tasks(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	tf := taskFilter{State: q.Get("state"), Type: q.Get("type"), Cluster: q.Get("cluster"), Tenant: q.Get("tenant"),
+		Since: q.Get("since"), After: q.Get("after"), Limit: 50}
+	d := tasksData{Filter: tf, States: queue.States(), First: tf.After == ""}
+	if c.cfg.Plugins != nil {
+		for _, t := range c.cfg.Plugins.Types() {
+			d.Types = append(d.Types, t.Name)
+		}
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > queue.MaxPageSize {
+			d.Error = fmt.Sprintf("limit %q: want 1 to %d", l, queue.MaxPageSize)
+		} else {
+			d.Filter.Limit = n
+		}
+	}
+	f := queue.Filter{Type: tf.Type, Cluster: tf.Cluster, After: tf.After}
+	if tf.State != "" {
+		st, err := queue.ParseState(tf.State)
+		if err != nil {
+			d.Error = err.Error()
+		}
+		f.State = st
+	}
+	var since time.Time
+	if tf.Since != "" {
+		dur, ok := sinceChoices[tf.Since]
+		if !ok {
+			d.Error = fmt.Sprintf("since %q: want 15m, 1h, 24h or 7d", tf.Since)
+		}
+		since = c.cfg.Now().Add(-dur)
+	}
+	if tf.Tenant != "" && !runtime.ValidTenant(tf.Tenant) {
+		d.Error = fmt.Sprintf("tenant %q is not a tenant id", tf.Tenant)
+	}
+	d.CLI = taskListCLI(tf) + c.cliServer(r)
+	code := http.StatusOK
+	if d.Error == "" {
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		res, err := c.listPage(ctx, f, c.scope(r), tf.Tenant, since, d.Filter.Limit)
+		switch {
+		case errors.Is(err, queue.ErrBadCursor):
+			d.Error, code = "This page's cursor is not one loomd issued: start from the first page.", http.StatusBadRequest
+		case err != nil:
+			d.Error, code = "Reading the task list failed: "+err.Error(), http.StatusServiceUnavailable
+		}
+		for _, rec := range res.Records {
+			d.Tasks = append(d.Tasks, api.TaskOf(rec))
+		}
+		d.Next, d.Scanned, d.Cut = res.Next, res.Scanned, res.Cut
+	} else {
+		code = http.StatusBadRequest
+	}
+	c.render(w, r, code, "tasks", &view{Title: "Tasks", Nav: "tasks", Topics: []string{topicTasks}, Data: d})
+}
+
+// taskListCLI is the loomd task list command for a filter.
+func taskListCLI(f taskFilter) string {
+	var b strings.Builder
+	b.WriteString("loomd task list")
+	for _, kv := range [][2]string{{"state", f.State}, {"type", f.Type}, {"cluster", f.Cluster}} {
+		if kv[1] != "" {
+			b.WriteString(" --" + kv[0] + " " + shellQuote(kv[1]))
+		}
+	}
+	if f.Limit != 0 && f.Limit != queue.DefaultPageSize {
+		b.WriteString(" --limit " + strconv.Itoa(f.Limit))
+	}
+	return b.String()
+}
+
+// taskResult is a task's Coopr result, read for showing.
+type taskResult struct {
+	Status    int            `json:"status"`
+	Message   string         `json:"message"`
+	Stdout    string         `json:"stdout"`
+	Stderr    string         `json:"stderr"`
+	Error     map[string]any `json:"error"`
+	Hostname  string         `json:"hostname"`
+	Duration  float64        `json:"duration_ms"`
+	Plugin    string         `json:"plugin"`
+	Provision string         `json:"provisionerId"`
+	Worker    string         `json:"workerId"`
+}
+
+type taskData struct {
+	Task      api.Task
+	Result    *taskResult
+	ErrorKind string
+	ErrorMsg  string
+	// Traceback is the Lua traceback of a failed hook (the stack part of
+	// its stderr), when there is one.
+	Traceback string
+	// ResultJSON is the whole result, redacted; InputJSON the task.
+	ResultJSON string
+	InputJSON  string
+	InputNote  string
+	Timeline   []event
+	Actions    []taskAction
+	CLI        string
+}
+
+// event is one line of a task's timeline.
+type event struct {
+	At   time.Time
+	What string
+}
+
+type taskAction struct {
+	Name, Label, CLI string
+	Danger           bool
+}
+
+func (c *Console) loadTask(w http.ResponseWriter, r *http.Request) (queue.Record, bool) {
+	id := r.PathValue("id")
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	rec, err := c.cfg.Queue.Get(ctx, id)
+	switch {
+	case errors.Is(err, queue.ErrNotFound):
+		c.notFound(w, r, fmt.Sprintf("loomd knows no task %q: it may have been deleted, or expired after --retain.", id))
+		return rec, false
+	case err != nil:
+		c.unavailable(w, r, "reading task "+id, err)
+		return rec, false
+	case !c.scope(r).allows(rec.TenantID):
+		c.notFound(w, r, fmt.Sprintf("loomd knows no task %q.", id))
+		return rec, false
+	}
+	return rec, true
+}
+
+// actionsFor lists what may be done with a task in its state.
+func (c *Console) actionsFor(rec queue.Record, srv string) []taskAction {
+	if c.cfg.ReadOnly {
+		return nil
+	}
+	id := shellQuote(rec.TaskID)
+	if rec.State.Terminal() {
+		return []taskAction{{Name: "delete", Label: "Delete", CLI: "loomd task delete " + id + srv, Danger: true}}
+	}
+	return []taskAction{{Name: "cancel", Label: "Cancel", CLI: "loomd task cancel " + id + srv, Danger: true}}
+}
+
+func (c *Console) task(w http.ResponseWriter, r *http.Request) {
+	rec, ok := c.loadTask(w, r)
+	if !ok {
+		return
+	}
+	srv := c.cliServer(r)
+	d := taskData{Task: api.TaskOf(rec), Actions: c.actionsFor(rec, srv), CLI: "loomd task get " + shellQuote(rec.TaskID) + srv}
+	d.Task.Result = nil
+	if len(rec.Result) > 0 {
+		red := c.redact(rec.Result)
+		d.ResultJSON = string(red)
+		var res taskResult
+		if json.Unmarshal(red, &res) == nil {
+			d.Result = &res
+			if k, ok := res.Error["kind"].(string); ok {
+				d.ErrorKind = k
+			}
+			if m, ok := res.Error["message"].(string); ok {
+				d.ErrorMsg = m
+			}
+			if i := strings.Index(res.Stderr, "stack traceback:"); i >= 0 {
+				d.Traceback = res.Stderr[i:]
+			}
+		}
+	}
+	if rec.State.Terminal() {
+		d.InputNote = "loomd keeps a task's input only while it is queued or running: the message it was queued as is removed once its outcome is recorded."
+	} else if in, ok := c.cfg.Queue.(interface {
+		Input(context.Context, string) ([]byte, error)
+	}); ok {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		raw, err := in.Input(ctx, rec.TaskID)
+		cancel()
+		if err != nil {
+			d.InputNote = "The input could not be read: " + err.Error()
+		} else {
+			d.InputJSON = string(c.redact(raw))
+		}
+	}
+	d.Timeline = timeline(rec)
+	c.render(w, r, http.StatusOK, "task", &view{Title: "Task " + rec.TaskID, Nav: "tasks", Topics: []string{"task:" + rec.TaskID}, Data: d})
+}
+
+// redact prepares a task or result for showing: the plugins' sensitive
+// fields and every secret-looking key masked (runtime.RedactTask).
+func (c *Console) redact(doc []byte) []byte {
+	if rd, ok := c.cfg.Plugins.(interface{ RedactTask([]byte) []byte }); ok && c.cfg.Plugins != nil {
+		return rd.RedactTask(doc)
+	}
+	return runtime.RedactJSON(doc, nil)
+}
+
+// timeline lists what the record says happened, oldest first.
+func timeline(rec queue.Record) []event {
+	ev := []event{{At: rec.Created, What: "queued"}}
+	if rec.Started != nil {
+		what := fmt.Sprintf("attempt %d started", rec.Attempts)
+		if rec.Owner != "" {
+			what += " on " + rec.Owner
+		}
+		ev = append(ev, event{At: *rec.Started, What: what})
+	}
+	if rec.Finished != nil {
+		what := string(rec.State)
+		if rec.Status != nil {
+			what += fmt.Sprintf(" (status %d)", *rec.Status)
+		}
+		ev = append(ev, event{At: *rec.Finished, What: what})
+	}
+	return ev
+}
+
+// taskConfirm is the page that asks before an action.
+func (c *Console) taskConfirm(w http.ResponseWriter, r *http.Request) {
+	rec, ok := c.loadTask(w, r)
+	if !ok {
+		return
+	}
+	name := r.PathValue("action")
+	var act *taskAction
+	for _, a := range c.actionsFor(rec, c.cliServer(r)) {
+		if a.Name == name {
+			act = &a
+		}
+	}
+	if act == nil {
+		c.refuse(w, r, http.StatusConflict, fmt.Sprintf("Task %s cannot be %s now.", rec.TaskID, pastTense(name)),
+			fmt.Sprintf("It is %s. %s", rec.State, actionHelp(name, c.cfg.ReadOnly)))
+		return
+	}
+	c.render(w, r, http.StatusOK, "confirm", &view{Title: act.Label + " task " + rec.TaskID + "?", Nav: "tasks", Data: map[string]any{
+		"Action": act, "Back": Prefix + "/tasks/" + rec.TaskID, "Post": Prefix + "/tasks/" + rec.TaskID + "/" + name,
+		"What": confirmText(name, rec),
+	}})
+}
+
+func pastTense(action string) string {
+	switch action {
+	case "cancel":
+		return "cancelled"
+	case "delete":
+		return "deleted"
+	}
+	return action
+}
+
+func actionHelp(action string, readOnly bool) string {
+	switch {
+	case readOnly:
+		return "This console is read-only (--ui-readonly)."
+	case action == "cancel":
+		return "Only queued and running tasks can be cancelled."
+	case action == "delete":
+		return "Only finished tasks can be deleted: cancel it first."
+	}
+	return "The actions on a task are cancel and delete."
+}
+
+func confirmText(action string, rec queue.Record) string {
+	switch action {
+	case "cancel":
+		if rec.State == queue.Running {
+			return "The task is running: the daemon running it cancels its hook and records it cancelled when the hook returns. A hook that finishes first keeps its result."
+		}
+		return "The task is queued: it is cancelled at once and never runs."
+	case "delete":
+		return "The task's record and result are deleted for good; its id becomes unknown."
+	}
+	return ""
+}
+
+// Flash messages after actions: fixed texts chosen by a code in the
+// redirect, never text from the request.
+var flashes = map[string]string{
+	"cancelled":        "The task was cancelled.",
+	"cancel-requested": "Cancellation requested: the task stops when its hook returns.",
+	"deleted":          "The task was deleted.",
+	"reloaded":         "The plugins were reloaded.",
+}
+
+func (c *Console) taskAction(w http.ResponseWriter, r *http.Request) {
+	rec, ok := c.loadTask(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	id := rec.TaskID
+	switch r.PathValue("action") {
+	case "cancel":
+		got, err := c.cfg.Queue.Cancel(ctx, id)
+		if errors.Is(err, queue.ErrFinished) {
+			c.refuse(w, r, http.StatusConflict, "Task "+id+" already finished.", fmt.Sprintf("It is %s: there is nothing to cancel.", got.State))
+			return
+		}
+		if err != nil {
+			c.unavailable(w, r, "cancelling task "+id, err)
+			return
+		}
+		c.log.Info("console: task cancel", "task", id, "by", sessionOf(r).Subject, "state", got.State)
+		flash := "cancelled"
+		if !got.State.Terminal() {
+			flash = "cancel-requested"
+		}
+		http.Redirect(w, r, query(Prefix+"/tasks/"+id, "done", flash), http.StatusSeeOther)
+	case "delete":
+		got, err := c.cfg.Queue.Delete(ctx, id)
+		if errors.Is(err, queue.ErrNotFinished) {
+			c.refuse(w, r, http.StatusConflict, "Task "+id+" is not finished.", fmt.Sprintf("It is %s: cancel it first, then delete it.", got.State))
+			return
+		}
+		if err != nil {
+			c.unavailable(w, r, "deleting task "+id, err)
+			return
+		}
+		c.log.Info("console: task delete", "task", id, "by", sessionOf(r).Subject)
+		http.Redirect(w, r, query(Prefix+"/tasks", "done", "deleted"), http.StatusSeeOther)
+	default:
+		c.refuse(w, r, http.StatusNotFound, "No such action.", actionHelp("", false))
+	}
+}
