@@ -96,7 +96,7 @@ type Queue struct {
 
 	mu      sync.Mutex
 	waiters map[string][]chan Record
-	changes changeSubs // OnChange callbacks (changes.go)
+	changes changeSubs         // OnChange callbacks (changes.go)
 	flights map[string]*flight // tasks this daemon holds, by id
 	trouble atomic.Int64       // unix nanos of the last failed broker call
 	closed  bool
