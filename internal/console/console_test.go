@@ -727,4 +727,3 @@ func TestQuantile(t *testing.T) {
 		t.Error("no observations should be NaN")
 	}
 }
-
