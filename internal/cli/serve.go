@@ -398,6 +398,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	if o.ui {
 		ccfg := console.Config{Token: o.token, ReadOnly: o.uiReadOnly, Queue: q, Plugins: plugins, Changes: q,
 			Metrics: metrics.TaskGatherer(), Coopr: cooprStatus, DefaultTenant: o.g.tenant,
+			Clusters: cj.store, Jobs: cj.jobs,
 			Reload: func(ctx context.Context) (console.ReloadResult, error) {
 				rep, err := reloadAll(ctx)
 				return consoleReload(rep), err

@@ -10,9 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/loomrt/loom/internal/cluster/apply"
-	"github.com/loomrt/loom/internal/cluster/plan"
-	"github.com/loomrt/loom/internal/cluster/spec"
+	"github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/state"
 )
 
@@ -22,6 +20,10 @@ func (c *Console) clusterState(ctx context.Context) (*state.KVStore, error) {
 	c.clusterMu.Lock()
 	defer c.clusterMu.Unlock()
 	if c.clusterStore != nil {
+		return c.clusterStore, nil
+	}
+	if c.cfg.Clusters != nil {
+		c.clusterStore = c.cfg.Clusters
 		return c.clusterStore, nil
 	}
 	q, ok := c.cfg.Queue.(interface {
@@ -150,20 +152,6 @@ type stageTask struct {
 	Elapsed time.Duration
 }
 
-// jobPlan rebuilds a job's plan from the spec it was applied with.
-func jobPlan(cl *state.Cluster, job *state.Job) (*plan.Plan, error) {
-	a, err := plan.ParseAction(job.Action)
-	if err != nil {
-		return nil, err
-	}
-	sp, err := spec.Parse(cl.SpecFile+" (as applied by job "+job.ID+")", []byte(job.Spec))
-	if err != nil {
-		return nil, fmt.Errorf("the spec of job %s no longer parses: %w", job.ID, err)
-	}
-	return apply.PlanStep(cl, apply.Step{Action: a, PlannedNodes: job.PlannedNodes, Services: job.Services,
-		OnlyPlannedNodes: job.OnlyPlannedNodes, Resume: job, Spec: sp})
-}
-
 func buildStages(cl *state.Cluster, job *state.Job, now time.Time) stageView {
 	v := stageView{Job: job, Progress: progressOf(job)}
 	byStage := map[int][]stageTask{}
@@ -184,7 +172,7 @@ func buildStages(cl *state.Cluster, job *state.Job, now time.Time) stageView {
 		}
 		byStage[st] = append(byStage[st], t)
 	}
-	p, err := jobPlan(cl, job)
+	p, err := runner.JobPlan(cl, job)
 	if err == nil && (job.TaskCount == 0 || len(p.Tasks) == job.TaskCount) {
 		for i, t := range p.Tasks {
 			row(i, t.Name, t.Node, t.Service, t.Stage)

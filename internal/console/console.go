@@ -36,6 +36,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loomrt/loom/internal/api"
+	"github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/coopr"
 	"github.com/loomrt/loom/internal/queue"
@@ -71,6 +72,12 @@ type Config struct {
 	Changes interface {
 		OnChange(func(queue.Change)) (stop func())
 	}
+	// Clusters is the cluster state store the API serves; nil opens it
+	// from the queue on first use.
+	Clusters *state.KVStore
+	// Jobs runs cluster jobs in the daemon (apply, destroy); nil hides
+	// the cluster actions.
+	Jobs ClusterJobs
 	// Metrics gathers the task metrics /metrics serves (api.Metrics'
 	// TaskGatherer): the overview reads the same counters and histograms.
 	Metrics prometheus.Gatherer
@@ -94,6 +101,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+}
+
+// ClusterJobs runs cluster jobs (*runner.Runner has it).
+type ClusterJobs interface {
+	Submit(ctx context.Context, cluster string, req runner.Request) (runner.Accepted, error)
+	Job(ctx context.Context, cluster string) (runner.Record, error)
+	Cancel(ctx context.Context, cluster, who string) (runner.Record, error)
 }
 
 // ReloadResult is what a reload changed.
