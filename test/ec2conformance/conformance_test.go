@@ -109,7 +109,7 @@ var scenarios = []scenario{
 			"iam_instance_profile": "loom-nodes", "availability_zone": "us-east-1a", "aws_root_ebs_volume_type": "gp3", "aws_root_ebs_size": "20"},
 		steps: []string{"CREATE", "CONFIRM", "DELETE"}},
 	{name: "private subnet, key pair there already", node: "shop-db-1",
-		fields: map[string]any{"subnet_id": ec2fake.Subnet, "security_group_ids": ec2fake.SecurityGroupID, "associate_public_ip": "false"},
+		fields:  map[string]any{"subnet_id": ec2fake.Subnet, "security_group_ids": ec2fake.SecurityGroupID, "associate_public_ip": "false"},
 		prepare: func(f *ec2fake.Server) {}, steps: []string{"CREATE", "TERMINATE", "CREATE", "DELETE"}},
 	{name: "throttled and a lost answer", node: "n-throttled",
 		fields: map[string]any{"ssh_keypair": ec2fake.KeyPair},
