@@ -83,6 +83,10 @@ type Config struct {
 	// finds a port free on all of them).
 	Host string
 	Port int
+	// UserKeyPEM, when set, is the users' key (an OpenSSH or PKCS#8 PEM
+	// private key) instead of a generated one: several hosts that take
+	// one key, as a cloud's machines take one key pair.
+	UserKeyPEM []byte
 }
 
 // Server is a running sshd. Its fields are read-only.
@@ -190,7 +194,7 @@ func start(cfg Config) (*Server, error) {
 		Dir: dir, LogPath: filepath.Join(dir, "sshd.log"), HostKeys: map[string]ssh.PublicKey{},
 		exited: make(chan struct{}),
 	}
-	if err := s.writeKeys(cfg.HostCA); err != nil {
+	if err := s.writeKeys(cfg.HostCA, cfg.UserKeyPEM); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -218,7 +222,7 @@ func start(cfg Config) (*Server, error) {
 	return nil, lastErr
 }
 
-func (s *Server) writeKeys(ca ssh.Signer) error {
+func (s *Server) writeKeys(ca ssh.Signer, userKeyPEM []byte) error {
 	_, edPriv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return err
@@ -258,8 +262,17 @@ func (s *Server) writeKeys(ca ssh.Signer) error {
 		}
 	}
 
-	_, userPriv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
+	var userPriv any
+	if userKeyPEM != nil {
+		k, err := ssh.ParseRawPrivateKey(userKeyPEM)
+		if err != nil {
+			return fmt.Errorf("Config.UserKeyPEM: %w", err)
+		}
+		if p, ok := k.(*ed25519.PrivateKey); ok {
+			k = *p
+		}
+		userPriv = k
+	} else if _, userPriv, err = ed25519.GenerateKey(rand.Reader); err != nil {
 		return err
 	}
 	block, err := ssh.MarshalPrivateKey(userPriv, "sshdtest user key")

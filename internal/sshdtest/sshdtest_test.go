@@ -42,8 +42,15 @@ func TestHostsOnOnePort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var key []byte // the first host's user key, taken by the second
+	var pub string
 	for _, h := range hosts {
-		s := Start(t, Config{Host: h, Port: port})
+		s := Start(t, Config{Host: h, Port: port, UserKeyPEM: key})
+		if key == nil {
+			key, pub = s.KeyPEM, string(s.Signer.PublicKey().Marshal())
+		} else if string(s.Signer.PublicKey().Marshal()) != pub {
+			t.Fatalf("the second host's key is not the one given")
+		}
 		if s.Addr != h+":"+strconv.Itoa(port) {
 			t.Fatalf("Addr %s", s.Addr)
 		}

@@ -14,8 +14,6 @@ package docker_test
 // without it the test skips, except under CI=true, where it fails.
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -23,7 +21,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
@@ -31,6 +28,7 @@ import (
 	"time"
 
 	"github.com/loomrt/loom/bindings/std"
+	"github.com/loomrt/loom/internal/podmantest"
 	"github.com/loomrt/loom/internal/sshdtest"
 	loomrt "github.com/loomrt/loom/runtime"
 	"github.com/loomrt/loom/runtime/luatest"
@@ -49,112 +47,22 @@ func pluginDir() string {
 
 // podmanHost is an sshd host with podman set up in its private dirs.
 type podmanHost struct {
-	t   *testing.T
+	*podmantest.Host
 	srv *sshdtest.Server
 }
 
-// needPodman skips (or fails under CI=true) when podman cannot run here.
-func needPodman(t *testing.T) {
-	t.Helper()
-	for _, bin := range []string{"podman", "runc", "nsenter"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s not found (CI=true: .ci/run installs podman and runc)", bin)
-			}
-			t.Skipf("%s not found; install with: apt-get install -y podman runc", bin)
-		}
-	}
-}
-
-// podmanConf is the host's containers.conf: runc (crun refuses hybrid
-// cgroup hierarchies such as this CI's), cgroupfs, limits below the hard
-// ones (containers have no CAP_SYS_RESOURCE to raise them here), events to
-// a file (no journald).
-const podmanConf = `[containers]
-default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-tmp_dir = "/run/libpod"
-[network]
-network_config_dir = "/etc/containers/networks"
-`
-
 func startPodmanHost(t *testing.T, tarball string) *podmanHost {
 	t.Helper()
-	srv := sshdtest.Start(t, sshdtest.Config{AllowRoot: true,
-		PrivateDirs: []string{"/etc/containers", "/var/lib/containers", "/run/containers", "/run/libpod"}})
-	h := &podmanHost{t: t, srv: srv}
-	// A bridge and subnet of this host's own: hosts share the kernel's
-	// network namespace, and the default podman0 would be shared.
-	n := 1 + int(time.Now().UnixNano()%200)
-	id := fmt.Sprintf("%064x", time.Now().UnixNano())
-	netConf, _ := json.Marshal(map[string]any{"name": "podman", "id": id, "driver": "bridge",
-		"network_interface": fmt.Sprintf("loomp%d", n), "created": "2024-01-01T00:00:00Z",
-		"subnets":      []any{map[string]any{"subnet": fmt.Sprintf("10.89.%d.0/24", n), "gateway": fmt.Sprintf("10.89.%d.1", n)}},
-		"ipv6_enabled": false, "internal": false, "dns_enabled": false, "ipam_options": map[string]any{"driver": "host-local"}})
-	for path, content := range map[string]string{
-		"/etc/containers/containers.conf":      podmanConf,
-		"/etc/containers/policy.json":          `{"default":[{"type":"insecureAcceptAnything"}]}`,
-		"/etc/containers/registries.conf":      "unqualified-search-registries = []\n",
-		"/etc/containers/networks/podman.json": string(netConf),
-	} {
-		p := srv.HostPath(path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	h.podman("import", "--change", `ENTRYPOINT ["/webapp"]`, tarball, image)
-	// Containers outlive sshd (conmon is not its child): remove them
-	// before sshd stops (cleanups run last first).
-	t.Cleanup(func() { h.podmanErr("rm", "-af", "-t", "0") })
+	srv := sshdtest.Start(t, sshdtest.Config{AllowRoot: true, PrivateDirs: podmantest.PrivateDirs})
+	h := &podmanHost{Host: podmantest.Setup(t, srv), srv: srv}
+	h.Import(tarball, image, `ENTRYPOINT ["/webapp"]`)
 	return h
-}
-
-// podman runs podman as root in the host's mount namespace.
-func (h *podmanHost) podman(args ...string) string {
-	h.t.Helper()
-	out, err := h.podmanErr(args...)
-	if err != nil {
-		h.t.Fatalf("podman %v: %v\n%s", args, err, out)
-	}
-	return out
-}
-
-func (h *podmanHost) podmanErr(args ...string) (string, error) {
-	cmd := exec.Command("nsenter", append([]string{"-t", fmt.Sprint(h.srv.PID()), "-m", "--", "podman"}, args...)...)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
 }
 
 // webappTar builds testdata/webapp statically into a one-file rootfs tar.
 func webappTar(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "webapp")
-	cmd := exec.Command("go", "build", "-o", bin, "./testdata/webapp")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building testdata/webapp: %v\n%s", err, out)
-	}
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: "webapp", Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg})
-	tw.Write(data)
-	tw.Close()
-	p := filepath.Join(dir, "rootfs.tar")
-	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return podmantest.RootfsTar(t, map[string][]byte{"webapp": podmantest.BuildStatic(t, pluginDir(), "./testdata/webapp")})
 }
 
 type podEnv struct {
@@ -172,7 +80,7 @@ type podEnv struct {
 // docker_automator.json (unchanged, in Coopr's folder layout) with
 // docker.lua beside it, logging in as root (Coopr ran docker without sudo).
 func newPodEnv(t *testing.T, coopr bool) *podEnv {
-	needPodman(t)
+	podmantest.Need(t)
 	h := startPodmanHost(t, webappTar(t))
 	root := t.TempDir()
 	e := &podEnv{t: t, host: h, logs: &luatest.LogBuffer{}, work: filepath.Join(root, "work"), user: h.srv.NoPasswdUser}
@@ -305,12 +213,12 @@ func TestPodmanServiceLife(t *testing.T) {
 	if got := get(t, url+"/env/SECRET_TOKEN"); got != secret {
 		t.Fatalf("SECRET_TOKEN in the container is %q", got)
 	}
-	if ps := e.host.podman("ps", "--format", "{{.Names}} {{.ID}}"); !strings.Contains(ps, "coopr-web "+id[:12]) {
+	if ps := e.host.Podman("ps", "--format", "{{.Names}} {{.ID}}"); !strings.Contains(ps, "coopr-web "+id[:12]) {
 		t.Fatalf("podman ps: %s, want coopr-web %s", ps, id[:12])
 	}
 	// The value never was on a command line the node's ps could show: the
 	// container's recorded create command holds -e SECRET_TOKEN only.
-	if inspect := e.host.podman("inspect", "--format", "{{.Config.CreateCommand}}", "coopr-web"); strings.Contains(inspect, secret) || !strings.Contains(inspect, "SECRET_TOKEN") {
+	if inspect := e.host.Podman("inspect", "--format", "{{.Config.CreateCommand}}", "coopr-web"); strings.Contains(inspect, secret) || !strings.Contains(inspect, "SECRET_TOKEN") {
 		t.Fatalf("the create command: %s", inspect)
 	}
 	docker := map[string]any{"docker": start.Result["docker"]}
@@ -324,7 +232,7 @@ func TestPodmanServiceLife(t *testing.T) {
 
 	stop := e.run("STOP", fields, docker)
 	must(t, stop)
-	if st := strings.TrimSpace(e.host.podman("inspect", "--format", "{{.State.Running}}", "coopr-web")); st != "false" {
+	if st := strings.TrimSpace(e.host.Podman("inspect", "--format", "{{.State.Running}}", "coopr-web")); st != "false" {
 		t.Fatalf("after STOP running=%s", st)
 	}
 	restart := e.run("START", fields, map[string]any{"docker": stop.Result["docker"]})
@@ -342,7 +250,7 @@ func TestPodmanServiceLife(t *testing.T) {
 	}
 
 	must(t, e.run("REMOVE", fields, nil))
-	if out, err := e.host.podmanErr("container", "exists", "coopr-web"); err == nil {
+	if out, err := e.host.PodmanErr("container", "exists", "coopr-web"); err == nil {
 		t.Fatalf("coopr-web still exists after REMOVE: %s", out)
 	}
 	must(t, e.run("REMOVE", fields, nil))
@@ -379,7 +287,7 @@ func TestPodmanCooprDefinition(t *testing.T) {
 	must(t, e.run("INITIALIZE", fields, nil))
 	must(t, e.run("STOP", fields, map[string]any{"docker": start.Result["docker"]}))
 	must(t, e.run("REMOVE", fields, nil))
-	if out, err := e.host.podmanErr("container", "exists", "coopr-web"); err == nil {
+	if out, err := e.host.PodmanErr("container", "exists", "coopr-web"); err == nil {
 		t.Fatalf("coopr-web still exists after REMOVE: %s", out)
 	}
 	// Without image_name, Coopr's required set stops the action.
