@@ -399,6 +399,9 @@ func TestClusterLifecycle(t *testing.T) {
 		t.Fatalf("plan after the kill: %+v", resume)
 	}
 	out, _ := e.loomd(0, "apply", e.spec, "--local")
+	if hist, _ := e.loomd(0, "cluster", "history", "shop", "--local"); !strings.Contains(hist, "interrupted") || !strings.Contains(hist, "resumed") {
+		t.Errorf("history after the kill and the resume:\n%s", hist)
+	}
 	// Tasks that had not finished at the kill may run again; those
 	// that had, never.
 	fx := e.effects()

@@ -244,7 +244,8 @@ func (a *App) runHere(ctx context.Context, g *globalOptions, o *clusterOptions, 
 	if cl != nil && cl.LastJob() != nil && cl.LastJob().Status == state.JobRunning {
 		// This process holds the lock: whoever ran it is gone.
 		first = []state.Event{{Time: time.Now(), Kind: state.EventInterrupted, By: "loomd apply",
-			Message: "the process that ran it stopped without finishing (killed, or its machine went down)"}}
+			Message: "the process that ran it stopped without finishing (killed, or its machine went down)"},
+			{Time: time.Now(), Kind: state.EventResumed, By: who, Message: fmt.Sprintf("%s for %s", req.Verb, req.Requester)}}
 	}
 	var view *liveView
 	eng := &runner.Engine{Store: st, Tasks: tasks, Log: jl, Who: who, Source: who}

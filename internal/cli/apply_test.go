@@ -72,6 +72,21 @@ services:
 	if strings.Count(errs, "deleted m-c-n-") != 2 {
 		t.Errorf("the provider did not delete both machines:\n%s", errs)
 	}
+	// Each step's summary; the job log keeps the executor's and the
+	// plugins' lines of both jobs.
+	if !strings.Contains(out, "Step 1/2, create (new cluster): job c-001 failed") || !strings.Contains(out, "Step 2/2, --on-failure rollback:") {
+		t.Errorf("step summaries:\n%s", out)
+	}
+	if code, logs, _ := run("cluster", "logs", "c", "--local"); code != 0 || strings.Count(logs, "deleted m-c-n-") != 2 ||
+		!strings.Contains(logs, "task failed") || !strings.Contains(logs, "step 2/2: destroy") {
+		t.Errorf("cluster logs --local: %d\n%s", code, logs)
+	}
+	if code, logs, _ := run("cluster", "logs", "c", "--local", "--job", "c-001", "--json"); code != 0 || strings.Contains(logs, `"job":"c-002"`) || !strings.Contains(logs, `"job":"c-001"`) {
+		t.Errorf("cluster logs --job c-001 --json: %d\n%s", code, logs)
+	}
+	if code, hist, _ := run("cluster", "history", "c", "--local"); code != 0 || !strings.Contains(hist, "started") || !strings.Contains(hist, "loomd apply --local") {
+		t.Errorf("history: %d\n%s", code, hist)
+	}
 	if code, out, _ := run("plan", filepath.Join(dir, "c.yaml")); code != 0 || !strings.Contains(out, "Plan: create cluster c: ") {
 		t.Errorf("plan after the rollback: %d\n%s", code, out)
 	}
