@@ -223,6 +223,12 @@ type nodeRow struct {
 }
 
 type clusterData struct {
+	// Record is the daemon's record of the cluster's current or last
+	// job (nil when none ran through a daemon).
+	Record   *runner.Record
+	Liveness runner.Liveness
+	Actions  bool
+	Running  bool
 	Cluster  *state.Cluster
 	Nodes    []nodeRow
 	Current  *stageView
@@ -252,6 +258,10 @@ func (c *Console) loadCluster(w http.ResponseWriter, r *http.Request) (*state.Cl
 	name := r.PathValue("name")
 	cl, err := st.Get(name)
 	switch {
+	case errors.Is(err, state.ErrNotFound) && c.jobStarting(r.Context(), name):
+		// A job was just submitted for a new cluster: the runner writes
+		// its state as it begins. The page shows it empty and fills in.
+		return &state.Cluster{Name: name, Status: state.Pending, Nodes: map[string]*state.Node{}}, true
 	case errors.Is(err, state.ErrNotFound), errors.Is(err, state.ErrBadName):
 		c.notFound(w, r, fmt.Sprintf("loomd's store holds no cluster %q.", name))
 		return nil, false
@@ -284,6 +294,18 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
 	for i := len(cl.Jobs) - 1; i >= 0; i-- {
 		d.Jobs = append(d.Jobs, jobRow{Job: cl.Jobs[i], Progress: progressOf(cl.Jobs[i])})
 	}
+	if c.cfg.Jobs != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		if rec, err := c.cfg.Jobs.Job(ctx, cl.Name); err == nil {
+			d.Record = &rec
+			d.Running = !rec.Done()
+			if lv, ok := c.cfg.Jobs.(interface{ Liveness(runner.Record) runner.Liveness }); ok {
+				d.Liveness = lv.Liveness(rec)
+			}
+		}
+		cancel()
+		d.Actions = !c.cfg.ReadOnly
+	}
 	srv := c.cliServer(r)
 	spec := cl.SpecFile
 	if spec == "" {
@@ -314,4 +336,14 @@ func (c *Console) clusterJob(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.notFound(w, r, fmt.Sprintf("Cluster %s has no job %q.", cl.Name, id))
+}
+
+// jobStarting reports whether a daemon runs a job for a cluster whose
+// state is not written yet.
+func (c *Console) jobStarting(ctx context.Context, name string) bool {
+	if c.cfg.Jobs == nil {
+		return false
+	}
+	rec, err := c.cfg.Jobs.Job(ctx, name)
+	return err == nil && !rec.Done()
 }

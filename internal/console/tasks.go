@@ -426,6 +426,10 @@ var flashes = map[string]string{
 	"cancel-requested": "Cancellation requested: the task stops when its hook returns.",
 	"deleted":          "The task was deleted.",
 	"reloaded":         "The plugins were reloaded.",
+	"job-started":      "The job was submitted: this page follows it.",
+	"job-attached":     "The same change was already running: this page follows it.",
+	"no-changes":       "No changes: the cluster is as the spec says.",
+	"job-cancelled":    "The job was asked to stop.",
 }
 
 func (c *Console) taskAction(w http.ResponseWriter, r *http.Request) {
