@@ -299,7 +299,9 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
 		if rec, err := c.cfg.Jobs.Job(ctx, cl.Name); err == nil {
 			d.Record = &rec
 			d.Running = !rec.Done()
-			if lv, ok := c.cfg.Jobs.(interface{ Liveness(runner.Record) runner.Liveness }); ok {
+			if lv, ok := c.cfg.Jobs.(interface {
+				Liveness(runner.Record) runner.Liveness
+			}); ok {
 				d.Liveness = lv.Liveness(rec)
 			}
 		}
