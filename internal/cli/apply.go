@@ -224,7 +224,7 @@ func (a *App) runHere(ctx context.Context, g *globalOptions, o *clusterOptions, 
 	who := fmt.Sprintf("loomd apply --local (%s pid %d)", host, os.Getpid())
 	dir := st.(fileStore).Dir
 	secrets := &joblog.Secrets{}
-	secrets.Set(name, runner.Secrets(req, cl))
+	secrets.Set(name, "", runner.Secrets(req, cl))
 	jl := &joblog.File{Dir: dir, Source: who, Secrets: secrets}
 	defer jl.Close()
 	// Plugin lines go to the job log, and to stderr unless the live view

@@ -92,24 +92,37 @@ type Sink interface {
 
 // Secrets are the values a cluster's log entries must never show, per
 // cluster: the runner registers the secret-looking provider fields of a
-// job's spec before the job runs.
+// job's spec before the job runs (and every daemon does for the running
+// jobs it sees, since it may run their tasks).
 type Secrets struct {
 	mu   sync.RWMutex
-	sets map[string]*redact.Set
+	sets map[string]secretSet
 }
 
-// Set registers the secrets of cluster (nil forgets them).
-func (s *Secrets) Set(cluster string, set *redact.Set) {
+type secretSet struct {
+	job string
+	set *redact.Set
+}
+
+// Set registers the secrets of cluster's job (nil forgets them).
+func (s *Secrets) Set(cluster, job string, set *redact.Set) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sets == nil {
-		s.sets = map[string]*redact.Set{}
+		s.sets = map[string]secretSet{}
 	}
 	if set == nil {
 		delete(s.sets, cluster)
 		return
 	}
-	s.sets[cluster] = set
+	s.sets[cluster] = secretSet{job: job, set: set}
+}
+
+// Has reports whether the secrets of cluster's job are registered.
+func (s *Secrets) Has(cluster, job string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.sets[cluster].job == job && s.sets[cluster].set != nil
 }
 
 func (s *Secrets) get(cluster string) *redact.Set {
@@ -118,7 +131,7 @@ func (s *Secrets) get(cluster string) *redact.Set {
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.sets[cluster]
+	return s.sets[cluster].set
 }
 
 // clean redacts and bounds an entry, in that order (a cut first would

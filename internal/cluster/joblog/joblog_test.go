@@ -94,7 +94,7 @@ func TestFile(t *testing.T) {
 	sec := &Secrets{}
 	set := redact.New()
 	set.Add("s3cret-value")
-	sec.Set("c", set)
+	sec.Set("c", "", set)
 	f := &File{Dir: dir, MaxBytes: 4 << 10, Source: "cli", Secrets: sec}
 	for i := range 100 {
 		f.Write("c", Entry{Kind: KindLog, Level: "INFO", Msg: "line s3cret-value " + strings.Repeat("x", 50), Attrs: []Attr{{K: "i", V: string(rune('a' + i%26))}}})

@@ -186,10 +186,10 @@ func (o *owned) run() {
 	defer close(done)
 	go o.renewLoop(done)
 	o.mu.Lock()
-	req := o.rec.Request
+	req, id := o.rec.Request, o.rec.ID
 	o.mu.Unlock()
 	cl, _ := o.r.cfg.Store.Get(o.cluster)
-	o.r.cfg.Secrets.Set(o.cluster, Secrets(req, cl))
+	o.r.cfg.Secrets.Set(o.cluster, id, Secrets(req, cl))
 	var steps []Step // the engine's, updated in place
 	tasks := &queueTasks{q: o.r.cfg.Queue, timeout: time.Duration(req.TaskTimeoutMs) * time.Millisecond,
 		warn: func(msg string, attrs ...any) { o.warn(msg, attrs...) }}

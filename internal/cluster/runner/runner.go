@@ -180,6 +180,11 @@ func (r *Runner) observe(e jetstream.KeyValueEntry) {
 	r.known[e.Key()] = known{rec: rec, rev: e.Revision()}
 	o := r.owned[e.Key()]
 	r.mu.Unlock()
+	if rec.State == StateRunning && rec.Request.Spec != "" && !r.cfg.Secrets.Has(rec.Cluster, rec.ID) {
+		// Plugin lines of the job's tasks may be written here (this
+		// daemon runs some of its tasks): redact the spec's secrets too.
+		r.cfg.Secrets.Set(rec.Cluster, rec.ID, Secrets(rec.Request, nil))
+	}
 	if o != nil && rec.Cancel != "" && rec.Owner == r.cfg.Owner {
 		o.stop(fmt.Errorf("%w by %s", errCancel, rec.Cancel))
 	}
