@@ -97,7 +97,7 @@ rancher-conformance:
 	CGO_ENABLED=0 $(GO) build -o bin/loomd-static ./cmd/loomd
 	cd test/rancherconformance && $(GO) vet ./... && LOOM_CONFORMANCE_JAIL=1 LOOMD=$(CURDIR)/bin/loomd-static $(GO) test -count=1 ./...
 
-# The aws provider and internal/ec2fake against the official AWS SDK for
+# The aws provider and internal/cloudfake/ec2fake against the official AWS SDK for
 # Go v2 (test/ec2conformance, a module of its own so the SDK stays out of
 # go.mod): every answer of the fake parses with the SDK, every request of
 # the plugin equals the SDK's serialization of the same call, every

@@ -456,6 +456,9 @@ function AWS:create(input)
     end
     key_file = "ssh_keys/" .. name
   end
+  -- The automators dial ssh-auth.port (22 when absent).
+  local port = tonumber(f.ssh_port)
+  if port and port ~= 22 then self.result.result["ssh-auth"].port = port end
   if key_file then
     if not fs.exists(key_file) then
       log.warn("the private key %s is not in the work dir; automators will need it", key_file)

@@ -1,6 +1,6 @@
 // Tests for the aws provider: the plugin folder as shipped, run by the
 // real runtime with the real loom.http, loom.crypto and loom.xml, against
-// the strict EC2 fake (internal/ec2fake), on a virtual clock.
+// the strict EC2 fake (internal/cloudfake/ec2fake), on a virtual clock.
 //
 // The plugin keeps its production endpoint (https://ec2.<region>.
 // amazonaws.com) and allow-list: the HTTP binding's transport is the only
@@ -35,7 +35,7 @@ import (
 	sshb "github.com/loomrt/loom/bindings/ssh"
 	timeb "github.com/loomrt/loom/bindings/time"
 	xmlb "github.com/loomrt/loom/bindings/xml"
-	"github.com/loomrt/loom/internal/ec2fake"
+	"github.com/loomrt/loom/internal/cloudfake/ec2fake"
 	"github.com/loomrt/loom/internal/sshdtest"
 	"github.com/loomrt/loom/runtime"
 	"github.com/loomrt/loom/runtime/luatest"

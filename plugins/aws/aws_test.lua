@@ -4,7 +4,7 @@
 -- allow-list. The HTTP fake below claims that host and answers the EC2
 -- Query API's XML for the actions the plugin calls, from a small store of
 -- instances. (The Go tests run the plugin against a stricter fake that
--- also checks every signature: internal/ec2fake.)
+-- also checks every signature: internal/cloudfake/ec2fake.)
 
 local crypto = require("loom.crypto")
 local json = require("loom.json")

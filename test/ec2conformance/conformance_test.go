@@ -11,7 +11,7 @@
 //     computes for the same request, credentials and time.
 //
 // The plugin runs as shipped, through `loomd run` (the binary in $LOOMD,
-// else one built from the repository), against internal/ec2fake on
+// else one built from the repository), against internal/cloudfake/ec2fake on
 // loopback, in the scenarios its Go tests cover: a Coopr provider, a VPC
 // subnet with a generated key, throttling, a lost answer, refused
 // credentials, an unknown instance. This is a module of its own so that
@@ -46,7 +46,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/loomrt/loom/internal/ec2fake"
+	"github.com/loomrt/loom/internal/cloudfake/ec2fake"
 )
 
 const (

@@ -61,6 +61,9 @@ type Options struct {
 	// instance answer without output first (the console is posted a
 	// while after boot).
 	ConsoleAfter int
+	// KeyPairs are the names of key pairs the account has besides
+	// "coopr" (KeyPair), for RunInstances' KeyName.
+	KeyPairs []string
 	// Machines are handed to new instances in order: their addresses
 	// and SSH host keys. Past the list, instances get addresses of
 	// their own (203.0.113.x public, 10.0.1.x private) and a generated
@@ -214,6 +217,13 @@ func New(o Options) *Server {
 	pub, _, _, _, _ := ssh.ParseAuthorizedKey([]byte(coopRSAKey))
 	s.keyPairs[KeyPair] = &keyPair{id: "key-0c0c0c0c0c0c0c0c0", name: KeyPair, fingerprint: ssh.FingerprintLegacyMD5(pub), typ: "rsa",
 		public: coopRSAKey, created: o.Now()}
+	for i, n := range o.KeyPairs {
+		pub, _, _ := ed25519.GenerateKey(rand.Reader)
+		sp, _ := ssh.NewPublicKey(pub)
+		sum := sha256.Sum256(sp.Marshal())
+		s.keyPairs[n] = &keyPair{id: fmt.Sprintf("key-%017x", 0x0c000000000000000+uint64(i+1)), name: n, typ: "ed25519",
+			fingerprint: base64.StdEncoding.EncodeToString(sum[:]), public: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp))), created: o.Now()}
+	}
 	return s
 }
 
