@@ -247,13 +247,16 @@ func TestClusterDaemon(t *testing.T) {
 // cluster; the CLI follows through both (--server A,B). The daemon that
 // runs the job is killed -9 while START db runs; the other takes the job
 // over and finishes it; the CLI keeps following and exits 0. No task that
-// had finished ran again; the history names both daemons.
+// had finished ran again; the history names both daemons. Then a rolling
+// restart: A comes back, a scale-up runs on B, and B is stopped with
+// SIGTERM mid-job: it hands the job over, A resumes it at once, the CLI
+// follows to the end.
 func TestClusterTakeover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node NATS cluster and two daemons")
 	}
 	nc := startNATSCluster(t)
-	e := newClusterEnv(t, 3)
+	e := newClusterEnv(t, 4)
 	e.writeSpec(2, "hello")
 	e.hold("START db")
 	args := []string{"--tenant", clTenant, "--ack-wait", "2s", "--known-hosts", e.known}
@@ -289,4 +292,27 @@ func TestClusterTakeover(t *testing.T) {
 	if !strings.Contains(hist, "taken over") || !strings.Contains(hist, "loomd "+job.Owner) {
 		t.Errorf("history:\n%s", hist)
 	}
+
+	// Rolling restart: A back, the job on B, B stopped gracefully.
+	a = startDaemon(t, e.dir, "a2.log", nil, append(args, nc.daemonArgs(filepath.Join(e.dir, "data-a"))...)...)
+	e.server = b.url() + "," + a.url()
+	e.writeSpec(3, "hello")
+	scale := e.plan()
+	e.hold("CONFIGURE db")
+	apply = e.start("apply", e.spec, "--log-format", "json")
+	e.waitEffect("CONFIGURE db", apply)
+	b.signal(syscall.SIGTERM)
+	e.gate()
+	if code := apply.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("apply across a graceful handover: exit %d\n%s\n%s", code, apply.stdout.String(), apply.stderr.String())
+	}
+	if code := b.exitCode(); code != 0 {
+		t.Errorf("the daemon that handed its job over exited %d:\n%s", code, b.logTail())
+	}
+	errs := apply.stderr.String()
+	if !strings.Contains(errs, "a loomd sharing the queue resumes it") || !strings.Contains(errs, "from the daemon that shut down") {
+		t.Errorf("apply did not show the handover:\n%s", errs)
+	}
+	fx = e.effects()
+	e.checkOrder(scale, fx, func(k string) bool { return strings.HasPrefix(k, "CONFIGURE db@") })
 }
