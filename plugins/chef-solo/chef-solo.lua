@@ -125,20 +125,26 @@ local function solo_rb(dir)
 end
 
 -- walk adds "path\0sha256" lines for every file under rel (links
--- followed, as Coopr's tar -h did) to out.
+-- followed, as Coopr's tar -h did) to out. A path is read as a file first
+-- and listed as a dir when that fails: resources hold far more files than
+-- dirs, and each failed try costs an error.
 local function walk(rel, out, depth, count)
   if depth > MAX_DEPTH then
     error({ kind = "config", message = rel .. ": nested more than " .. MAX_DEPTH .. " levels (a link loop?)" }, 0)
   end
-  local ok, names = pcall(fs.list, rel)
-  if not ok then
-    -- Not a dir: a file.
+  local ok, content = pcall(fs.read, rel)
+  if ok then
     count[1] = count[1] + 1
     if count[1] > MAX_FILES then
       error({ kind = "config", message = ("the resources hold more than %d files"):format(MAX_FILES) }, 0)
     end
-    out[#out + 1] = rel .. "\0" .. crypto.sha256(fs.read(rel))
+    out[#out + 1] = rel .. "\0" .. crypto.sha256(content)
     return
+  end
+  local lok, names = pcall(fs.list, rel)
+  if not lok then
+    -- Neither a file nor a dir we may read: say what reading said.
+    error(content, 0)
   end
   out[#out + 1] = rel .. "/\0dir"
   for _, name in ipairs(names) do

@@ -37,7 +37,7 @@ func pluginDir() string {
 }
 
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	srv  *sshdtest.Server
 	rt   *loomrt.Runtime
 	logs *luatest.LogBuffer
@@ -48,7 +48,7 @@ type env struct {
 
 var fakechef string // the built fake, shared by the tests of the package
 
-func buildFakechef(t *testing.T) string {
+func buildFakechef(t testing.TB) string {
 	t.Helper()
 	if fakechef != "" {
 		return fakechef
@@ -74,7 +74,7 @@ func TestMain(m *testing.M) {
 // newEnv starts the host and a runtime serving the plugin; coopr loads
 // Coopr's own chef_solo_automator.json (unchanged, in Coopr's layout)
 // with chef-solo.lua and lib/ beside it.
-func newEnv(t *testing.T, coopr bool) *env {
+func newEnv(t testing.TB, coopr bool) *env {
 	t.Helper()
 	srv := sshdtest.Start(t, sshdtest.Config{AllowRoot: true, PrivateDirs: []string{"/var/chef", "/opt/chef", "/var/lib/fakechef"}})
 	bin := srv.HostPath("/opt/chef/bin/chef-solo")
@@ -193,7 +193,7 @@ func (e *env) run(name string, fields map[string]any) *loomrt.Result {
 	return res
 }
 
-func must(t *testing.T, res *loomrt.Result) {
+func must(t testing.TB, res *loomrt.Result) {
 	t.Helper()
 	if res.Status != 0 {
 		t.Fatalf("status %d: %s\nstdout: %s\nstderr: %s", res.Status, res.Message, res.Stdout, res.Stderr)
