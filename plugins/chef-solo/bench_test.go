@@ -50,4 +50,3 @@ func BenchmarkBootstrap(b *testing.B) {
 		})
 	}
 }
-
