@@ -127,19 +127,23 @@ func (p *Provisioner) putTenant(w http.ResponseWriter, id string, body map[strin
 		}
 		resources, _ = json.Marshal(v)
 	}
-	if total := p.totalWorkers(id) + workers; total > p.cfg.Capacity {
-		p.log.Warn("coopr: the server assigned more workers than this provisioner's capacity", "tenant", id, "workers", workers, "total", total, "capacity", p.cfg.Capacity)
+	// Each worker is a take loop: a count past the capacity this
+	// provisioner registered would have loomd start as many as asked
+	// (300,000 once grew it by 1.5 GB), and a Coopr server never assigns
+	// more than capacityTotal. Checked and applied under one lock, so two
+	// tenant calls at once cannot pass it together.
+	if err := p.setTenantWithin(id, workers, resources); err != nil {
+		p.log.Warn("coopr: refused a tenant's worker count over this provisioner's capacity", "tenant", id, "workers", workers, "err", err)
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
 	}
-	p.setTenant(id, workers, resources)
 	p.log.Info("coopr: tenant set", "tenant", id, "workers", workers)
 	body["status"] = 0
 	writeJSON(w, http.StatusOK, body)
 }
 
-// totalWorkers counts the workers of every tenant but one.
-func (p *Provisioner) totalWorkers(except string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// totalWorkersLocked counts the workers of every tenant but one.
+func (p *Provisioner) totalWorkersLocked(except string) int {
 	n := 0
 	for id, t := range p.tenants {
 		if id != except {

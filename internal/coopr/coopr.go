@@ -166,16 +166,21 @@ func New(cfg Config) (*Provisioner, error) {
 	if !validID(cfg.ID) {
 		return nil, fmt.Errorf("coopr: provisioner id %q: use letters, digits, '.', '_' and '-' (it goes into URL paths)", cfg.ID)
 	}
+	total := 0
 	for t, n := range cfg.Tenants {
 		if !runtime.ValidTenant(t) || n < 0 {
 			return nil, fmt.Errorf("coopr: tenant %q with %d workers: a tenant id is 1 to 64 letters, digits, '.', '_' or '-', workers 0 or more", t, n)
 		}
+		total += n
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:55056"
 	}
 	if cfg.Capacity <= 0 {
 		cfg.Capacity = 10
+	}
+	if total > cfg.Capacity {
+		return nil, fmt.Errorf("coopr: --coopr-tenants ask for %d workers in all, more than --coopr-capacity %d", total, cfg.Capacity)
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = 10 * time.Second
@@ -521,12 +526,48 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// CapacityError refuses a tenant's worker count that would take the
+// provisioner past its capacity.
+type CapacityError struct {
+	Tenant   string
+	Workers  int // asked for this tenant
+	Others   int // the other tenants' workers
+	Capacity int
+}
+
+func (e *CapacityError) Error() string {
+	if e.Workers > e.Capacity {
+		return fmt.Sprintf("tenant %s: %d workers is more than this provisioner's capacity of %d (--coopr-capacity): each worker runs a task loop, so loomd refuses counts it did not offer",
+			e.Tenant, e.Workers, e.Capacity)
+	}
+	return fmt.Sprintf("tenant %s: %d workers, with the other tenants' %d, is more than this provisioner's capacity of %d (--coopr-capacity); lower another tenant first, or raise --coopr-capacity",
+		e.Tenant, e.Workers, e.Others, e.Capacity)
+}
+
+// setTenantWithin is setTenant for a worker count that must fit, with
+// the other tenants', in the capacity; it returns a *CapacityError
+// otherwise and changes nothing.
+func (p *Provisioner) setTenantWithin(id string, workers int, resources json.RawMessage) error {
+	p.mu.Lock()
+	if others := p.totalWorkersLocked(id); workers > p.cfg.Capacity || others+workers > p.cfg.Capacity {
+		p.mu.Unlock()
+		return &CapacityError{Tenant: id, Workers: workers, Others: others, Capacity: p.cfg.Capacity}
+	}
+	p.setTenantLocked(id, workers, resources)
+	return nil
+}
+
 // setTenant adds or updates a tenant: its worker count and resources.
 // New or changed resources are synced in the background before the
 // tenant's new slots take tasks; running slots keep running (a version is
 // switched atomically; tasks in flight keep the files they opened).
 func (p *Provisioner) setTenant(id string, workers int, resources json.RawMessage) {
 	p.mu.Lock()
+	p.setTenantLocked(id, workers, resources)
+}
+
+// setTenantLocked is setTenant with p.mu held; it releases it.
+func (p *Provisioner) setTenantLocked(id string, workers int, resources json.RawMessage) {
 	t, ok := p.tenants[id]
 	if !ok {
 		t = &tenant{id: id}

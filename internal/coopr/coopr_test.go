@@ -7,6 +7,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -410,4 +412,60 @@ func TestTenantRemovedWhileRunning(t *testing.T) {
 		pr, _ := srv.Provisioner("loom-test")
 		return len(pr.Usage) == 1 && pr.Usage["b"] == 2
 	})
+}
+
+// TestWorkerCountsCappedAtCapacity: a tenant's worker count, alone or
+// with the other tenants', never passes the capacity loomd registered; a
+// count past it is refused with 400 and the reason, and nothing starts
+// (300,000 workers once grew the daemon by 1.5 GB).
+func TestWorkerCountsCappedAtCapacity(t *testing.T) {
+	srv, p := start(t, coopr.Config{Runner: &runner{}, Capacity: 3})
+	eventually(t, "registration", func() bool { _, ok := srv.Provisioner("loom-test"); return ok })
+	api := "http://" + p.APIAddr()
+	refused := func(what string, out []byte, err error, want string) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "400") || !strings.Contains(err.Error(), "--coopr-capacity") || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %s %v, want 400 naming --coopr-capacity and %q", what, out, err, want)
+		}
+	}
+	out, err := coopfake.PutTenant(ctx(t), api, "bomb", 300000, nil)
+	refused("300,000 workers", out, err, "300000 workers is more than this provisioner's capacity of 3")
+	if out, err := coopfake.PutTenant(ctx(t), api, "a", 2, nil); err != nil {
+		t.Fatalf("2 of 3: %s %v", out, err)
+	}
+	out, err = coopfake.PutTenant(ctx(t), api, "b", 2, nil)
+	refused("2 more with 2 running", out, err, "with the other tenants' 2")
+	if out, err := coopfake.PutTenant(ctx(t), api, "b", 1, nil); err != nil {
+		t.Fatalf("1 more: %s %v", out, err)
+	}
+	// The server's other tenant calls go through the same check.
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/v2/tenants", `{"id": "c", "workers": 1}`},
+		{"PUT", "/v2/tenants/a/workers", `{"workers": 3}`},
+	} {
+		req, _ := http.NewRequest(c.method, api+c.path, strings.NewReader(c.body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "--coopr-capacity") {
+			t.Errorf("%s %s: %d %s, want 400 naming --coopr-capacity", c.method, c.path, resp.StatusCode, b)
+		}
+	}
+	// Lowering one tenant makes room for another.
+	if out, err := coopfake.PutTenant(ctx(t), api, "a", 0, nil); err != nil {
+		t.Fatalf("a to 0: %s %v", out, err)
+	}
+	if out, err := coopfake.PutTenant(ctx(t), api, "b", 3, nil); err != nil {
+		t.Fatalf("b to 3 once a has none: %s %v", out, err)
+	}
+	eventually(t, "usage b=3", func() bool { pr, _ := srv.Provisioner("loom-test"); return pr.Usage["b"] == 3 && pr.Usage["bomb"] == 0 })
+
+	// --coopr-tenants past the capacity is a configuration error.
+	if _, err := coopr.New(coopr.Config{ServerURL: srv.URL(), Runner: &runner{}, Capacity: 2, Tenants: map[string]int{"x": 2, "y": 1}}); err == nil ||
+		!strings.Contains(err.Error(), "--coopr-capacity 2") {
+		t.Errorf("tenants over the capacity at start: %v", err)
+	}
 }
