@@ -5,6 +5,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -70,8 +71,19 @@ type Config struct {
 	Metrics *Metrics
 	// MaxWait caps the ?wait= of a long poll; default 5 minutes.
 	MaxWait time.Duration
-	// MaxBody caps a submitted task's size; default 4 MiB.
+	// MaxBody caps a request body (a task, a call, a lock request); default
+	// 4 MiB. Cluster state has its own cap (maxClusterState).
 	MaxBody int64
+	// MaxInflight caps the bytes of request bodies the API holds at once,
+	// across every request; default 64 MiB. A body that would pass it is
+	// not read: the request gets 503 with Retry-After. What the daemon
+	// allocates to decode and queue a body is proportional to its size
+	// (docs/operations.md, "Memory"), so this bounds the daemon's memory
+	// under any number of concurrent submitters.
+	MaxInflight int64
+	// SpecMax caps a cluster spec the daemon accepts (in a cluster's
+	// state, in a job); default spec.DefaultMaxSize (--spec-max-size).
+	SpecMax int64
 	// Logger receives request errors; nil discards them.
 	Logger *slog.Logger
 	// ReadTimeout bounds reading one request's headers and body; a client
@@ -105,6 +117,20 @@ type Config struct {
 // DefaultAddr is where the API listens unless told otherwise.
 const DefaultAddr = "127.0.0.1:7070"
 
+// NotReadHeader is set on a 503 whose request had no effect: its body was
+// refused unread by the in-flight budget, so sending it again is always
+// safe (a client cannot know that of a 503 from the queue).
+const NotReadHeader = "Loom-Not-Read"
+
+// Default request size limits.
+const (
+	DefaultMaxBody     = 4 << 20
+	DefaultMaxInflight = 64 << 20
+	// maxHeaderBytes caps a request's headers (Go's default is 1 MiB: 512
+	// connections could hold 512 MiB of headers).
+	maxHeaderBytes = 64 << 10
+)
+
 // Server is the HTTP API.
 type Server struct {
 	cfg     Config
@@ -116,6 +142,7 @@ type Server struct {
 	ln  net.Listener
 
 	clusters clusterBucket // /v1/clusters (clusters.go)
+	inflight bodyBudget    // bytes of request bodies held now
 }
 
 // New checks the configuration and builds the server. It refuses an
@@ -134,7 +161,14 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxWait = 5 * time.Minute
 	}
 	if cfg.MaxBody <= 0 {
-		cfg.MaxBody = 4 << 20
+		cfg.MaxBody = DefaultMaxBody
+	}
+	if cfg.MaxInflight <= 0 {
+		cfg.MaxInflight = DefaultMaxInflight
+	}
+	if cfg.MaxInflight < cfg.MaxBody {
+		return nil, fmt.Errorf("api: the in-flight budget of %d bytes (--api-max-inflight-bytes) is smaller than one request body of %d bytes (--api-max-body): no maximal request could ever be read",
+			cfg.MaxInflight, cfg.MaxBody)
 	}
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = 30 * time.Second
@@ -152,7 +186,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.Metrics.watchSources(cfg.Queue, cfg.Plugins)
-	s := &Server{cfg: cfg, log: cfg.Logger}
+	s := &Server{cfg: cfg, log: cfg.Logger, inflight: bodyBudget{max: cfg.MaxInflight}}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -186,6 +220,7 @@ func (s *Server) Start() error {
 		Handler:           s.readDeadline(s.handler),
 		ReadHeaderTimeout: min(10*time.Second, s.cfg.ReadTimeout),
 		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.mu.Lock()
@@ -283,6 +318,11 @@ func (s *Server) route(name string, methods map[string]http.HandlerFunc) http.Ha
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
 		defer func() { s.cfg.Metrics.requests.WithLabelValues(name, strconv.Itoa(rec.code)).Inc() }()
+		// The body a handler reads counts against the in-flight budget
+		// until it returns.
+		hold := &bodyHold{b: &s.inflight}
+		defer hold.release()
+		r = r.WithContext(context.WithValue(r.Context(), bodyHoldKey{}, hold))
 		h, ok := methods[r.Method]
 		if !ok {
 			h, ok = methods["*"]
@@ -394,9 +434,41 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, what string) (
 	return readBodyLimit(w, r, what, s.cfg.MaxBody)
 }
 
-// readBodyLimit is readBody with its own size cap.
+// readBodyLimit is readBody with its own size cap. The body counts
+// against the API's in-flight budget until the handler returns: a body
+// that would pass the budget is not read, and the request gets 503 with
+// Retry-After.
 func readBodyLimit(w http.ResponseWriter, r *http.Request, what string, limit int64) (body []byte, ok bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if r.ContentLength > limit {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%s is larger than %d bytes", what, limit))
+		return nil, false
+	}
+	want := r.ContentLength
+	if want < 0 {
+		want = limit // chunked: reserve the most it may be, give back the rest once read
+	}
+	hold, _ := r.Context().Value(bodyHoldKey{}).(*bodyHold)
+	if hold != nil {
+		if want > hold.b.max {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%s of %d bytes is larger than the API's whole in-flight budget of %d bytes (--api-max-inflight-bytes)", what, want, hold.b.max))
+			return nil, false
+		}
+		if !hold.acquire(want) {
+			// Read the body to the end without keeping it (32 KiB at a
+			// time, within the read deadline), so the client reads this
+			// answer instead of a connection reset.
+			_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, limit))
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set(NotReadHeader, "1")
+			writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the API holds %s of request bodies, its in-flight budget (--api-max-inflight-bytes): send %s again after the Retry-After delay",
+				runtime.FormatSize(hold.b.max), what))
+			return nil, false
+		}
+	}
+	body, err := readAllSized(http.MaxBytesReader(w, r.Body, limit), r.ContentLength)
+	if hold != nil {
+		hold.shrink(int64(len(body)))
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -411,6 +483,59 @@ func readBodyLimit(w http.ResponseWriter, r *http.Request, what string, limit in
 	bodyRead(w)
 	return body, true
 }
+
+// readAllSized reads r to the end in one allocation when its size is
+// known (io.ReadAll doubles its buffer: about twice the body in garbage).
+func readAllSized(r io.Reader, size int64) ([]byte, error) {
+	if size < 0 {
+		return io.ReadAll(r)
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size+1)) // +1: EOF without growing
+	_, err := buf.ReadFrom(r)
+	return buf.Bytes(), err
+}
+
+// bodyBudget counts the bytes of request bodies the API holds.
+type bodyBudget struct {
+	mu   sync.Mutex
+	used int64
+	max  int64
+}
+
+// bodyHold is one request's share of the budget, released when its
+// handler returns.
+type bodyHold struct {
+	b *bodyBudget
+	n int64
+}
+
+type bodyHoldKey struct{}
+
+// acquire takes n more bytes of the budget, or reports false when they
+// are not free.
+func (h *bodyHold) acquire(n int64) bool {
+	h.b.mu.Lock()
+	defer h.b.mu.Unlock()
+	if h.b.used+n > h.b.max {
+		return false
+	}
+	h.b.used += n
+	h.n += n
+	return true
+}
+
+// shrink gives back what the hold took beyond n bytes (a chunked body
+// reserved its cap and turned out smaller).
+func (h *bodyHold) shrink(n int64) {
+	h.b.mu.Lock()
+	defer h.b.mu.Unlock()
+	if extra := h.n - n; extra > 0 {
+		h.b.used -= extra
+		h.n = n
+	}
+}
+
+func (h *bodyHold) release() { h.shrink(0) }
 
 // enqueue submits a task to the queue and answers with SubmitResponse.
 func (s *Server) enqueue(w http.ResponseWriter, r *http.Request, body []byte) {
@@ -427,6 +552,7 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request, body []byte) {
 			return
 		}
 		s.log.Error("submitting a task failed", "err", err)
+		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
@@ -623,6 +749,7 @@ func (s *Server) queueError(w http.ResponseWriter, err error, id string) {
 		writeError(w, 499, "request cancelled")
 	default:
 		s.log.Error("queue request failed", "task", id, "err", err)
+		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 	}
 }

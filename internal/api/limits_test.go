@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -67,5 +68,76 @@ func TestSlowBodyIsCutOffLongPollIsNot(t *testing.T) {
 	b, _ := io.ReadAll(r.Body)
 	if r.StatusCode != http.StatusOK || decode[Task](t, b).State != queue.Queued {
 		t.Fatalf("long poll = %d %s, want 200 queued", r.StatusCode, b)
+	}
+}
+
+// gatedQueue holds every Submit until its gate opens, so requests keep
+// their bodies in flight.
+type gatedQueue struct {
+	Queue
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g gatedQueue) Submit(ctx context.Context, task []byte) (queue.Record, bool, error) {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.Queue.Submit(ctx, task)
+}
+
+// TestInflightBudget: request bodies held at once never pass
+// MaxInflight. A body that does not fit is not kept: 503 with
+// Retry-After, and it goes through once the others are done; a chunked
+// body reserves MaxBody until read; one larger than the whole budget is
+// 413.
+func TestInflightBudget(t *testing.T) {
+	f := newFixture(t, Config{})
+	g := gatedQueue{Queue: f.q, entered: make(chan struct{}, 8), gate: make(chan struct{})}
+	s, err := New(Config{Queue: g, Plugins: fakePlugins{}, MaxBody: 1 << 20, MaxInflight: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := func(id string) string {
+		return `{"taskId":"` + id + `","taskName":"INSTALL","config":{"pad":"` + strings.Repeat("p", 900<<10) + `","service":{"action":{"type":"shell"}}}}`
+	}
+	postTo := func(path, body string, chunked bool) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", path, strings.NewReader(body))
+		if chunked {
+			req.ContentLength = -1
+		}
+		w := httptest.NewRecorder()
+		s.Handler().ServeHTTP(w, req)
+		return w
+	}
+	post := func(body string, chunked bool) *httptest.ResponseRecorder { return postTo("/v1/tasks", body, chunked) }
+	held := make(chan *httptest.ResponseRecorder, 2)
+	for _, id := range []string{"held-1", "held-2"} {
+		go func() { held <- post(task(id), false) }()
+	}
+	<-g.entered
+	<-g.entered // both bodies are read and held: 1.8 MiB of 2 MiB
+	for _, chunked := range []bool{false, true} {
+		w := post(task("third"), chunked)
+		if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" || !strings.Contains(w.Body.String(), "--api-max-inflight-bytes") {
+			t.Errorf("a third body (chunked %v) while two are held: %d Retry-After %q %s, want 503 with Retry-After 1", chunked, w.Code, w.Header().Get("Retry-After"), w.Body)
+		}
+	}
+	// Small requests still fit beside them.
+	if w := postTo("/v1/calls", `{"type": ""}`, false); w.Code != http.StatusBadRequest {
+		t.Errorf("a small body beside the held ones: %d %s, want it read (400)", w.Code, w.Body)
+	}
+	close(g.gate)
+	for range 2 {
+		if w := <-held; w.Code != http.StatusAccepted {
+			t.Errorf("a held request: %d %s", w.Code, w.Body)
+		}
+	}
+	for i, chunked := range []bool{false, true} {
+		if w := post(task(fmt.Sprint("after-", i)), chunked); w.Code != http.StatusAccepted {
+			t.Errorf("after the others finished (chunked %v): %d %s, want 202", chunked, w.Code, w.Body)
+		}
+	}
+	if _, err := New(Config{Queue: g, MaxBody: 4 << 20, MaxInflight: 1 << 20}); err == nil || !strings.Contains(err.Error(), "--api-max-inflight-bytes") {
+		t.Errorf("a budget smaller than one body: %v", err)
 	}
 }

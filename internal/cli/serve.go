@@ -7,7 +7,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"math"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +38,10 @@ type serveOptions struct {
 	token           string
 	apiReadTimeout  time.Duration
 	apiMaxConns     int
+	apiMaxBody      string
+	apiMaxInflight  string
+	memoryLimit     string
+	specMax         string
 	concurrency     int
 	natsURLs        []string
 	natsListen      string
@@ -120,6 +126,10 @@ running, interrupts them and exits 1; the interrupted tasks run again later.`,
 	f.DurationVar(&o.apiReadTimeout, "api-read-timeout", 30*time.Second, "time a client has to send a request's headers and body; slower clients are cut off")
 	f.IntVar(&o.apiMaxConns, "api-max-conns", 512, "HTTP API connections served at once; more wait in the backlog")
 	f.DurationVar(&o.clusterLease, "cluster-lease", 15*time.Second, "lease of a cluster job (loomd apply, destroy) this daemon runs, renewed every third of it; when the daemon dies, another daemon sharing the queue takes the job over once the lease ran out and the daemon stopped announcing itself (at once when it was on the same host and its process is gone)")
+	f.StringVar(&o.apiMaxBody, "api-max-body", "4MiB", "largest request body the HTTP API reads (a task, a call); larger ones get 413")
+	f.StringVar(&o.apiMaxInflight, "api-max-inflight-bytes", "64MiB", "request bodies the HTTP API holds at once, all requests together; past it a request gets 503 with Retry-After (bounds the daemon's memory under many submitters)")
+	f.StringVar(&o.specMax, "spec-max-size", "8MiB", "largest cluster spec the daemon accepts (in a cluster's state); a larger one gets 413 before it is stored")
+	f.StringVar(&o.memoryLimit, "memory-limit", "384MiB", "soft limit of the daemon's own Go memory: the garbage collector works harder near it, so bursts (many large tasks at once) do not grow its RSS; never stops it (0: off; GOMEMLIMIT in the environment takes precedence)")
 	f.BoolVar(&o.pprof, "pprof", false, "serve the Go profiler under /debug/pprof/ on the API listener (behind --token; shows the daemon's internals: turn it on only to debug)")
 	f.BoolVar(&o.ui, "ui", true, "serve the web console under /ui on the API's address, behind the same token (docs/ui.md)")
 	f.BoolVar(&o.uiReadOnly, "ui-readonly", false, "web console without actions: it shows everything and refuses cancel, delete and reload")
@@ -240,6 +250,29 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		return usageErr(fmt.Errorf("--store-reserve: %w", err))
 	} else {
 		storeReserve = n
+	}
+	apiMaxBody, err := runtime.ParseSize(o.apiMaxBody)
+	if err != nil || apiMaxBody < 1 {
+		return usageErr(fmt.Errorf("--api-max-body %q: want a size such as 4MiB", o.apiMaxBody))
+	}
+	apiMaxInflight, err := runtime.ParseSize(o.apiMaxInflight)
+	if err != nil || apiMaxInflight < apiMaxBody {
+		return usageErr(fmt.Errorf("--api-max-inflight-bytes %q: want a size such as 64MiB, at least --api-max-body (%s)", o.apiMaxInflight, o.apiMaxBody))
+	}
+	specMax, err := runtime.ParseSize(o.specMax)
+	if err != nil || specMax < 1 {
+		return usageErr(fmt.Errorf("--spec-max-size %q: want a size such as 8MiB", o.specMax))
+	}
+	memoryLimit, err := runtime.ParseSize(o.memoryLimit)
+	if err != nil || memoryLimit < 0 {
+		return usageErr(fmt.Errorf("--memory-limit %q: want a size such as 384MiB, or 0 for none", o.memoryLimit))
+	}
+	if memoryLimit > 0 && a.Getenv("GOMEMLIMIT") == "" {
+		// Bounded input (--api-max-inflight-bytes) bounds what is live;
+		// this bounds the garbage around it, which Go would otherwise let
+		// grow to the size of the live heap again before collecting.
+		prev := debug.SetMemoryLimit(memoryLimit)
+		defer debug.SetMemoryLimit(prev)
 	}
 	var pluginMemory int64
 	switch o.isolation {
@@ -383,7 +416,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		return rep, err
 	}
 	acfg := api.Config{Addr: o.listen, Token: o.token, Queue: q, Plugins: plugins, Metrics: metrics,
-		ReadTimeout: o.apiReadTimeout, MaxConns: o.apiMaxConns, Pprof: o.pprof, Listeners: o.g.listeners, Logger: logger.With("component", "api"),
+		ReadTimeout: o.apiReadTimeout, MaxConns: o.apiMaxConns, MaxBody: apiMaxBody, MaxInflight: apiMaxInflight, SpecMax: specMax, Pprof: o.pprof, Listeners: o.g.listeners, Logger: logger.With("component", "api"),
 		ClusterStore: cj.store, ClusterJobs: cj.jobs, ClusterLog: cj.log}
 	var cooprStatus func() coopr.Status
 	if o.coopr.server != "" {
@@ -458,6 +491,9 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		"startup", time.Since(start).Round(time.Microsecond)}
 	if sup != nil {
 		attrs = append(attrs, "plugin_memory", runtime.FormatSize(pluginMemory), "worker_limit", sup.LimitMode())
+	}
+	if ml := debug.SetMemoryLimit(-1); ml < math.MaxInt64 {
+		attrs = append(attrs, "memory_limit", runtime.FormatSize(ml))
 	}
 	if q.Mode() == "embedded" {
 		attrs = append(attrs, "data", o.data)

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,15 +112,34 @@ type apiError struct {
 
 func (e *apiError) Error() string { return fmt.Sprintf("loomd answered %d: %s", e.code, e.msg) }
 
-// do sends a request and decodes a 2xx JSON answer into out.
+// do sends a request and decodes a 2xx JSON answer into out. A request
+// the daemon refused unread because its in-flight budget was full (503
+// with api.NotReadHeader) is sent again after its Retry-After.
 func (c *apiClient) do(ctx context.Context, method, path string, body []byte, out any) error {
+	for {
+		wait, err := c.doOnce(ctx, method, path, body, out)
+		if wait <= 0 {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// doOnce is one attempt of do; wait > 0 asks for another after it.
+func (c *apiClient) doOnce(ctx context.Context, method, path string, body []byte, out any) (wait time.Duration, err error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return usageErr(fmt.Errorf("building the request: %w", err))
+		return 0, usageErr(fmt.Errorf("building the request: %w", err))
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -129,26 +149,32 @@ func (c *apiClient) do(ctx context.Context, method, path string, body []byte, ou
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return &callError{base: c.base, err: err}
+		return 0, &callError{base: c.base, err: err}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return fmt.Errorf("reading loomd's answer: %w", err)
+		return 0, fmt.Errorf("reading loomd's answer: %w", err)
 	}
 	if resp.StatusCode/100 != 2 {
 		var e api.Error
 		if json.Unmarshal(data, &e) != nil || e.Error == "" {
 			e.Error = strings.TrimSpace(string(data))
 		}
-		return &apiError{code: resp.StatusCode, msg: e.Error, body: data}
+		if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(api.NotReadHeader) != "" {
+			wait = time.Second
+			if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n > 0 {
+				wait = min(time.Duration(n)*time.Second, 30*time.Second)
+			}
+		}
+		return wait, &apiError{code: resp.StatusCode, msg: e.Error, body: data}
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
-			return fmt.Errorf("decoding loomd's answer: %w", err)
+			return 0, fmt.Errorf("decoding loomd's answer: %w", err)
 		}
 	}
-	return nil
+	return 0, nil
 }
 
 // clientErr maps an API error to the exit codes of loomd run: 2 for bad
