@@ -13,6 +13,7 @@ import (
 
 	"github.com/loomrt/loom/internal/cluster/joblog"
 	"github.com/loomrt/loom/internal/cluster/runner"
+	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
 )
 
@@ -122,6 +123,10 @@ func (s *Server) submitClusterJob(w http.ResponseWriter, r *http.Request) {
 	var req runner.Request
 	if err := json.Unmarshal(body, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "decoding the job request: "+err.Error()+` (want {"verb": "apply", "spec": "...", ...})`)
+		return
+	}
+	if err := spec.CheckSize(req.SpecFile, int64(len(req.Spec)), s.cfg.SpecMax); err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, err.Error())
 		return
 	}
 	name := r.PathValue("name")

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loomrt/loom/internal/cluster/runner"
+	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
 )
 
@@ -381,6 +382,10 @@ func (s *Server) putClusterState(w http.ResponseWriter, r *http.Request) {
 	}
 	if c.Name != name {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("the state is cluster %q's, not %q's", c.Name, name))
+		return
+	}
+	if err := spec.CheckSize(c.SpecFile, int64(len(c.Spec)), s.cfg.SpecMax); err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, err.Error())
 		return
 	}
 	if err := st.Put(c); err != nil {

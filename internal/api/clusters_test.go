@@ -39,6 +39,13 @@ func TestClusterEndpoints(t *testing.T) {
 	if code, body := f.do("PUT", "/v1/clusters/blog/state", string(data)); code != http.StatusBadRequest {
 		t.Fatalf("PUT of shop's state as blog: %d %s", code, body)
 	}
+	// A spec over the cap (--spec-max-size) is refused before it is stored.
+	big := *cl
+	big.Spec = strings.Repeat("#", 9<<20)
+	bigData, _ := json.Marshal(&big)
+	if code, body := f.do("PUT", "/v1/clusters/shop/state", string(bigData)); code != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "--spec-max-size") {
+		t.Fatalf("PUT of a 9 MiB spec: %d %s", code, body)
+	}
 	one := 1
 	ch, _ := json.Marshal(ClusterChanges{Changes: []state.Change{{Job: "shop-001", Task: &one, Rec: &state.Task{Status: state.TaskRunning,
 		Name: "CONFIRM", Node: "shop-db-1", Stage: 2, Runs: []state.Run{{ID: "shop-001-0002-1", Name: "CONFIRM", Status: state.TaskRunning, Started: now}}}}}})

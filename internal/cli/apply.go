@@ -40,6 +40,21 @@ type clusterOptions struct {
 	detach      bool
 	// retry is the command that resumes a failed job, for the summary.
 	retry string
+	// specMax is --spec-max-size: a larger spec is refused before parsing.
+	specMax string
+}
+
+// loadSpecFile reads the spec in path under --spec-max-size.
+func (o *clusterOptions) loadSpecFile(path string) (*spec.Spec, error) {
+	max := int64(spec.DefaultMaxSize)
+	if o.specMax != "" {
+		n, err := runtime.ParseSize(o.specMax)
+		if err != nil {
+			return nil, fmt.Errorf("--spec-max-size %q: want a size such as 8MiB", o.specMax)
+		}
+		max = n
+	}
+	return spec.LoadFileLimit(path, max)
 }
 
 // retryCommand is "loomd VERB TARGET" with the flags that say where the
@@ -58,6 +73,7 @@ func (o *clusterOptions) retryCommand(verb, target string) string {
 }
 
 func (o *clusterOptions) addFlags(fs *pflag.FlagSet, run bool) {
+	fs.StringVar(&o.specMax, "spec-max-size", "8MiB", "largest cluster spec file read; a larger one is refused before it is parsed")
 	fs.StringVar(&o.stateDir, "state-dir", "", "keep the cluster state in files in this directory instead of the loomd's store (default with --local: $XDG_STATE_HOME/loomd/clusters, ~/.local/state/loomd/clusters)")
 	o.client.addFlags(fs)
 	if !run {
@@ -113,7 +129,7 @@ added to the existing nodes by Coopr's rules (docs/clusters.md).`,
   loomd apply --template hadoop-distributed --size 5 hdp --local`,
 		Args: cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sp, file, err := a.loadSpec(cmd, args, &o.tmpl)
+			sp, file, err := a.loadSpec(cmd, args, &o.tmpl, &o.cluster)
 			if err != nil {
 				return err
 			}

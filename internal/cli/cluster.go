@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/loomrt/loom/internal/cluster/runner"
-	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
 )
 
@@ -51,9 +50,9 @@ it anew. Flags, exit status and resume are as for 'loomd apply'.`,
 }
 
 // clusterName is a cluster name, or the name in a spec file.
-func clusterName(target string) (string, error) {
+func clusterName(target string, o *clusterOptions) (string, error) {
 	if st, err := os.Stat(target); err == nil && st.Mode().IsRegular() {
-		sp, err := spec.LoadFile(target)
+		sp, err := o.loadSpecFile(target)
 		if err != nil {
 			return "", usageErr(err)
 		}
@@ -63,7 +62,7 @@ func clusterName(target string) (string, error) {
 }
 
 func (a *App) runDestroy(ctx context.Context, o *destroyOptions) error {
-	name, err := clusterName(o.target)
+	name, err := clusterName(o.target, &o.cluster)
 	if err != nil {
 		return err
 	}

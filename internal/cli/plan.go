@@ -59,7 +59,7 @@ A spec error is reported as file:line with exit status 2.`,
   loomd plan --template hadoop-distributed --size 5 hdp --catalog ./catalog`,
 		Args: cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sp, file, err := a.loadSpec(cmd, args, &o.tmpl)
+			sp, file, err := a.loadSpec(cmd, args, &o.tmpl, &o.cluster)
 			if err != nil {
 				return err
 			}

@@ -39,15 +39,16 @@ func (o *templateOptions) addFlags(fs *pflag.FlagSet) {
 
 var notLabel = regexp.MustCompile(`[^a-z0-9-]+`)
 
-// loadSpec reads the spec file args[0], or, with --template, builds a
-// template spec named args[0] (default: the template's name).
-func (a *App) loadSpec(cmd *cobra.Command, args []string, o *templateOptions) (*spec.Spec, string, error) {
+// loadSpec reads the spec file args[0] (under --spec-max-size), or, with
+// --template, builds a template spec named args[0] (default: the
+// template's name).
+func (a *App) loadSpec(cmd *cobra.Command, args []string, o *templateOptions, co *clusterOptions) (*spec.Spec, string, error) {
 	o.catalogSet = cmd.Flags().Changed("catalog")
 	if o.template == "" {
 		if len(args) != 1 {
 			return nil, "", usageErr(fmt.Errorf("give a cluster spec file, or --template T --size N [NAME]"))
 		}
-		sp, err := spec.LoadFile(args[0])
+		sp, err := co.loadSpecFile(args[0])
 		if err != nil {
 			return nil, "", usageErr(err)
 		}

@@ -44,12 +44,75 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
+// DefaultMaxSize is the largest spec loomd reads unless told otherwise
+// (--spec-max-size). A spec of a thousand node groups and services is a
+// few hundred KiB; parsing costs about 15 times a spec's size in memory
+// (a 64 MiB spec once took 1.09 GB), so a cap keeps a mistaken or hostile
+// file from exhausting the process.
+const DefaultMaxSize = 8 << 20
+
+// SizeError is a spec larger than the cap, refused before it is read.
+type SizeError struct {
+	File string
+	Size int64 // -1 when unknown (a stream cut at the cap)
+	Max  int64
+}
+
+func (e *SizeError) Error() string {
+	size := fmt.Sprintf("is %d bytes", e.Size)
+	if e.Size < 0 {
+		size = fmt.Sprintf("is more than %d bytes", e.Max)
+	}
+	return fmt.Sprintf("%s: the cluster spec %s, over the limit of %d bytes (%s); split the cluster, or raise --spec-max-size",
+		e.File, size, e.Max, formatMiB(e.Max))
+}
+
+func formatMiB(n int64) string {
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+// CheckSize refuses a spec of size bytes over max (max <= 0 means
+// DefaultMaxSize), before anything parses it.
+func CheckSize(file string, size, max int64) error {
+	if max <= 0 {
+		max = DefaultMaxSize
+	}
+	if size > max {
+		return &SizeError{File: file, Size: size, Max: max}
+	}
+	return nil
+}
+
 // LoadFile reads and validates the spec in path (YAML, or JSON, which is
-// YAML too).
-func LoadFile(path string) (*Spec, error) {
-	data, err := os.ReadFile(path)
+// YAML too), refusing one over DefaultMaxSize.
+func LoadFile(path string) (*Spec, error) { return LoadFileLimit(path, DefaultMaxSize) }
+
+// LoadFileLimit is LoadFile with its own size cap (max <= 0 means
+// DefaultMaxSize). A file over the cap is refused before it is read; a
+// pipe or device is read up to the cap and refused past it.
+func LoadFileLimit(path string, max int64) (*Spec, error) {
+	if max <= 0 {
+		max = DefaultMaxSize
+	}
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading the cluster spec: %w", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+		if err := CheckSize(path, st.Size(), max); err != nil {
+			return nil, err
+		}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the cluster spec: %w", err)
+	}
+	if int64(len(data)) > max {
+		return nil, &SizeError{File: path, Size: -1, Max: max}
 	}
 	return Parse(path, data)
 }

@@ -1,8 +1,12 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -184,5 +188,46 @@ services:
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
+	}
+}
+
+// TestLoadFileLimit: a spec over the cap is refused before it is read,
+// naming the size, the cap and --spec-max-size; one under it loads; a
+// stream (a pipe) is cut at the cap.
+func TestLoadFileLimit(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "web.yaml")
+	padded := good + "# " + strings.Repeat("x", 4096) + "\n"
+	if err := os.WriteFile(path, []byte(padded), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadFileLimit(path, int64(len(padded))); err != nil {
+		t.Fatalf("a spec at the cap: %v", err)
+	}
+	_, err := LoadFileLimit(path, 4096)
+	var se *SizeError
+	if !errors.As(err, &se) || se.Size != int64(len(padded)) || !strings.Contains(err.Error(), "--spec-max-size") || !strings.Contains(err.Error(), path) {
+		t.Fatalf("a spec over the cap: %v", err)
+	}
+	if _, err := LoadFile(path); err != nil {
+		t.Errorf("LoadFile under the default cap: %v", err)
+	}
+	fifo := filepath.Join(dir, "spec.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("no fifo: %v", err)
+	}
+	go func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		f.Write([]byte(padded))
+	}()
+	if _, err := LoadFileLimit(fifo, 1024); !errors.As(err, &se) || se.Size != -1 || !strings.Contains(err.Error(), "more than 1024 bytes") {
+		t.Errorf("a pipe past the cap: %v", err)
+	}
+	if err := CheckSize("x.yaml", DefaultMaxSize+1, 0); err == nil || !strings.Contains(err.Error(), "8 MiB") {
+		t.Errorf("CheckSize over the default: %v", err)
 	}
 }
