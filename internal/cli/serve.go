@@ -263,9 +263,11 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	if err != nil || specMax < 1 {
 		return usageErr(fmt.Errorf("--spec-max-size %q: want a size such as 8MiB", o.specMax))
 	}
-	memoryLimit, err := runtime.ParseSize(o.memoryLimit)
-	if err != nil || memoryLimit < 0 {
-		return usageErr(fmt.Errorf("--memory-limit %q: want a size such as 384MiB, or 0 for none", o.memoryLimit))
+	var memoryLimit int64
+	if o.memoryLimit != "0" && o.memoryLimit != "" {
+		if memoryLimit, err = runtime.ParseSize(o.memoryLimit); err != nil {
+			return usageErr(fmt.Errorf("--memory-limit %q: want a size such as 384MiB, or 0 for none", o.memoryLimit))
+		}
 	}
 	if memoryLimit > 0 && a.Getenv("GOMEMLIMIT") == "" {
 		// Bounded input (--api-max-inflight-bytes) bounds what is live;
