@@ -372,11 +372,12 @@ func kloudProviderKind() *Kind {
 	return &Kind{
 		Family: KloudProvider, Key: "kloudproviders", Base: "KloudProvider",
 		Title:  "Koding Kloud provider (stacks and machines)",
-		Caller: "Koding kloud (compile-time provider.Register); reimplemented by the host",
+		Caller: "Koding kloud, through the Go adapter in adapters/kloud that builds a provider.Provider for provider.Register ([kloud.md](kloud.md))",
 		Hooks: []Hook{
 			{Name: "schema", Input: sObj(), Result: sObj(opt("credential", sList(value)), opt("bootstrap", sList(value)), opt("metadata", sList(value))),
 				Absent: "credential: a free-form map; bootstrap: none; metadata: the machine's attributes",
-				absent: answer(func() any { return map[string]any{} }), Doc: "describe the credential, bootstrap and metadata fields"},
+				absent: answer(func() any { return map[string]any{} }),
+				Doc:    "describe the credential, bootstrap and metadata fields: the host builds kloud's schema types from them, once, when it registers the provider"},
 			validator("valid_credential", "a credential"),
 			validator("valid_bootstrap", "bootstrap outputs after apply"),
 			validator("valid_metadata", "machine metadata before a machine hook"),
@@ -410,6 +411,6 @@ func kloudProviderKind() *Kind {
 			opt("userdata", sString("the machine resource's user-data field (provider.Provider.Userdata); default user_data")),
 			opt("userdata_path", sList(sString("")).withDoc("where user data sits in the template's resources (provider.Provider.UserdataPath); default [<provider_name>_<resource_name>, \"*\", <userdata>]")),
 			opt("no_cloud_init", sBool("the cloud runs no cloud-init (provider.Provider.NoCloudInit): the host builds no Klient cloud-init, and apply_template gets kite_keys to install Klient itself")),
-		).withDoc("read by the Kloud host"),
+		).withDoc("read by adapters/kloud ([kloud.md](kloud.md))"),
 	}
 }

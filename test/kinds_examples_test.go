@@ -454,7 +454,8 @@ func exampleKloudProvider(t *testing.T, c *kindCaller) {
 	var applied map[string]any
 	json.Unmarshal([]byte(out["content"].(string)), &applied)
 	web := applied["resource"].(map[string]any)["kloudlike_instance"].(map[string]any)["web"].(map[string]any)
-	if out["key"] != "team-s1" || web["network_id"] != "net-7" || !strings.Contains(web["user_data"].(string), "install-klient") ||
+	if out["key"] != nil || web["network_id"] != "net-7" || web["size"] != "small" ||
+		applied["provider"].(map[string]any)["kloudlike"].(map[string]any)["token"] != "${var.kloudlike_token}" ||
 		strings.Contains(out["content"].(string), "kl-token") {
 		t.Fatalf("apply_template: %v", out)
 	}
@@ -474,5 +475,6 @@ func exampleKloudProvider(t *testing.T, c *kindCaller) {
 	if i := c.ok("kloudlike", "info", map[string]any{"credential": cred}).(map[string]any); i["state"] != "NotInitialized" {
 		t.Fatalf("info without id: %v", i)
 	}
-	c.ok("kloudlike", "valid_metadata", map[string]any{"value": map[string]any{}}) // absent: accept
+	c.ok("kloudlike", "valid_metadata", map[string]any{"value": map[string]any{"id": "m-1"}})
+	c.fails("kloudlike", "valid_metadata", map[string]any{"value": map[string]any{"id": "x"}}, "retry", "", "not a kloudlike id")
 }

@@ -333,7 +333,7 @@ function LoomCloudProvider:set_metrics(req) end
 ---@class LoomKloudProvider: LoomKind
 LoomKloudProvider = {}
 
---- Describe the credential, bootstrap and metadata fields. (optional; absent: credential: a free-form map; bootstrap: none; metadata: the machine's attributes)
+--- Describe the credential, bootstrap and metadata fields: the host builds kloud's schema types from them, once, when it registers the provider. (optional; absent: credential: a free-form map; bootstrap: none; metadata: the machine's attributes)
 ---@param req table
 ---@return {credential?: LoomValue[], bootstrap?: LoomValue[], metadata?: LoomValue[]}? result
 ---@return (string|LoomCallError)? err

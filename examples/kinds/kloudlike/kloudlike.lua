@@ -1,9 +1,14 @@
 -- kloudlike: a Koding Kloud provider. The stack part turns a user's
--- Terraform template into one that uses the credential's bootstrap outputs
--- (a network id) and installs the agent through user data; the machine
+-- Terraform template into one for the cloud: every kloudlike_instance
+-- gets the credential's bootstrap outputs (its network) and a default
+-- size. Kloud's host (adapters/kloud) then adds what every kloud
+-- provider gets: each machine's Klient cloud-init and kite key, and the
+-- credential's secret variables shadowed in the resources. The machine
 -- part starts, stops and inspects machines through the cloud's API.
 --
--- credential: {api_url, token (secret)}; bootstrap: {network_id}.
+-- credential: {api_url, token (secret)}; bootstrap: {network_id};
+-- machine metadata: {id, size}, read from the instance's Terraform
+-- attributes after apply.
 local loom = require("loom")
 local http = require("loom.http")
 local json = require("loom.json")
@@ -17,7 +22,10 @@ function KloudLike:schema()
       { name = "token", type = "string", label = "Token", secret = true },
     },
     bootstrap = { { name = "network_id", type = "string", label = "Network", read_only = true } },
-    metadata = { { name = "id", type = "string", label = "Machine id", read_only = true } },
+    metadata = {
+      { name = "id", type = "string", label = "Machine id", read_only = true, attribute = "id" },
+      { name = "size", type = "string", label = "Size", read_only = true },
+    },
   }
 end
 
@@ -28,6 +36,11 @@ end
 
 function KloudLike:valid_bootstrap(req)
   if (req.value.network_id or "") == "" then return nil, "bootstrap has no network_id: run bootstrap first" end
+end
+
+function KloudLike:valid_metadata(req)
+  local id = req.value.id
+  if id ~= nil and id ~= "" and not id:match("^m%-%d+$") then return nil, "machine id " .. id .. " is not a kloudlike id (m-N)" end
 end
 
 local function api(cred, method, path, body)
@@ -43,7 +56,10 @@ function KloudLike:verify_credential(req)
 end
 
 function KloudLike:bootstrap_templates(req)
-  return { { key = "kloudlike-network", content = json.encode({
+  -- kloud injects the credential as variables (kloudlike_api_url,
+  -- kloudlike_token) before it applies the template.
+  return { { content = json.encode({
+    provider = { kloudlike = { api_url = "${var.kloudlike_api_url}", token = "${var.kloudlike_token}" } },
     resource = { kloudlike_network = { main = { cidr = "10.10.0.0/16" } } },
     output = { network_id = { value = "${kloudlike_network.main.id}" } },
   }) } }
@@ -56,28 +72,31 @@ function KloudLike:apply_template(req)
   end
   local tpl = json.decode(req.template.content)
   local instances = tpl.resource and tpl.resource.kloudlike_instance or {}
-  for label, inst in pairs(instances) do
+  for _, inst in pairs(instances) do
     inst.network_id = boot.network_id
-    inst.user_data = "#cloud-config\nruncmd:\n  - [install-klient, --label, " .. label .. "]\n" .. (inst.user_data or "")
+    if (inst.size or "") == "" then inst.size = "small" end
+    -- The host wraps inst.user_data (the user's script) in Klient's
+    -- cloud-init after this hook.
   end
-  -- Secrets never travel in the template: the token is a variable.
-  tpl.provider = { kloudlike = { api_url = req.credential.credential.api_url, token = "${var.kloudlike_token}" } }
-  return { key = req.template.key or ((req.group or "default") .. "-" .. (req.stack_id or "stack")), content = json.encode(tpl) }
+  -- The provider block may read the credential: kloud injects it as the
+  -- variables kloudlike_api_url and kloudlike_token.
+  tpl.provider = { kloudlike = { api_url = "${var.kloudlike_api_url}", token = "${var.kloudlike_token}" } }
+  return { key = req.template.key, content = json.encode(tpl) }
 end
 
 local states = { running = "Running", stopped = "Stopped", starting = "Starting", stopping = "Stopping", pending = "Pending" }
 
 function KloudLike:info(req)
-  local id = req.metadata and req.metadata.id
-  if not id then return { state = "NotInitialized" } end
+  local id = req.metadata and req.metadata.id or ""
+  if id == "" then return { state = "NotInitialized" } end
   local m = api(req.credential.credential, "GET", "/machines/" .. id)
   if not m then return nil, { not_found = true, code = 106, message = "machine " .. id .. " not found" } end
   return { state = states[m.state] or "Unknown", metadata = { ip = m.ip } }
 end
 
 local function action(req, verb)
-  local id = req.metadata and req.metadata.id
-  if not id then return nil, { class = "terminal", message = "the machine has no id in its metadata" } end
+  local id = req.metadata and req.metadata.id or ""
+  if id == "" then return nil, { class = "terminal", message = "the machine has no id in its metadata" } end
   local m = api(req.credential.credential, "POST", "/machines/" .. id .. "/" .. verb, {})
   if not m then return nil, { not_found = true, code = 106, message = "machine " .. id .. " not found" } end
   return { ip = m.ip }

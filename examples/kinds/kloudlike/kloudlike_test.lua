@@ -7,15 +7,19 @@ local function cred(fake, bootstrap)
 end
 
 describe("stack", function()
-  it("injects the network and the agent into every instance, without the token", function()
-    local tpl = json.encode({ resource = { kloudlike_instance = { web = {}, db = {} } } })
+  it("puts the network and a default size in every instance, and the token only in the provider block", function()
+    local tpl = json.encode({ resource = { kloudlike_instance = { web = { size = "large" }, db = { user_data = "echo db" } } },
+      variable = { kloudlike_token = { default = "kt" } } })
     local res = loom.test.call("apply_template", { credential = cred(nil, { network_id = "net-1" }), template = { content = tpl }, group = "g", stack_id = "s" })
     assert.equals(0, res.status)
-    assert.equals("g-s", res.result.key)
+    assert.is_nil(res.result.key) -- kloud's default: <group>-<stack id>
     local out = json.decode(res.result.content)
     assert.equals("net-1", out.resource.kloudlike_instance.db.network_id)
-    assert.matches("install%-klient", out.resource.kloudlike_instance.web.user_data)
-    assert.is_nil(res.result.content:find("kt", 1, true))
+    assert.equals("small", out.resource.kloudlike_instance.db.size)
+    assert.equals("large", out.resource.kloudlike_instance.web.size)
+    -- the user's script is left for the host to wrap in Klient's cloud-init
+    assert.equals("echo db", out.resource.kloudlike_instance.db.user_data)
+    assert.equals("${var.kloudlike_token}", out.provider.kloudlike.token)
   end)
 end)
 
@@ -48,8 +52,10 @@ describe("schema and validators", function()
     assert.equals(0, loom.test.call("valid_bootstrap", { value = { network_id = "n" } }).status)
   end)
 
-  it("accepts any metadata: valid_metadata is absent", function()
-    assert.is_true(loom.test.call("valid_metadata", { value = {} }).defaulted)
+  it("checks the machine id in the metadata", function()
+    assert.equals(0, loom.test.call("valid_metadata", { value = { id = "m-3" } }).status)
+    assert.equals(0, loom.test.call("valid_metadata", { value = {} }).status)
+    assert.matches("not a kloudlike id", loom.test.call("valid_metadata", { value = { id = "i-3" } }).message)
   end)
 end)
 
