@@ -280,6 +280,32 @@ func Check(s string) (services []string, err error) {
 	return services, nil
 }
 
+// Ref is what one macro names: a service ("" for the self forms) and an
+// address type ("" for host and count forms).
+type Ref struct {
+	Macro   string
+	Service string
+	IPType  string
+}
+
+// CheckRefs parses every macro of s and returns what each names.
+func CheckRefs(s string) ([]Ref, error) {
+	var out []Ref
+	for _, m := range macros(s) {
+		text := s[m[0]+1 : m[1]-1]
+		e, err := parse(text)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Ref{Macro: text, Service: e.service, IPType: e.ipType})
+	}
+	return out, nil
+}
+
+// Walk calls f with every string in v (maps, lists, strings), map keys
+// sorted; the first error stops it.
+func Walk(v any, f func(string) error) error { return walk(v, f) }
+
 // CheckValue is Check over every string in v (maps, lists, strings).
 func CheckValue(v any) (services []string, err error) {
 	err = walk(v, func(s string) error {

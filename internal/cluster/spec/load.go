@@ -86,6 +86,20 @@ func CheckSize(file string, size, max int64) error {
 	return nil
 }
 
+// Plugins are the plugin types a spec is checked against: every provider
+// and automator type it names must be one of them.
+type Plugins struct {
+	Providers, Automators []string
+	// Where says where they were loaded from, for messages.
+	Where string
+}
+
+// Options tune Parse.
+type Options struct {
+	// Plugins, when set, checks the types the spec names.
+	Plugins *Plugins
+}
+
 // LoadFile reads and validates the spec in path (YAML, or JSON, which is
 // YAML too), refusing one over DefaultMaxSize.
 func LoadFile(path string) (*Spec, error) { return LoadFileLimit(path, DefaultMaxSize) }
@@ -118,7 +132,15 @@ func LoadFileLimit(path string, max int64) (*Spec, error) {
 }
 
 // Parse validates the spec in data; file names it in messages.
-func Parse(file string, data []byte) (*Spec, error) {
+func Parse(file string, data []byte) (*Spec, error) { return ParseWith(file, data, Options{}) }
+
+// ParseWith validates the spec in data, and checks it against the
+// plugins when o names them. The phases: decode the file (every shape
+// error), validate the cross-references (names, dependencies, layout
+// constraints), check the macros (each at its own line), check the plugin
+// types. Every problem found is reported at once (up to 20), each at its
+// own file:line, with a suggestion when a name is near a known one.
+func ParseWith(file string, data []byte, o Options) (*Spec, error) {
 	d := &decoder{file: file}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -131,13 +153,18 @@ func Parse(file string, data []byte) (*Spec, error) {
 	}
 	s := &Spec{File: file, Source: string(data), DNSSuffix: "local", Services: map[string]*Service{}, Config: map[string]any{}, Size: -1}
 	d.spec(root, s)
-	if len(d.problems) == 0 && s.NeedsSolve() {
+	switch {
+	case s.NeedsSolve() && len(d.problems) == 0:
 		d.validateTemplateSpec(s)
-	} else if len(d.problems) == 0 {
+	case !s.NeedsSolve() && root.Kind == yaml.MappingNode:
 		d.validate(s)
 		d.checkMacros(s)
+		if o.Plugins != nil {
+			d.checkPlugins(s, o.Plugins)
+		}
 	}
 	if len(d.problems) > 0 {
+		sort.SliceStable(d.problems, func(i, j int) bool { return d.problems[i].Line < d.problems[j].Line })
 		return nil, &Error{File: file, Problems: d.problems}
 	}
 	return s, nil
@@ -190,7 +217,8 @@ func (d *decoder) fields(n *yaml.Node, what string, handlers map[string]func(k, 
 		k, v := n.Content[i], n.Content[i+1]
 		h, ok := handlers[k.Value]
 		if !ok {
-			d.errf(k, "unknown key %q in %s (known keys: %s)", k.Value, what, strings.Join(sortedHandlerKeys(handlers), ", "))
+			known := sortedHandlerKeys(handlers)
+			d.errf(k, "unknown key %q in %s%s (known keys: %s)", k.Value, what, suggest(k.Value, known), strings.Join(known, ", "))
 			continue
 		}
 		if seen[k.Value] {
@@ -250,22 +278,30 @@ func (d *decoder) integer(n *yaml.Node, what string, dst *int) {
 }
 
 func (d *decoder) strList(n *yaml.Node, what string) []string {
+	out, _ := d.strListLines(n, what)
+	return out
+}
+
+// strListLines is strList with the line of each entry.
+func (d *decoder) strListLines(n *yaml.Node, what string) ([]string, []int) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return nil
+		return nil, nil
 	}
 	if n.Kind != yaml.SequenceNode {
 		d.errf(n, "%s must be a list of names such as [a, b], not %s", what, kindName(n))
-		return nil
+		return nil, nil
 	}
 	out := make([]string, 0, len(n.Content))
+	lines := make([]int, 0, len(n.Content))
 	for _, c := range n.Content {
 		var s string
 		d.str(c, what+" entries", &s)
 		if s != "" {
 			out = append(out, s)
+			lines = append(lines, c.Line)
 		}
 	}
-	return out
+	return out, lines
 }
 
 // object decodes a free-form mapping (fields, config) into JSON-ready Go
@@ -296,7 +332,7 @@ func (d *decoder) spec(n *yaml.Node, s *Spec) {
 		"dnsSuffix":   func(k, v *yaml.Node) { d.dnsSuffix(v, s) },
 		"dns_suffix":  func(k, v *yaml.Node) { d.dnsSuffix(v, s) },
 		"provider":    func(k, v *yaml.Node) { d.provider(k, v, &s.Provider) },
-		"config":      func(k, v *yaml.Node) { s.Config = d.object(v, "config"); s.configLine = k.Line },
+		"config":      func(k, v *yaml.Node) { s.Config = d.object(v, "config"); s.configLine = k.Line; s.config = v },
 		"nodegroups":  func(k, v *yaml.Node) { d.nodeGroups(v, s) },
 		"services":    func(k, v *yaml.Node) { d.services(v, s) },
 		"constraints": func(k, v *yaml.Node) { d.constraints(v, &s.Constraints) },
@@ -342,8 +378,9 @@ func (d *decoder) provider(key, n *yaml.Node, p *Provider) {
 	p.Line = key.Line
 	d.fields(n, "provider", map[string]func(k, v *yaml.Node){
 		"name":         func(k, v *yaml.Node) { d.str(v, "provider.name", &p.Name) },
-		"type":         func(k, v *yaml.Node) { d.str(v, "provider.type", &p.Type) },
-		"providertype": func(k, v *yaml.Node) { d.str(v, "provider.providertype", &p.Type) },
+		"type":         func(k, v *yaml.Node) { d.str(v, "provider.type", &p.Type); p.typeLine = v.Line },
+		"providertype": func(k, v *yaml.Node) { d.str(v, "provider.providertype", &p.Type); p.typeLine = v.Line },
+		"addresstypes": func(k, v *yaml.Node) { p.AddressTypes = d.strList(v, "provider.addresstypes") },
 		"description":  func(k, v *yaml.Node) {},
 		"fields":       func(k, v *yaml.Node) { p.Fields = d.object(v, "provider.fields") },
 		"provisioner":  func(k, v *yaml.Node) { p.Fields = d.object(v, "provider.provisioner") },
@@ -377,8 +414,13 @@ func (d *decoder) nodeGroups(n *yaml.Node, s *Spec) {
 			"sshuser":      func(k, v *yaml.Node) { d.str(v, what+".sshuser", &g.SSHUser) },
 			"num":          func(k, v *yaml.Node) { d.integer(v, what+".num", &g.Num) },
 			"services": func(k, v *yaml.Node) {
-				g.Services = d.strList(v, what+".services")
+				var lines []int
+				g.Services, lines = d.strListLines(v, what+".services")
 				g.servicesLine = v.Line
+				g.serviceLines = map[string]int{}
+				for i, name := range g.Services {
+					g.serviceLines[name] = lines[i]
+				}
 			},
 		})
 		if c.Kind != yaml.MappingNode {
@@ -448,15 +490,15 @@ func (d *decoder) service(n *yaml.Node, name string) *Service {
 	deps := func(dst *Deps, phase string) func(k, v *yaml.Node) {
 		return func(k, v *yaml.Node) {
 			d.fields(v, what+" "+phase, map[string]func(k, v *yaml.Node){
-				"requires": func(k, v *yaml.Node) { dst.Requires = d.strList(v, what+" "+phase+".requires") },
-				"uses":     func(k, v *yaml.Node) { dst.Uses = d.strList(v, what+" "+phase+".uses") },
+				"requires": func(k, v *yaml.Node) { dst.Requires, dst.reqLines = d.strListLines(v, what+" "+phase+".requires") },
+				"uses":     func(k, v *yaml.Node) { dst.Uses, dst.useLines = d.strListLines(v, what+" "+phase+".uses") },
 			})
 		}
 	}
 	actions := func(k, v *yaml.Node) { d.actions(v, what, svc) }
 	depKeys := map[string]func(k, v *yaml.Node){
-		"provides":  func(k, v *yaml.Node) { svc.Provides = d.strList(v, what+" provides") },
-		"conflicts": func(k, v *yaml.Node) { svc.Conflicts = d.strList(v, what+" conflicts") },
+		"provides":  func(k, v *yaml.Node) { svc.Provides, svc.provideLines = d.strListLines(v, what+" provides") },
+		"conflicts": func(k, v *yaml.Node) { svc.Conflicts, svc.conflictLines = d.strListLines(v, what+" conflicts") },
 		"install":   deps(&svc.Install, "install"),
 		"runtime":   deps(&svc.Runtime, "runtime"),
 	}
@@ -493,11 +535,11 @@ func (d *decoder) actions(n *yaml.Node, what string, svc *Service) {
 	for _, a := range ServiceActions {
 		a := a
 		handlers[a] = func(k, v *yaml.Node) {
-			act := Action{Fields: map[string]any{}}
+			act := Action{Fields: map[string]any{}, typeLine: v.Line}
 			aw := what + " action " + a
 			d.fields(v, aw, map[string]func(k, v *yaml.Node){
-				"type":   func(k, v *yaml.Node) { d.str(v, aw+".type", &act.Type) },
-				"fields": func(k, v *yaml.Node) { act.Fields = d.object(v, aw+".fields") },
+				"type":   func(k, v *yaml.Node) { d.str(v, aw+".type", &act.Type); act.typeLine = v.Line },
+				"fields": func(k, v *yaml.Node) { act.Fields = d.object(v, aw+".fields"); act.fields = v },
 			})
 			if v.Kind == yaml.MappingNode && act.Type == "" {
 				d.errf(v, "%s needs a \"type\": the automator plugin type that runs it (for example shell)", aw)

@@ -16,11 +16,15 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // ServiceActions lists the service actions a service may define, in the
-// order Coopr runs them (Coopr's JSON names; INITIALIZE is "initialize").
-var ServiceActions = []string{"install", "configure", "initialize", "start", "stop", "remove"}
+// order Coopr runs them (Coopr's JSON names; INITIALIZE is "initialize"),
+// then Loom's check (plan --refresh runs it to see whether the service
+// still runs).
+var ServiceActions = []string{"install", "configure", "initialize", "start", "stop", "remove", "check"}
 
 // Spec is a validated cluster spec.
 type Spec struct {
@@ -68,6 +72,7 @@ type Spec struct {
 
 	nameLine, configLine int
 	dnsSet               bool
+	config               *yaml.Node
 }
 
 // Provider names the provider plugin type that makes the nodes.
@@ -80,6 +85,11 @@ type Provider struct {
 	// Fields are the provider's fields (Coopr's provider.provisioner).
 	Fields map[string]any
 	Line   int
+	// AddressTypes are address types the provider returns beyond
+	// access_v4, bind_v4, access_v6 and bind_v6 (macros may name them).
+	AddressTypes []string
+
+	typeLine int
 }
 
 // NodeGroup is Count identical nodes.
@@ -101,6 +111,7 @@ type NodeGroup struct {
 	Line int
 
 	servicesLine int
+	serviceLines map[string]int
 }
 
 // Service is one service: how to run each action and what it depends on.
@@ -115,15 +126,19 @@ type Service struct {
 	// START and STOP.
 	Install, Runtime Deps
 	// Actions maps a service action (install, configure, initialize,
-	// start, stop, remove) to the automator that runs it.
+	// start, stop, remove, check) to the automator that runs it.
 	Actions map[string]Action
 	Line    int
+
+	provideLines, conflictLines []int
 }
 
 // Deps are one phase's dependencies: Requires must be on the cluster,
 // Uses only orders when present.
 type Deps struct {
 	Requires, Uses []string
+
+	reqLines, useLines []int
 }
 
 // All is Requires then Uses.
@@ -135,6 +150,9 @@ func (d Deps) All() []string {
 type Action struct {
 	Type   string
 	Fields map[string]any
+
+	typeLine int
+	fields   *yaml.Node
 }
 
 // Defines reports whether the service has the action.

@@ -101,13 +101,13 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"empty", ``, []string{"empty.yaml: the file is empty"}},
 		{"syntax", "name: [", []string{"syntax.yaml:1: not valid YAML or JSON"}},
-		{"unknown key", "name: a\nprovider: {type: x}\nnodegroup: []\n", []string{`unknown.yaml:3: unknown key "nodegroup" in the cluster spec (known keys: catalog, config, constraints, description, dnsSuffix, dns_suffix, hardwaretype, hardwaretypes, imagetype, imagetypes, name, nodegroups, provider, services, size, template)`}},
+		{"unknown key", "name: a\nprovider: {type: x}\nnodegroup: []\n", []string{`unknown.yaml:3: unknown key "nodegroup" in the cluster spec (did you mean "nodegroups"?) (known keys: catalog, config, constraints, description, dnsSuffix, dns_suffix, hardwaretype, hardwaretypes, imagetype, imagetypes, name, nodegroups, provider, services, size, template)`}},
 		{"no type", "name: a\nprovider:\n  fields: {}\nnodegroups: []\n", []string{`:2: provider needs a "type"`}},
 		{"bad count", "name: a\nprovider: {type: x}\nnodegroups:\n  - name: g\n    count: lots\n", []string{`:5: nodegroups[0].count must be a whole number ≥ 0, not "lots"`}},
 		{"undefined service", "name: a\nprovider: {type: x}\nnodegroups:\n  - name: g\n    count: 1\n    services: [bse]\nservices:\n  base: {}\n",
 			[]string{`:6: node group "g" lists service "bse", which the spec's services do not define (did you mean "base"?)`}},
 		{"missing requirement", "name: a\nprovider: {type: x}\nnodegroups:\n  - {name: g, count: 1, services: [app]}\nservices:\n  db: {}\n  app:\n    runtime: {requires: [db]}\n",
-			[]string{`:7: service "app" requires "db" (runtime), which no node group carries`}},
+			[]string{`:8: service "app" requires "db" (runtime), which no node group carries`}},
 		{"cycle", "name: a\nprovider: {type: x}\nnodegroups:\n  - {name: g, count: 1, services: [p, q]}\nservices:\n  p: {install: {requires: [q]}}\n  q: {install: {uses: [p]}}\n",
 			[]string{`install dependencies form a cycle: p → q → p`}},
 		{"conflict", "name: a\nprovider: {type: x}\nnodegroups:\n  - {name: g, count: 1, services: [p]}\n  - {name: h, count: 1, services: [q]}\nservices:\n  p: {conflicts: [q]}\n  q: {}\n",
@@ -183,8 +183,8 @@ services:
 	if err == nil {
 		t.Fatal("accepted")
 	}
-	for _, want := range []string{`m.yaml:3: config: a macro names service "zookeper", which the spec does not define (did you mean "zookeeper"?)`,
-		`m.yaml:8: service zookeeper, action install, fields: macro %join(host.service.zookeeper)%`} {
+	for _, want := range []string{`m.yaml:4: config: macro %host.service.zookeper% names service "zookeper", which the spec does not define (did you mean "zookeeper"?)`,
+		`m.yaml:10: service zookeeper, action install, fields: macro %join(host.service.zookeeper)%`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
@@ -229,5 +229,57 @@ func TestLoadFileLimit(t *testing.T) {
 	}
 	if err := CheckSize("x.yaml", DefaultMaxSize+1, 0); err == nil || !strings.Contains(err.Error(), "8 MiB") {
 		t.Errorf("CheckSize over the default: %v", err)
+}
+}
+
+// TestCheckAll: plan-time validation against the loaded plugins: unknown
+// provider and automator types, misspelt macro address types, requires
+// naming a near alias; every problem at its own line, all at once, each
+// with a suggestion.
+func TestCheckAll(t *testing.T) {
+	src := `name: shop
+provider:
+  type: statik
+config:
+  db: "%ip.acess_v4.service.db%"
+  web: "%host.service.web%"
+nodegroups:
+  - {name: db, count: 1, services: [db]}
+  - {name: web, count: 1, services: [web]}
+services:
+  db:
+    provides: [foundation]
+    actions:
+      install: {type: shel, fields: {args: "%ip.bind_v4.self%"}}
+      start: {type: shell, fields: {args: "%num.service.wbe%"}}
+  web:
+    runtime:
+      requires: [fundation]
+    actions:
+      install: {type: shell}
+`
+	_, err := ParseWith("shop.yaml", []byte(src), Options{Plugins: &Plugins{Providers: []string{"static", "digitalocean"}, Automators: []string{"shell"}, Where: "plugins/"}})
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{
+		`shop.yaml:3: provider type "statik" is not a loaded provider plugin in plugins/ (did you mean "static"?)`,
+		`shop.yaml:5: config: macro %ip.acess_v4.service.db% names address type "acess_v4", which no provider returns (did you mean "access_v4"?)`,
+		`shop.yaml:14: service "db", action install: automator type "shel" is not a loaded automator plugin in plugins/ (did you mean "shell"?)`,
+		`shop.yaml:15: service db, action start, fields: macro %num.service.wbe% names service "wbe", which the spec does not define (did you mean "web"?)`,
+		`shop.yaml:18: service "web": runtime.requires names "fundation", which no service defines or provides (did you mean "foundation"?)`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("errors lack\n%s\nin\n%v", want, err)
+		}
+	}
+	if n := len(err.(*Error).Problems); n != 5 {
+		t.Errorf("%d problems, want 5:\n%v", n, err)
+	}
+	// addresstypes lets a provider's own address types through.
+	ok := strings.Replace(src, "  type: statik\n", "  type: static\n  addresstypes: [acess_v4]\n", 1)
+	ok = strings.NewReplacer("type: shel,", "type: shell,", "wbe", "web", "fundation", "foundation").Replace(ok)
+	if _, err := ParseWith("shop.yaml", []byte(ok), Options{Plugins: &Plugins{Providers: []string{"static"}, Automators: []string{"shell"}}}); err != nil {
+		t.Errorf("fixed spec: %v", err)
 	}
 }

@@ -2,11 +2,13 @@ package spec
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/loomrt/loom/internal/cluster/macro"
-	"github.com/loomrt/loom/runtime"
 )
 
 // MaxNodes is the largest cluster a spec may describe (Coopr's
@@ -45,6 +47,20 @@ func (d *decoder) validate(s *Spec) {
 		}
 	}
 	known := func(n string) bool { return s.Services[n] != nil || len(providers[n]) > 0 }
+	// Names a dependency may use, for suggestions: services and aliases.
+	depNames := append([]string(nil), names...)
+	for alias := range providers {
+		if s.Services[alias] == nil {
+			depNames = append(depNames, alias)
+		}
+	}
+	sort.Strings(depNames)
+	at := func(lines []int, i, fallback int) int {
+		if i < len(lines) && lines[i] > 0 {
+			return lines[i]
+		}
+		return fallback
+	}
 
 	total := 0
 	seen := map[string]int{}
@@ -59,11 +75,15 @@ func (d *decoder) validate(s *Spec) {
 		total += g.Count
 		dup := map[string]bool{}
 		for _, name := range g.Services {
+			line := g.servicesLine
+			if l := g.serviceLines[name]; l > 0 {
+				line = l
+			}
 			if s.Services[name] == nil {
-				d.at(g.servicesLine, "node group %q lists service %q, which the spec's services do not define%s", g.Name, name, suggest(name, names))
+				d.at(line, "node group %q lists service %q, which the spec's services do not define%s", g.Name, name, suggest(name, names))
 			}
 			if dup[name] {
-				d.at(g.servicesLine, "node group %q lists service %q twice", g.Name, name)
+				d.at(line, "node group %q lists service %q twice", g.Name, name)
 			}
 			dup[name] = true
 		}
@@ -80,9 +100,6 @@ func (d *decoder) validate(s *Spec) {
 	}
 	if total > MaxNodes {
 		d.at(0, "the node groups add up to %d nodes, above the limit of %d per cluster", total, MaxNodes)
-	}
-	if len(d.problems) > 0 {
-		return
 	}
 
 	onCluster := map[string]bool{}
@@ -107,25 +124,25 @@ func (d *decoder) validate(s *Spec) {
 			name string
 			deps Deps
 		}{{"install", svc.Install}, {"runtime", svc.Runtime}} {
-			for _, dep := range phase.deps.Requires {
+			for i, dep := range phase.deps.Requires {
 				switch {
 				case !known(dep):
-					d.at(svc.Line, "service %q: %s.requires names %q, which no service defines or provides%s", name, phase.name, dep, suggest(dep, names))
+					d.at(at(phase.deps.reqLines, i, svc.Line), "service %q: %s.requires names %q, which no service defines or provides%s", name, phase.name, dep, suggest(dep, depNames))
 				case onCluster[name] && !provided(dep):
-					d.at(svc.Line, "service %q requires %q (%s), which no node group carries: add %q (or a service that provides it) to a node group", name, dep, phase.name, dep)
+					d.at(at(phase.deps.reqLines, i, svc.Line), "service %q requires %q (%s), which no node group carries: add %q (or a service that provides it) to a node group", name, dep, phase.name, dep)
 				}
 			}
-			for _, dep := range phase.deps.Uses {
+			for i, dep := range phase.deps.Uses {
 				if !known(dep) {
-					d.at(svc.Line, "service %q: %s.uses names %q, which no service defines or provides%s", name, phase.name, dep, suggest(dep, names))
+					d.at(at(phase.deps.useLines, i, svc.Line), "service %q: %s.uses names %q, which no service defines or provides%s", name, phase.name, dep, suggest(dep, depNames))
 				}
 			}
 		}
-		for _, c := range svc.Conflicts {
+		for i, c := range svc.Conflicts {
 			if s.Services[c] == nil {
-				d.at(svc.Line, "service %q conflicts with %q, which is not a service (conflicts name real services, not provided aliases)%s", name, c, suggest(c, names))
+				d.at(at(svc.conflictLines, i, svc.Line), "service %q conflicts with %q, which is not a service (conflicts name real services, not provided aliases)%s", name, c, suggest(c, names))
 			} else if onCluster[name] && onCluster[c] {
-				d.at(svc.Line, "service %q conflicts with %q, and both are on the cluster: remove one from the node groups", name, c)
+				d.at(at(svc.conflictLines, i, svc.Line), "service %q conflicts with %q, and both are on the cluster: remove one from the node groups", name, c)
 			}
 		}
 	}
@@ -204,6 +221,11 @@ func (s *Spec) dependencyCycle(phase string) []string {
 	visit = func(n string) bool {
 		color[n] = grey
 		stack = append(stack, n)
+		if s.Services[n] == nil {
+			stack = stack[:len(stack)-1]
+			color[n] = black
+			return false
+		}
 		for _, dep := range s.DepsOf(s.Services[n], phase) {
 			if !on[dep] {
 				continue
@@ -250,9 +272,6 @@ func (d *decoder) checkConstraints(s *Spec, known func(string) bool, names []str
 		if s.Services[n] == nil {
 			d.at(c.Line, "constraints.services names %q, which the spec does not define%s", n, suggest(n, names))
 		}
-	}
-	if len(d.problems) > 0 {
-		return
 	}
 	onCluster := map[string]bool{}
 	for _, n := range s.OnCluster() {
@@ -311,32 +330,42 @@ func (d *decoder) checkConstraints(s *Spec, known func(string) bool, names []str
 	}
 }
 
+// KnownAddressTypes are the address types the bundled providers return
+// (Coopr's access_v4 and bind_v4, and their v6 forms); a provider's
+// addresstypes adds others.
+var KnownAddressTypes = []string{"access_v4", "bind_v4", "access_v6", "bind_v6"}
+
 // checkMacros parses the Coopr macros of the cluster config and of the
-// service action fields, and checks the services they name are defined
-// (a misspelt name would silently expand to nothing).
+// service action fields, each at the line of the string that holds it,
+// and checks the services and address types they name (a misspelt name
+// would silently expand to nothing, or never get an address).
 func (d *decoder) checkMacros(s *Spec) {
 	known := make([]string, 0, len(s.Services))
 	for n := range s.Services {
 		known = append(known, n)
 	}
 	sort.Strings(known)
-	check := func(line int, where string, v any) {
-		svcs, err := macro.CheckValue(v)
+	ipTypes := append(append([]string(nil), KnownAddressTypes...), s.Provider.AddressTypes...)
+	check := func(str string, line int, where string) {
+		refs, err := macro.CheckRefs(str)
 		if err != nil {
 			d.at(line, "%s: %v", where, err)
 			return
 		}
-		for _, n := range svcs {
-			if s.Services[n] == nil {
-				d.at(line, "%s: a macro names service %q, which the spec does not define%s", where, n, suggest(n, known))
+		for _, r := range refs {
+			if r.Service != "" && s.Services[r.Service] == nil {
+				d.at(line, "%s: macro %%%s%% names service %q, which the spec does not define%s", where, r.Macro, r.Service, suggest(r.Service, known))
+			}
+			if r.IPType != "" && !slices.Contains(ipTypes, r.IPType) {
+				d.at(line, "%s: macro %%%s%% names address type %q, which no provider returns%s (known: %s; a provider returning others lists them in provider.addresstypes)",
+					where, r.Macro, r.IPType, suggest(r.IPType, ipTypes), strings.Join(ipTypes, ", "))
 			}
 		}
 	}
-	line := s.configLine
-	if line == 0 {
-		line = s.nameLine
+	walkStrings(s.config, s.configLine, func(str string, line int) { check(str, line, "config") })
+	if s.config == nil {
+		_ = macro.Walk(s.Config, func(str string) error { check(str, s.configLine, "config"); return nil })
 	}
-	check(line, "config", s.Config)
 	for _, n := range known {
 		svc := s.Services[n]
 		acts := make([]string, 0, len(svc.Actions))
@@ -345,10 +374,145 @@ func (d *decoder) checkMacros(s *Spec) {
 		}
 		sort.Strings(acts)
 		for _, a := range acts {
-			check(svc.Line, fmt.Sprintf("service %s, action %s, fields", n, a), svc.Actions[a].Fields)
+			act := svc.Actions[a]
+			where := fmt.Sprintf("service %s, action %s, fields", n, a)
+			if act.fields != nil {
+				walkStrings(act.fields, svc.Line, func(str string, line int) { check(str, line, where) })
+			} else {
+				_ = macro.Walk(act.Fields, func(str string) error { check(str, svc.Line, where); return nil })
+			}
 		}
 	}
 }
 
-// suggest offers the closest known name when one is near.
-func suggest(name string, known []string) string { return runtime.DidYouMean(name, known) }
+// walkStrings calls f with every string scalar under n and its line.
+func walkStrings(n *yaml.Node, fallback int, f func(s string, line int)) {
+	if n == nil {
+		return
+	}
+	switch n.Kind {
+	case yaml.ScalarNode:
+		if n.Tag == "!!str" || n.Tag == "" {
+			line := n.Line
+			if line == 0 {
+				line = fallback
+			}
+			f(n.Value, line)
+		}
+	case yaml.MappingNode:
+		for i := 1; i < len(n.Content); i += 2 {
+			walkStrings(n.Content[i], fallback, f)
+		}
+	case yaml.SequenceNode, yaml.DocumentNode:
+		for _, c := range n.Content {
+			walkStrings(c, fallback, f)
+		}
+	case yaml.AliasNode:
+		walkStrings(n.Alias, fallback, f)
+	}
+}
+
+// checkPlugins checks every plugin type the spec names against the loaded
+// plugins: the provider type, and each action's automator type.
+func (d *decoder) checkPlugins(s *Spec, p *Plugins) {
+	where := ""
+	if p.Where != "" {
+		where = " in " + p.Where
+	}
+	list := func(names []string) string {
+		if len(names) == 0 {
+			return "none"
+		}
+		return strings.Join(names, ", ")
+	}
+	providers := append([]string(nil), p.Providers...)
+	automators := append([]string(nil), p.Automators...)
+	sort.Strings(providers)
+	sort.Strings(automators)
+	if t := s.Provider.Type; t != "" && !slices.Contains(providers, t) {
+		line := s.Provider.typeLine
+		if line == 0 {
+			line = s.Provider.Line
+		}
+		d.at(line, "provider type %q is not a loaded provider plugin%s%s (loaded provider types: %s; 'loomd plugins' lists them)",
+			t, where, suggest(t, providers), list(providers))
+	}
+	names := make([]string, 0, len(s.Services))
+	for n := range s.Services {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		svc := s.Services[n]
+		acts := make([]string, 0, len(svc.Actions))
+		for a := range svc.Actions {
+			acts = append(acts, a)
+		}
+		sort.Strings(acts)
+		for _, a := range acts {
+			act := svc.Actions[a]
+			if act.Type == "" || slices.Contains(automators, act.Type) {
+				continue
+			}
+			line := act.typeLine
+			if line == 0 {
+				line = svc.Line
+			}
+			d.at(line, "service %q, action %s: automator type %q is not a loaded automator plugin%s%s (loaded automator types: %s)",
+				n, a, act.Type, where, suggest(act.Type, automators), list(automators))
+		}
+	}
+}
+
+// suggest offers the closest known name when one is near: at most 2
+// edits away (an adjacent transposition is one edit: "wbe" is "web"),
+// ties going to the longer common prefix.
+func suggest(name string, known []string) string {
+	best, bestD, bestP := "", 3, -1
+	ln := strings.ToLower(name)
+	for _, k := range known {
+		lk := strings.ToLower(k)
+		d := osaDistance(ln, lk)
+		p := 0
+		for p < len(ln) && p < len(lk) && ln[p] == lk[p] {
+			p++
+		}
+		if d < bestD || d == bestD && d < 3 && p > bestP {
+			best, bestD, bestP = k, d, p
+		}
+	}
+	if best == "" || best == name {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// osaDistance is the optimal string alignment distance: Levenshtein's,
+// plus the transposition of two adjacent characters as one edit.
+func osaDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}
+
+// Suggest returns " (did you mean %q?)" for the closest of known to name
+// when one is near, else "".
+func Suggest(name string, known []string) string { return suggest(name, known) }
