@@ -112,12 +112,16 @@ func (e *clusterEnv) doneTasks(steps []planStep, step int, job string) map[strin
 		e.t.Fatal(err)
 	}
 	done := map[string]bool{}
+	off := 0 // the step's first task, job-wide
+	for _, st := range steps[:step] {
+		off += len(st.Tasks)
+	}
 	for _, j := range s.Jobs {
 		if j.ID != job {
 			continue
 		}
-		for i, x := range steps[step].Plan.Tasks {
-			if j.Tasks[strconv.Itoa(i)].Status == "done" && x.Service != "" {
+		for i, x := range steps[step].Tasks {
+			if j.Tasks[strconv.Itoa(off+i)].Status == "done" && x.Service != "" {
 				done[x.TaskName+" "+x.Service+"@"+x.NodeID] = true
 			}
 		}
@@ -169,7 +173,7 @@ func TestClusterDaemon(t *testing.T) {
 		t.Fatalf("watch did not attach:\n%s", watch.stderr.String())
 	}
 	e.gate()
-	if code := watch.wait(t, 2*time.Minute); code != 0 || !strings.Contains(watch.stdout.String(), "Cluster shop: active (job shop-001, create: complete") {
+	if code := watch.wait(t, 2*time.Minute); code != 0 || !strings.Contains(watch.stdout.String(), "Cluster shop: active (job shop-001, apply: complete") {
 		t.Fatalf("watch: exit %d\n%s\n%s", code, watch.stdout.String(), watch.stderr.String())
 	}
 	if !strings.Contains(watch.stderr.String(), `"msg":"task finished"`) {
@@ -179,19 +183,21 @@ func TestClusterDaemon(t *testing.T) {
 	fx := e.effects()
 	e.checkOrder(create, fx, nil)
 
-	// Scale up 2 -> 3 web nodes: create, then configure the others. The
-	// daemon dies at CONFIGURE db of the second step; a new one on the
-	// same data and address takes over; the CLI follows throughout.
+	// Scale up 2 -> 3 web nodes: one job, create, then reconfigure the
+	// others (the cluster config's macros count the web nodes: every
+	// service's inputs change). The daemon dies at CONFIGURE db of the
+	// second step; a new one on the same data and address takes over; the
+	// CLI follows throughout.
 	e.writeSpec(3, "hello")
 	scale := e.plan()
-	if len(scale) != 2 || scale[0].Plan.Action != "create" || scale[1].Plan.Action != "configure" {
+	if len(scale) != 2 || scale[0].Action != "create" || scale[1].Action != "reconfigure" {
 		t.Fatalf("scale plan: %+v", scale)
 	}
 	e.hold("CONFIGURE db")
 	apply = e.start("apply", e.spec, "--log-format", "json")
 	e.waitEffect("CONFIGURE db", apply)
-	doneBefore := e.doneTasks(scale, 1, "shop-003")
-	for _, x := range scale[0].Plan.Tasks { // the first step had ended
+	doneBefore := e.doneTasks(scale, 1, "shop-002")
+	for _, x := range scale[0].Tasks { // the first step had ended
 		if x.Service != "" {
 			doneBefore[x.TaskName+" "+x.Service+"@"+x.NodeID] = true
 		}
@@ -203,8 +209,8 @@ func TestClusterDaemon(t *testing.T) {
 		t.Fatalf("apply across the daemon's death: exit %d\n%s\n%s", code, apply.stdout.String(), apply.stderr.String())
 	}
 	out, errs := apply.stdout.String(), apply.stderr.String()
-	for _, want := range []string{"Step 1/2, create (scale up: add 1 node(s)): job shop-002 complete", "Step 2/2, configure (the node list changed: reconfigure the nodes that stay): job shop-003 complete",
-		"Cluster shop: active (job shop-003, configure: complete"} {
+	for _, want := range []string{"Step 1/2, create (create 1 node(s)): complete", "Step 2/2, reconfigure (reconfigure base, db, web): complete",
+		"Cluster shop: active (job shop-002, apply: complete"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("apply's output lacks %q:\n%s", want, out)
 		}
@@ -219,14 +225,14 @@ func TestClusterDaemon(t *testing.T) {
 	if !strings.Contains(hist, "interrupted") || !strings.Contains(hist, "taken over") || !strings.Contains(hist, "gone from this host") {
 		t.Errorf("history lacks the takeover:\n%s", hist)
 	}
-	logs, _ := e.loomd(0, "cluster", "logs", "shop", "--job", "shop-003")
+	logs, _ := e.loomd(0, "cluster", "logs", "shop", "--job", "shop-002")
 	for _, want := range []string{"task started", "running effect.sh", "taken over by loomd"} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("cluster logs lacks %q:\n%s", want, logs)
 		}
 	}
 	if strings.Contains(logs, "shop-001-") {
-		t.Errorf("--job shop-003 printed another job's lines:\n%s", logs)
+		t.Errorf("--job shop-002 printed another job's lines:\n%s", logs)
 	}
 
 	// Detach, then destroy.
@@ -235,7 +241,7 @@ func TestClusterDaemon(t *testing.T) {
 		t.Errorf("destroy --detach:\n%s", out)
 	}
 	wout, _ := e.loomd(0, "cluster", "watch", "shop")
-	if !strings.Contains(wout, "Cluster shop: terminated (job shop-004, destroy: complete") {
+	if !strings.Contains(wout, "Cluster shop: terminated (job shop-003, destroy: complete") {
 		t.Errorf("watch of the destroy:\n%s", wout)
 	}
 	if c := e.claims(); len(c) != 0 {
@@ -272,7 +278,7 @@ func TestClusterTakeover(t *testing.T) {
 	if code := apply.wait(t, 3*time.Minute); code != 0 {
 		t.Fatalf("apply across the takeover: exit %d\n%s\n%s", code, apply.stdout.String(), apply.stderr.String())
 	}
-	if !strings.Contains(apply.stdout.String(), "Cluster shop: active (job shop-001, create: complete") ||
+	if !strings.Contains(apply.stdout.String(), "Cluster shop: active (job shop-001, apply: complete") ||
 		!strings.Contains(apply.stderr.String(), "taken over by loomd") {
 		t.Errorf("apply:\n%s\n%s", apply.stdout.String(), apply.stderr.String())
 	}

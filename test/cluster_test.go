@@ -146,6 +146,9 @@ services:
 
 func (e *clusterEnv) cmd(ctx context.Context, args ...string) *exec.Cmd {
 	full := append(args, "--plugins", e.plugins, "--work-dir", e.work, "--tenant", clTenant, "--known-hosts", e.known)
+	if (args[0] == "apply" || args[0] == "destroy") && !slices.Contains(args, "--yes") {
+		full = append(full, "--yes")
+	}
 	if e.server == "" || slices.Contains(args, "--local") {
 		full = append(full, "--state-dir", e.state)
 	} else if !slices.Contains(args, "--server") {
@@ -177,31 +180,43 @@ func (e *clusterEnv) loomd(want int, args ...string) (stdout, stderr string) {
 	return out.String(), errb.String()
 }
 
+// planStep is one step of 'loomd plan --json' (docs/clusters.md).
 type planStep struct {
+	Index  int    `json:"index"`
+	Action string `json:"action"`
 	Reason string `json:"reason"`
-	Plan   struct {
-		Action string `json:"action"`
-		Tasks  []struct {
-			Index    int    `json:"index"`
-			TaskName string `json:"taskName"`
-			NodeID   string `json:"nodeId"`
-			Service  string `json:"service"`
-			After    []int  `json:"after"`
-		} `json:"tasks"`
-	} `json:"plan"`
+	Tasks  []struct {
+		Index    int    `json:"index"`
+		TaskName string `json:"taskName"`
+		NodeID   string `json:"nodeId"`
+		Service  string `json:"service"`
+		After    []int  `json:"after"`
+	} `json:"tasks"`
 }
 
-func (e *clusterEnv) plan() []planStep {
+// planDoc is 'loomd plan --json'.
+type planDoc struct {
+	Format  string     `json:"format"`
+	Version int        `json:"version"`
+	Action  string     `json:"action"`
+	Reason  string     `json:"reason"`
+	Resume  string     `json:"resume"`
+	Tasks   int        `json:"tasks"`
+	Steps   []planStep `json:"steps"`
+	Notes   []string   `json:"notes"`
+}
+
+func (e *clusterEnv) planDoc(args ...string) planDoc {
 	e.t.Helper()
-	out, _ := e.loomd(0, "plan", e.spec, "--json")
-	var p struct {
-		Steps []planStep `json:"steps"`
-	}
-	if err := json.Unmarshal([]byte(out), &p); err != nil {
+	out, _ := e.loomd(0, append([]string{"plan", e.spec, "--json"}, args...)...)
+	var p planDoc
+	if err := json.Unmarshal([]byte(out), &p); err != nil || p.Format != "loomd-plan" || p.Version != 1 {
 		e.t.Fatalf("plan --json: %v\n%s", err, out)
 	}
-	return p.Steps
+	return p
 }
+
+func (e *clusterEnv) plan() []planStep { return e.planDoc().Steps }
 
 type effect struct {
 	ns                                   int64
@@ -265,7 +280,7 @@ func (e *clusterEnv) checkOrder(steps []planStep, fx []effect, rerun func(string
 	var prevMax int64
 	for si, st := range steps {
 		var stepMin, stepMax int64 = 1 << 62, 0
-		for _, t := range st.Plan.Tasks {
+		for _, t := range st.Tasks {
 			if t.Service == "" {
 				continue
 			}
@@ -280,7 +295,7 @@ func (e *clusterEnv) checkOrder(steps []planStep, fx []effect, rerun func(string
 			}
 			stepMin, stepMax = min(stepMin, first[k]), max(stepMax, last[k])
 			for _, d := range t.After {
-				p := st.Plan.Tasks[d]
+				p := st.Tasks[d]
 				if p.Service == "" {
 					continue
 				}
@@ -367,7 +382,7 @@ func TestClusterLifecycle(t *testing.T) {
 		}
 	}
 	create := e.plan()
-	if len(create) != 1 || create[0].Plan.Action != "create" || len(create[0].Plan.Tasks) != 3*3+3*2+4+2*3 {
+	if len(create) != 1 || create[0].Action != "create" || len(create[0].Tasks) != 3*3+3*2+4+2*3 {
 		t.Fatalf("create plan: %+v", create)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -394,8 +409,7 @@ func TestClusterLifecycle(t *testing.T) {
 		}
 		os.Remove(h.HostPath(fxHold))
 	}
-	resume := e.plan()
-	if len(resume) != 1 || !strings.HasPrefix(resume[0].Reason, "resume job shop-001") {
+	if resume := e.planDoc(); len(resume.Steps) != 1 || resume.Resume != "shop-001" || !strings.HasPrefix(resume.Reason, "resume job shop-001") {
 		t.Fatalf("plan after the kill: %+v", resume)
 	}
 	out, _ := e.loomd(0, "apply", e.spec, "--local")
@@ -438,14 +452,14 @@ func TestClusterLifecycle(t *testing.T) {
 
 	// Scale web 2 → 4 (3 → 5 nodes), then 4 → 1 (5 → 2 nodes): stop web on
 	// 3 nodes, delete them.
-	e.change(4, "hello", []string{"create", "configure"}, 5)
-	e.change(1, "hello", []string{"destroy", "configure"}, 2)
+	e.change(4, "hello", []string{"create", "reconfigure"}, 5)
+	e.change(1, "hello", []string{"destroy", "reconfigure"}, 2)
 	if s := e.readState(); len(s.Nodes) != 2 || s.Status != "active" {
 		t.Fatalf("state after scale-down: %+v", s)
 	}
 
 	// Reconfigure: the greeting changes; services restart.
-	fx = e.change(1, "bonjour", []string{"configure-restart"}, 2)
+	fx = e.change(1, "bonjour", []string{"reconfigure"}, 2)
 	order := []string{}
 	for _, f := range fx {
 		if f.greeting != "bonjour" {
@@ -476,8 +490,15 @@ func TestClusterLifecycle(t *testing.T) {
 		t.Errorf("state after destroy: %+v\n%s", s, out)
 	}
 	list, _ := e.loomd(0, "cluster", "list")
-	if !strings.Contains(list, "shop") || !strings.Contains(list, "terminated") {
+	if strings.Contains(list, "shop") || !strings.Contains(list, "1 terminated cluster(s) not shown") {
 		t.Errorf("cluster list:\n%s", list)
+	}
+	if list, _ = e.loomd(0, "cluster", "list", "--all"); !strings.Contains(list, "shop") || !strings.Contains(list, "terminated") {
+		t.Errorf("cluster list --all:\n%s", list)
+	}
+	e.loomd(0, "cluster", "forget", "shop")
+	if list, _ = e.loomd(0, "cluster", "list", "--all"); strings.Contains(list, "shop") {
+		t.Errorf("cluster list --all after forget:\n%s", list)
 	}
 }
 
@@ -490,7 +511,7 @@ func (e *clusterEnv) change(web int, greeting string, actions []string, claims i
 	steps := e.plan()
 	var got []string
 	for _, st := range steps {
-		got = append(got, st.Plan.Action)
+		got = append(got, st.Action)
 	}
 	if strings.Join(got, " ") != strings.Join(actions, " ") {
 		e.t.Fatalf("plan for web=%d %s: jobs %v, want %v", web, greeting, got, actions)
@@ -541,12 +562,12 @@ func (e *clusterEnv) waitRunning(steps []planStep, task, service string, exited 
 		if json.Unmarshal(data, &s) != nil || len(s.Jobs) == 0 {
 			continue
 		}
-		for i, tk := range steps[0].Plan.Tasks {
+		for i, tk := range steps[0].Tasks {
 			if tk.TaskName != task || tk.Service != service || s.Jobs[0].Tasks[strconv.Itoa(i)].Status != "running" {
 				continue
 			}
 			done := map[string]bool{}
-			for j, x := range steps[0].Plan.Tasks {
+			for j, x := range steps[0].Tasks {
 				if s.Jobs[0].Tasks[strconv.Itoa(j)].Status == "done" && x.Service != "" {
 					done[x.TaskName+" "+x.Service+"@"+x.NodeID] = true
 				}
@@ -563,15 +584,19 @@ func (e *clusterEnv) waitRunning(steps []planStep, task, service string, exited 
 func TestClusterImport(t *testing.T) {
 	dir := t.TempDir()
 	writePlugin(t, filepath.Join(dir, "plugins"), "noop", "1")
+	if err := os.CopyFS(filepath.Join(dir, "plugins", "static"), os.DirFS(filepath.Join(repoRoot(), "plugins", "static"))); err != nil {
+		t.Fatal(err)
+	}
 	d := startDaemon(t, dir, "serve.log", nil)
 	home := filepath.Join(dir, "home")
 	fs := &state.FileStore{Dir: filepath.Join(home, ".local", "state", "loomd", "clusters")}
-	spec := "name: old\nprovider: {type: p}\nnodegroups: [{name: n, count: 1, services: [s]}]\nservices: {s: {actions: {install: {type: noop}}}}\n"
+	spec := "name: old\nprovider: {type: static}\nnodegroups: [{name: n, count: 1, services: [s]}]\nservices: {s: {actions: {install: {type: noop}}}}\n"
 	if err := os.WriteFile(filepath.Join(dir, "old.yaml"), []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	err := fs.Put(&state.Cluster{Name: "old", Status: state.Active, Spec: spec, SpecFile: "old.yaml", NextJob: 2, NextNum: 1001,
 		Nodes: map[string]*state.Node{"old-n-1": {ID: "old-n-1", Num: 1000, Hostname: "old-n-1.local", State: state.NodeActive, Services: []string{"s"},
+			IPAddresses: map[string]any{"access_v4": "192.0.2.1"},
 			Results: map[string]any{"providerid": "vm-1"}}}})
 	if err != nil {
 		t.Fatal(err)

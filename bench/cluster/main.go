@@ -145,7 +145,7 @@ services:
 	fmt.Printf("nodes %d, hook latency %v, %s\n", nodes, latency, mode)
 	var base time.Duration
 	for i, p := range pars {
-		args := []string{"apply", "bench-" + p + ".yaml", "--parallelism", p, "--log-level", "warn"}
+		args := []string{"apply", "bench-" + p + ".yaml", "--parallelism", p, "--log-level", "warn", "--yes"}
 		if daemon {
 			args = append(args, "--server", serverURL)
 		} else {

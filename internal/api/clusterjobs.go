@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/loomrt/loom/internal/cluster/apply"
 	"github.com/loomrt/loom/internal/cluster/joblog"
 	"github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/spec"
@@ -23,6 +24,7 @@ import (
 
 func (s *Server) clusterJobRoutes(mux *http.ServeMux) {
 	mux.Handle("/v1/clusters/{name}/jobs", s.route("cluster_jobs", map[string]http.HandlerFunc{"POST": s.submitClusterJob}))
+	mux.Handle("/v1/clusters/{name}/plan", s.route("cluster_plan", map[string]http.HandlerFunc{"POST": s.planClusterJob}))
 	mux.Handle("/v1/clusters/{name}/job", s.route("cluster_job", map[string]http.HandlerFunc{"GET": s.getClusterJob}))
 	mux.Handle("/v1/clusters/{name}/job/cancel", s.route("cluster_job_cancel", map[string]http.HandlerFunc{"POST": s.cancelClusterJob}))
 	mux.Handle("/v1/clusters/{name}/jobs/{id}", s.route("cluster_job_step", map[string]http.HandlerFunc{"GET": s.getClusterJobStep}))
@@ -47,6 +49,8 @@ type JobSubmitResponse struct {
 	Job      *JobView `json:"job,omitempty"`
 	Attached bool     `json:"attached,omitempty"`
 	Message  string   `json:"message,omitempty"`
+	// Notes are what the plan leaves alone, and why.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // JobBusy is the 409 answer: the cluster runs another job.
@@ -55,8 +59,9 @@ type JobBusy struct {
 	Job   *JobView `json:"job,omitempty"`
 }
 
-// StepView is one job of the cluster's state (a step of a cluster job)
-// with every task of its plan: what a live view draws.
+// StepView is one job of the cluster's state with every task of every
+// step (job-wide indexes; stages numbered on across the steps): what a
+// live view draws.
 type StepView struct {
 	Job    *JobReport    `json:"job"`
 	Action string        `json:"action"`
@@ -140,7 +145,11 @@ func (s *Server) submitClusterJob(w http.ResponseWriter, r *http.Request) {
 		if req.Verb == runner.VerbDestroy {
 			msg = fmt.Sprintf("Cluster %s has no nodes: nothing to destroy.", name)
 		}
-		writeJSON(w, http.StatusOK, JobSubmitResponse{Changes: false, Message: msg})
+		var notes []string
+		if acc.Change != nil {
+			notes = acc.Change.Notes
+		}
+		writeJSON(w, http.StatusOK, JobSubmitResponse{Changes: false, Message: msg, Notes: notes})
 		return
 	}
 	v := s.jobView(r.Context(), *acc.Record)
@@ -153,13 +162,42 @@ func (s *Server) submitClusterJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, JobSubmitResponse{Changes: true, Job: v, Attached: acc.Attached})
 }
 
+// planClusterJob answers POST /v1/clusters/{name}/plan: the plan (a
+// loomd-plan document) a job request would run, made by this daemon with
+// its plugins and resource files; nothing runs. Submitting the request
+// with the document's expect ({"expect": ...}) runs exactly that plan, or
+// is refused (412) when the cluster changed meanwhile.
+func (s *Server) planClusterJob(w http.ResponseWriter, r *http.Request) {
+	if !s.jobsReady(w) {
+		return
+	}
+	body, ok := readBodyLimit(w, r, "the job request", maxClusterState)
+	if !ok {
+		return
+	}
+	bodyRead(w)
+	var req runner.Request
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "decoding the job request: "+err.Error()+` (want {"verb": "apply", "spec": "...", ...})`)
+		return
+	}
+	ch, _, err := s.cfg.ClusterJobs.PlanJob(r.Context(), r.PathValue("name"), req)
+	if s.jobError(w, err) {
+		return
+	}
+	writeJSON(w, http.StatusOK, ch.Document(req.Options(), false))
+}
+
 // jobError answers a runner error; false when there is none.
 func (s *Server) jobError(w http.ResponseWriter, err error) bool {
 	var busy *runner.BusyError
 	var bad *runner.BadRequestError
+	var stale *runner.StaleError
 	switch {
 	case err == nil:
 		return false
+	case errors.As(err, &stale):
+		writeError(w, http.StatusPreconditionFailed, stale.Error())
 	case errors.As(err, &busy):
 		resp := JobBusy{Error: busy.Error()}
 		if busy.Record != nil {
@@ -244,11 +282,21 @@ func (s *Server) getClusterJobStep(w http.ResponseWriter, r *http.Request) {
 		}
 		return t
 	}
-	if p, err := runner.JobPlan(c, j); err == nil && (j.TaskCount == 0 || len(p.Tasks) == j.TaskCount) {
-		for i, t := range p.Tasks {
-			v.Tasks = append(v.Tasks, row(i, t.Name, t.Node, t.Service, t.Stage))
+	// Every step's tasks, with job-wide indexes and stages numbered on
+	// across steps.
+	plans, err := apply.JobPlans(c, j)
+	whole := err == nil && len(j.Steps) > 0
+	for _, p := range plans {
+		whole = whole && p != nil
+	}
+	if whole {
+		for k, p := range plans {
+			off := j.Steps[k].Offset
+			for i, t := range p.Tasks {
+				v.Tasks = append(v.Tasks, row(off+i, t.Name, t.Node, t.Service, v.Stages+t.Stage))
+			}
+			v.Stages += len(p.Stages)
 		}
-		v.Stages = len(p.Stages)
 	} else {
 		// The plan is gone (a destroy deleted its nodes): the tasks that
 		// ran are on record.

@@ -86,7 +86,7 @@ func TestClusterJobEndpoints(t *testing.T) {
 	}
 	for _, c := range []struct{ body, want string }{
 		{`{"verb":`, "decoding the job request"},
-		{body("explode", jobSpec), `verb "explode": want apply or destroy`},
+		{body("explode", jobSpec), `verb "explode": want apply, destroy, start, stop or restart`},
 		{body("apply", "name: shop\nprovider: {type: p}\nnodegroups: [{name: n, count: 1, services: [x]}]\n"), `shop.yaml:3: node group "n" lists service "x"`},
 		{body("apply", strings.Replace(jobSpec, "name: shop", "name: blog", 1)), `the spec is cluster "blog"'s, not "shop"'s`},
 	} {

@@ -9,11 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"os/user"
-	"slices"
-	"strings"
 	"sync/atomic"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -46,15 +43,41 @@ type clusterOptions struct {
 
 // loadSpecFile reads the spec in path under --spec-max-size.
 func (o *clusterOptions) loadSpecFile(path string) (*spec.Spec, error) {
-	max := int64(spec.DefaultMaxSize)
-	if o.specMax != "" {
-		n, err := runtime.ParseSize(o.specMax)
-		if err != nil {
-			return nil, fmt.Errorf("--spec-max-size %q: want a size such as 8MiB", o.specMax)
-		}
-		max = n
+	max, err := o.specMaxBytes()
+	if err != nil {
+		return nil, err
 	}
 	return spec.LoadFileLimit(path, max)
+}
+
+// specMaxBytes is --spec-max-size in bytes.
+func (o *clusterOptions) specMaxBytes() (int64, error) {
+	if o.specMax == "" {
+		return spec.DefaultMaxSize, nil
+	}
+	n, err := runtime.ParseSize(o.specMax)
+	if err != nil {
+		return 0, fmt.Errorf("--spec-max-size %q: want a size such as 8MiB", o.specMax)
+	}
+	return n, nil
+}
+
+// savedPlan reads path when it is a saved plan (nil otherwise, and for
+// anything larger than a spec may be: a plan holds its spec and tasks).
+func (o *clusterOptions) savedPlan(path string) []byte {
+	max, err := o.specMaxBytes()
+	if err != nil {
+		return nil
+	}
+	st, err := os.Stat(path)
+	if err != nil || !st.Mode().IsRegular() || st.Size() > 8*max {
+		return nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil || !apply.IsDocument(data) {
+		return nil
+	}
+	return data
 }
 
 // retryCommand is "loomd VERB TARGET" with the flags that say where the
@@ -90,45 +113,68 @@ func (o *clusterOptions) addFlags(fs *pflag.FlagSet, run bool) {
 type applyOptions struct {
 	g         *globalOptions
 	cluster   clusterOptions
+	tmpl      templateOptions
 	file      string
 	noRestart bool
 	onFailure string
-	tmpl      templateOptions
+	yes       bool
+	action    string
+	services  []string
+	nodes     []string
 }
 
 func (a *App) newApplyCmd(g *globalOptions) *cobra.Command {
 	o := &applyOptions{g: g}
 	cmd := &cobra.Command{
-		Use:   "apply SPEC | apply --template T --size N [NAME]",
-		Short: "Bring a cluster to what its spec says: create, scale, add services, reconfigure",
-		Long: `Compare the cluster spec with the cluster's saved state and run the jobs that bring
-the cluster there (the plan 'loomd plan SPEC' prints): create a new cluster; resume
-a job an earlier apply did not finish (tasks that finished are not run again);
-destroy the nodes a smaller count removed; create the nodes a larger count added;
-add services added to node groups; reconfigure (with a restart of the services,
-unless --no-restart) when the config, provider or services changed.
+		Use:   "apply SPEC|PLAN | apply --template T --size N [NAME]",
+		Short: "Bring a cluster to what its spec says (or run a saved plan, or a service action)",
+		Long: `Compare the cluster spec with what the cluster's state records (every node, what
+every service on it went through, the inputs each action last ran with) and run the
+job that closes the gap: the plan 'loomd plan SPEC' prints, exactly. A job is one
+or more steps, all recorded before its first task runs: destroy the nodes a smaller
+count removed; stop and remove services the spec dropped; create new nodes and add
+services; reconfigure only the services whose inputs changed (their cluster config,
+fields with macros expanded, the scripts they use), restarting them and what depends
+on them at runtime. An unfinished job is resumed when nothing it was planned from
+changed, else planned anew from what ran.
 
-Tasks run as soon as their prerequisites finished, one at a time per node, at
-most --parallelism at once: on the loomd at --server (POST /v1/tasks), or with
---local in this process through the plugins in --plugins. Each result is merged
-into the node's state and the config of the node's later tasks. A failed task is
-retried up to 3 attempts; a failed CONFIRM becomes DELETE, CREATE, CONFIRM, and
-a failed CREATE is retried only after a DELETE of what it may have made.
+PLAN is a file 'loomd plan SPEC -o PLAN' saved: apply runs exactly its tasks, or
+refuses when the cluster changed since the plan was made. A saved plan is applied
+without asking; otherwise apply shows the plan and asks for 'yes' on a terminal,
+and refuses without a terminal unless --yes.
 
-Logs (stderr) get one line per task state change. The summary (stdout) names
-every node with its address and every failed task. Exit status: 0 when the
-cluster is as the spec says, 1 when a job failed (run apply again to resume),
-2 for a bad spec or flags.
+--action start|stop|restart runs a service action instead: on --service (all when
+none), on --node (all carrying it when none); start also starts what they depend
+on that is not running, stop and restart also stop (restart) what depends on them.
+A stopped service stays stopped across applies until started again.
+
+The job runs in the loomd at --server, which keeps it going if this command is
+interrupted (Ctrl-C detaches; --detach returns at once; 'loomd cluster watch NAME'
+follows it again), or with --local in this process, through the plugins in
+--plugins. Tasks run as soon as their prerequisites finished, one at a time per
+node, at most --parallelism at once.
 
 With a template spec (template: T, size: N) or --template T --size N [NAME],
 Coopr's solver lays the nodes out from the catalog (--catalog) first: a new
 cluster, a scale up or down that keeps the existing nodes' services, services
-added to the existing nodes by Coopr's rules (docs/clusters.md).`,
+added to the existing nodes by Coopr's rules (docs/clusters.md).
+
+Exit status: 0 when the cluster is as the spec says; 1 when a job failed (run
+apply again to resume) or the plan was not confirmed; 2 for a bad spec, plan or
+flags, or a saved plan the cluster no longer matches; 130 after Ctrl-C.`,
 		Example: `  loomd apply cluster.yaml --local
-  loomd apply cluster.yaml --server http://127.0.0.1:7070 --parallelism 32
+  loomd apply cluster.yaml --server http://127.0.0.1:7070 --parallelism 32 --yes
+  loomd plan cluster.yaml -o plan.json && loomd apply plan.json
+  loomd apply cluster.yaml --action restart --service web --node shop-web-2 --yes
   loomd apply --template hadoop-distributed --size 5 hdp --local`,
 		Args: cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.tmpl.template == "" && len(args) == 1 {
+				if data := o.cluster.savedPlan(args[0]); data != nil {
+					o.file = args[0]
+					return a.runApplyDocument(cmd.Context(), o, data)
+				}
+			}
 			sp, file, err := a.loadSpec(cmd, args, &o.tmpl, &o.cluster)
 			if err != nil {
 				return err
@@ -139,16 +185,39 @@ added to the existing nodes by Coopr's rules (docs/clusters.md).`,
 	}
 	o.cluster.addFlags(cmd.Flags(), true)
 	cmd.Flags().BoolVar(&o.noRestart, "no-restart", false, "reconfigure without stopping and starting services")
-	cmd.Flags().StringVar(&o.onFailure, "on-failure", "keep", "after a failed create: keep what exists (and report it), or rollback (destroy the nodes it created)")
+	cmd.Flags().StringVar(&o.onFailure, "on-failure", "keep", "when a step that creates nodes fails: keep what exists (and report it), or rollback (destroy the nodes it created)")
+	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "apply without showing the plan and asking for confirmation")
+	cmd.Flags().StringVar(&o.action, "action", "", "run a service action instead of the spec's changes: start, stop or restart")
+	cmd.Flags().StringSliceVar(&o.services, "service", nil, "with --action: the services (comma-separated; default all)")
+	cmd.Flags().StringSliceVar(&o.nodes, "node", nil, "with --action: the node ids (comma-separated; default every node carrying the services)")
 	o.tmpl.addFlags(cmd.Flags())
 	return cmd
 }
 
-func (a *App) runApply(ctx context.Context, o *applyOptions, sp *spec.Spec) error {
+// request reads apply's flags into a job request.
+func (o *applyOptions) request() (runner.Request, error) {
 	if o.onFailure != "keep" && o.onFailure != "rollback" {
-		return usageErr(fmt.Errorf("--on-failure %q: want keep or rollback", o.onFailure))
+		return runner.Request{}, usageErr(fmt.Errorf("--on-failure %q: want keep or rollback", o.onFailure))
 	}
-	req := runner.Request{Verb: runner.VerbApply, Spec: sp.Source, SpecFile: o.file, NoRestart: o.noRestart, OnFailure: o.onFailure}
+	req := runner.Request{Verb: runner.VerbApply, SpecFile: o.file, NoRestart: o.noRestart, OnFailure: o.onFailure}
+	switch {
+	case o.action != "":
+		if _, err := plan.ParseServiceAction(o.action); err != nil {
+			return req, usageErr(fmt.Errorf("--action: %w", err))
+		}
+		req.Verb, req.Services, req.Nodes = o.action, o.services, o.nodes
+	case o.services != nil || o.nodes != nil:
+		return req, usageErr(errors.New("--service and --node go with --action start|stop|restart"))
+	}
+	return req, nil
+}
+
+func (a *App) runApply(ctx context.Context, o *applyOptions, sp *spec.Spec) error {
+	req, err := o.request()
+	if err != nil {
+		return err
+	}
+	req.Spec = sp.Source
 	o.cluster.retry = o.cluster.retryCommand("apply", o.file)
 	// A template spec is solved around the cluster's nodes first: the job
 	// runs the solved spec (the daemon needs no catalog).
@@ -165,13 +234,59 @@ func (a *App) runApply(ctx context.Context, o *applyOptions, sp *spec.Spec) erro
 		req.Spec = solved.Source
 		return nil
 	}
-	return a.runCluster(ctx, o.g, &o.cluster, sp.Name, req, prep)
+	verb := "apply"
+	if o.action != "" {
+		verb = o.action
+	}
+	return a.runCluster(ctx, o.g, &o.cluster, sp.Name, req, prep, confirmation{yes: o.yes, verb: verb, target: o.file})
+}
+
+// runApplyDocument runs a saved plan: the job runs only if planning again
+// (from the plan's own spec, options and drift, against the cluster as it
+// is now) gives that plan exactly.
+func (a *App) runApplyDocument(ctx context.Context, o *applyOptions, data []byte) error {
+	if o.action != "" || o.noRestart || o.services != nil || o.nodes != nil {
+		return usageErr(errors.New("a saved plan carries its own options: --action, --service, --node and --no-restart go to 'loomd plan'"))
+	}
+	if o.onFailure != "keep" && o.onFailure != "rollback" {
+		return usageErr(fmt.Errorf("--on-failure %q: want keep or rollback", o.onFailure))
+	}
+	doc, err := apply.ReadDocument(data)
+	if err != nil {
+		return usageErr(fmt.Errorf("%s: %w", o.file, err))
+	}
+	req := requestOf(doc)
+	req.OnFailure = o.onFailure
+	o.cluster.retry = retryOf(&o.cluster, runner.Record{Cluster: doc.Cluster, Request: req})
+	return a.runCluster(ctx, o.g, &o.cluster, doc.Cluster, req, nil, confirmation{yes: true, verb: "apply", target: o.file})
+}
+
+// requestOf is the job request of a saved plan, expecting that plan.
+func requestOf(doc *apply.Document) runner.Request {
+	o := doc.PlanOptions()
+	req := runner.Request{Verb: doc.Action, Spec: doc.Spec.Source, SpecFile: doc.Spec.File, NoRestart: o.NoRestart, NoRemove: o.NoRemove,
+		Force: o.Force, Drift: doc.Drift, Expect: doc.Expect()}
+	if doc.ServiceAction != nil {
+		req.Verb, req.Services, req.Nodes = doc.ServiceAction.Action, doc.ServiceAction.Services, doc.ServiceAction.Nodes
+	}
+	return req
+}
+
+// confirmation is how a command asks before it runs a job.
+type confirmation struct {
+	// yes skips the question (--yes, or a saved plan: the job then runs
+	// only as planned).
+	yes bool
+	// verb names the command (apply, destroy, start...); target what it
+	// acts on (the spec file, the cluster).
+	verb, target string
 }
 
 // runCluster runs a request: in this process (--local, --state-dir), or
 // on the daemon at --server, followed from here. prep, when set, sees the
-// cluster's state first and may complete the request.
-func (a *App) runCluster(ctx context.Context, g *globalOptions, o *clusterOptions, name string, req runner.Request, prep func(*state.Cluster, *runner.Request) error) error {
+// cluster's state first and may complete the request. The plan is shown
+// and confirmed first (unless cf.yes), and the job runs only as shown.
+func (a *App) runCluster(ctx context.Context, g *globalOptions, o *clusterOptions, name string, req runner.Request, prep func(*state.Cluster, *runner.Request) error, cf confirmation) error {
 	req.Parallelism = o.parallelism
 	req.TaskTimeoutMs = o.taskTimeout.Milliseconds()
 	req.Requester = requester()
@@ -182,9 +297,9 @@ func (a *App) runCluster(ctx context.Context, g *globalOptions, o *clusterOption
 		if o.detach {
 			return usageErr(errors.New("--detach needs a daemon to run the job: drop --local and --state-dir"))
 		}
-		return a.runHere(ctx, g, o, name, req, prep)
+		return a.runHere(ctx, g, o, name, req, prep, cf)
 	}
-	return a.submitJob(ctx, g, o, name, req, prep)
+	return a.submitJob(ctx, g, o, name, req, prep, cf)
 }
 
 // requester names who asks, for the job's history: user@host pid N.
@@ -200,7 +315,7 @@ func requester() string {
 // runHere runs the job in this process, its state in the state dir: the
 // tasks run here (--local) or on the daemon at --server (--state-dir
 // alone).
-func (a *App) runHere(ctx context.Context, g *globalOptions, o *clusterOptions, name string, req runner.Request, prep func(*state.Cluster, *runner.Request) error) error {
+func (a *App) runHere(ctx context.Context, g *globalOptions, o *clusterOptions, name string, req runner.Request, prep func(*state.Cluster, *runner.Request) error, cf confirmation) error {
 	st, err := a.clusterStore(ctx, o)
 	if err != nil {
 		return err
@@ -214,22 +329,13 @@ func (a *App) runHere(ctx context.Context, g *globalOptions, o *clusterOptions, 
 	if err != nil {
 		return err
 	}
+	if req.Verb == runner.VerbDestroy && cl == nil {
+		return a.clusterGetErr(st, name, fmt.Errorf("cluster %s: %w", name, state.ErrNotFound))
+	}
 	if prep != nil {
 		if err := prep(cl, &req); err != nil {
 			return err
 		}
-	}
-	steps, err := runner.Plan(cl, req)
-	if err != nil {
-		return usageErr(err)
-	}
-	if len(steps) == 0 {
-		if req.Verb == runner.VerbDestroy {
-			fmt.Fprintf(a.Out, "Cluster %s has no nodes: nothing to destroy.\n", name)
-			return nil
-		}
-		fmt.Fprintf(a.Out, "No changes: cluster %s is as %s says.\n\n", name, req.SpecFile)
-		return a.printClusterSummary(cl, nil, nil, "")
 	}
 	logger, err := a.newLogger(g.log)
 	if err != nil {
@@ -251,56 +357,79 @@ func (a *App) runHere(ctx context.Context, g *globalOptions, o *clusterOptions, 
 	pluginLogger := slog.New(tee.Handler(quiet.handler(logger.Handler())))
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	tasks, closeTasks, err := a.clusterRunner(ctx, g, o, pluginLogger, tee, name)
+	tasks, env, closeTasks, err := a.clusterRunner(ctx, g, o, pluginLogger, tee, name)
 	if err != nil {
 		return err
 	}
 	defer closeTasks()
+	ch, err := runner.Plan(cl, req, env)
+	if err != nil {
+		return usageErr(err)
+	}
+	if ch.Empty() && ch.Resume == nil {
+		if req.Verb == runner.VerbDestroy {
+			fmt.Fprintf(a.Out, "Cluster %s has no nodes: nothing to destroy.\n", name)
+			return nil
+		}
+		fmt.Fprintf(a.Out, "No changes: cluster %s is as %s says.\n", name, req.SpecFile)
+		for _, n := range ch.Notes {
+			fmt.Fprintf(a.Out, "Note: %s\n", n)
+		}
+		fmt.Fprintln(a.Out)
+		return a.printClusterSummary(cl, nil, "")
+	}
+	if req.Expect == nil {
+		if err := a.confirm(ch.Document(req.Options(), false), cf); err != nil {
+			return err
+		}
+	}
 	var first []state.Event
-	if cl != nil && cl.LastJob() != nil && cl.LastJob().Status == state.JobRunning {
+	if j := unfinishedJob(cl); j != nil && j.Status == state.JobRunning && ch.Resume == j {
 		// This process holds the lock: whoever ran it is gone.
 		first = []state.Event{{Time: time.Now(), Kind: state.EventInterrupted, By: "loomd apply",
 			Message: "the process that ran it stopped without finishing (killed, or its machine went down)"},
 			{Time: time.Now(), Kind: state.EventResumed, By: who, Message: fmt.Sprintf("%s for %s", req.Verb, req.Requester)}}
 	}
+	cl, job := apply.Begin(cl, ch, time.Now())
+	if err := st.Put(cl); err != nil {
+		return fmt.Errorf("cluster %s: recording job %s: %w", name, job.ID, err)
+	}
 	var view *liveView
-	eng := &runner.Engine{Store: st, Tasks: tasks, Log: jl, Who: who, Source: who}
+	eng := &runner.Engine{Store: st, Tasks: tasks, Log: jl, Who: who, Source: who, Requester: req.Requester, Parallelism: o.parallelism}
 	if !live {
 		eng.Logger = logger
 	}
-	eng.Started = func(i int, _ runner.Step, job *state.Job, p *plan.Plan) {
-		if live {
-			quiet.on.Store(true)
-			view = newLiveView(a.Err, p, job)
-		}
+	if live {
+		quiet.on.Store(true)
+		view = newJobView(a.Err, cl, job)
 	}
-	eng.Observe = func(_ int, _ *state.Job, _ *plan.Plan, ev apply.Event) {
+	eng.Observe = func(_ *state.Job, ev apply.Event) {
 		if view != nil {
 			view.observe(ev)
 		}
 	}
-	eng.Ended = func(i int, st runner.Step, cl *state.Cluster, job *state.Job, p *plan.Plan) {
-		if view != nil {
-			view.close()
-			view = nil
-			quiet.on.Store(false)
-		}
-		if len(steps) > 1 {
-			a.printStep(i, len(steps), st, job, p)
+	eng.Ended = func(k int, steps []runner.Step, cl *state.Cluster, job *state.Job, p *plan.Plan) {
+		// A rollback step may follow a failed one: its summary too.
+		if (len(steps) > 1 || steps[k].Status == runner.StepFailed && job.Options.Rollback) && view == nil {
+			a.printStep(k, steps[k], job)
 		}
 	}
-	out, err := eng.Run(ctx, name, req, &steps, first)
+	out, err := eng.Run(ctx, name, job.ID, first)
 	if view != nil {
 		view.close()
 		quiet.on.Store(false)
+		if len(job.Steps) > 1 {
+			for k, st := range runner.StepsOf(job) {
+				if st.Status == runner.StepComplete || st.Status == runner.StepFailed {
+					a.printStep(k, st, job)
+				}
+			}
+		}
 	}
 	if err != nil {
 		return err
 	}
-	if out.Cluster == nil {
-		return fmt.Errorf("%s", out.Message)
-	}
-	if err := a.printClusterSummary(out.Cluster, out.Job, out.Plan, o.retry); err != nil {
+	if err := a.printClusterSummary(out.Cluster, out.Job, o.retry); err != nil {
 		return err
 	}
 	switch out.State {
@@ -310,6 +439,17 @@ func (a *App) runHere(ctx context.Context, g *globalOptions, o *clusterOptions, 
 		return &exitError{code: 130, err: fmt.Errorf("interrupted: run the same command again to resume job %s", out.Job.ID)}
 	}
 	return silentExit(ExitFailure)
+}
+
+// unfinishedJob is the cluster's last job when it did not finish.
+func unfinishedJob(cl *state.Cluster) *state.Job {
+	if cl == nil {
+		return nil
+	}
+	if j := cl.LastJob(); j != nil && !j.Finished() {
+		return j
+	}
+	return nil
 }
 
 // gate drops the records of a handler while on (a live view is drawn).
@@ -336,42 +476,47 @@ func (h *gateHandler) WithGroup(name string) slog.Handler {
 	return &gateHandler{g: h.g, next: h.next.WithGroup(name)}
 }
 
-// printStep prints one step's outcome: its job; for a failed step that
-// another follows (the rollback), the failed tasks too (the summary at
-// the end shows the last job's).
-func (a *App) printStep(i, n int, st runner.Step, job *state.Job, p *plan.Plan) {
-	what := fmt.Sprintf("%s (%s)", st.Action, st.Reason)
+// printStep prints one step's outcome.
+func (a *App) printStep(k int, st runner.Step, job *state.Job) {
+	what := st.Reason
 	if st.Rollback {
 		what = "--on-failure rollback: " + st.Reason
 	}
-	fmt.Fprintf(a.Out, "Step %d/%d, %s: job %s %s, %d/%d tasks done", i+1, n, what, job.ID, job.Status,
-		job.DoneTasks(), max(job.TaskCount, len(job.Tasks)))
-	if !job.Ended.IsZero() {
-		fmt.Fprintf(a.Out, ", %s", job.Ended.Sub(job.Started).Round(time.Millisecond))
+	done := 0
+	if k < len(job.Steps) {
+		js := job.Steps[k]
+		for i := js.Offset; i < js.Offset+js.Tasks; i++ {
+			if t := job.Tasks[i]; t != nil && t.Status == state.TaskDone {
+				done++
+			}
+		}
 	}
-	fmt.Fprintln(a.Out)
-	if job.Status != state.JobComplete && i < n-1 {
-		fmt.Fprintf(a.Out, "  Job %s failed: %s\n", job.ID, job.Message)
-		a.printFailures(job, p, "    ")
-	}
+	fmt.Fprintf(a.Out, "Step %d/%d, %s (%s): %s, %d/%d tasks done\n", k+1, len(job.Steps), st.Action, what, orDash(st.Status), done, st.Tasks)
 }
 
 // clusterRunner is the in-process runtime (--local) or the daemon's API
-// (--state-dir alone). The tasks of the cluster's jobs are registered with
-// the tee while they run, so their plugin lines reach the job log.
-func (a *App) clusterRunner(ctx context.Context, g *globalOptions, o *clusterOptions, logger *slog.Logger, tee *joblog.Tee, cluster string) (apply.Runner, func(), error) {
+// (--state-dir alone), with what the job is planned with (the plugins;
+// with --local, the resource files of this machine's work dir). The tasks
+// of the cluster's jobs are registered with the tee while they run, so
+// their plugin lines reach the job log.
+func (a *App) clusterRunner(ctx context.Context, g *globalOptions, o *clusterOptions, logger *slog.Logger, tee *joblog.Tee, cluster string) (apply.Runner, runner.Env, func(), error) {
 	if o.local {
 		rt, err := a.newRuntime(ctx, g, runtimeConfig{logger: logger, poolSize: o.parallelism})
 		if err != nil {
-			return nil, nil, err
+			return nil, runner.Env{}, nil, err
 		}
-		return localRunner{rt: rt, tee: tee, cluster: cluster}, func() { rt.Close() }, nil
+		env, err := localEnv(g, rt.Types())
+		if err != nil {
+			rt.Close()
+			return nil, runner.Env{}, nil, err
+		}
+		return localRunner{rt: rt, tee: tee, cluster: cluster}, env, func() { rt.Close() }, nil
 	}
 	c, err := o.client.client()
 	if err != nil {
-		return nil, nil, err
+		return nil, runner.Env{}, nil, err
 	}
-	return &apiRunner{c: c, timeout: o.taskTimeout, log: logger}, func() {}, nil
+	return &apiRunner{c: c, timeout: o.taskTimeout, log: logger}, a.remoteEnv(ctx, c), func() {}, nil
 }
 
 // localRunner runs tasks in this process.
@@ -422,78 +567,4 @@ func (r *apiRunner) Run(ctx context.Context, id string, task []byte) (*runtime.R
 		res.Message = fmt.Sprintf("task %s %s: %s", id, t.State, t.Error)
 	}
 	return &res, nil
-}
-
-// printClusterSummary prints every node with its address, and the failed
-// tasks of the job with how to retry.
-func (a *App) printClusterSummary(cl *state.Cluster, job *state.Job, p *plan.Plan, retry string) error {
-	if cl == nil {
-		return nil
-	}
-	fmt.Fprintf(a.Out, "Cluster %s: %s", cl.Name, cl.Status)
-	if job != nil {
-		done, total := 0, max(job.TaskCount, len(job.Tasks))
-		if p != nil {
-			total = len(p.Tasks)
-		}
-		for _, t := range job.Tasks {
-			if t.Status == state.TaskDone {
-				done++
-			}
-		}
-		fmt.Fprintf(a.Out, " (job %s, %s: %s, %d/%d tasks done", job.ID, job.Action, job.Status, done, total)
-		if !job.Ended.IsZero() {
-			fmt.Fprintf(a.Out, ", %s", job.Ended.Sub(job.Started).Round(time.Millisecond))
-		}
-		fmt.Fprint(a.Out, ")")
-	}
-	fmt.Fprintln(a.Out)
-	tw := tabwriter.NewWriter(a.Out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tHOSTNAME\tADDRESS\tSTATE\tSERVICES")
-	for _, id := range cl.NodeIDs() {
-		n := cl.Nodes[id]
-		addr := n.Address()
-		if addr == "" {
-			addr = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.ID, n.Hostname, addr, n.State, strings.Join(n.Services, ","))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if job == nil || job.Status == state.JobComplete {
-		return nil
-	}
-	fmt.Fprintf(a.Out, "\nJob %s failed: %s\n", job.ID, job.Message)
-	a.printFailures(job, p, "  ")
-	fmt.Fprintf(a.Out, "Fix the cause, then run '%s' again: it resumes job %s where it stopped (finished tasks are not run again).\n",
-		retry, job.ID)
-	return nil
-}
-
-// printFailures lists a job's failed tasks with their last run and
-// message: from the plan's task list when there is one, else from the
-// task records (which name their task, node and service).
-func (a *App) printFailures(job *state.Job, p *plan.Plan, indent string) {
-	idx := make([]int, 0, len(job.Tasks))
-	for i, rec := range job.Tasks {
-		if rec != nil && rec.Status == state.TaskFailed {
-			idx = append(idx, i)
-		}
-	}
-	slices.Sort(idx)
-	for _, i := range idx {
-		rec := job.Tasks[i]
-		name, node, svc := rec.Name, rec.Node, rec.Service
-		if p != nil && i < len(p.Tasks) {
-			name, node, svc = p.Tasks[i].Name, p.Tasks[i].Node, p.Tasks[i].Service
-		}
-		what := strings.TrimSpace(name + " " + svc)
-		if len(rec.Runs) == 0 {
-			fmt.Fprintf(a.Out, "%sfailed: %s on %s (never started): %s\n", indent, what, node, rec.Message)
-			continue
-		}
-		last := rec.Runs[len(rec.Runs)-1]
-		fmt.Fprintf(a.Out, "%sfailed: %s on %s (task %s, %s, %d runs): %s\n", indent, what, node, last.ID, last.Name, len(rec.Runs), last.Message)
-	}
 }

@@ -59,12 +59,12 @@ services:
 		code := a.Execute(args)
 		return code, out.String(), errb.String()
 	}
-	code, out, errs := run("apply", filepath.Join(dir, "c.yaml"), "--local", "--on-failure", "rollback")
+	code, out, errs := run("apply", filepath.Join(dir, "c.yaml"), "--local", "--on-failure", "rollback", "--yes")
 	if code != 1 {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
 	}
-	for _, want := range []string{"Job c-001 failed: INSTALL s on c-n-", "failed: no package for c-n-", "--on-failure rollback: roll back failed job c-001: destroy 2 node(s)",
-		"Cluster c: terminated (job c-002, destroy: complete"} {
+	for _, want := range []string{"Job c-001 rolled-back: INSTALL s on c-n-", "failed: no package for c-n-", "step 2: roll back failed step 1: destroy the 2 node(s) it created: complete",
+		"Cluster c: terminated (job c-001, apply: rolled-back"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -74,11 +74,11 @@ services:
 	}
 	// Each step's summary; the job log keeps the executor's and the
 	// plugins' lines of both jobs.
-	if !strings.Contains(out, "Step 1/2, create (new cluster): job c-001 failed") || !strings.Contains(out, "Step 2/2, --on-failure rollback:") {
+	if !strings.Contains(out, "Step 1/1, create (new cluster): failed") || !strings.Contains(out, "Step 2/2, rollback (--on-failure rollback: roll back failed step 1") {
 		t.Errorf("step summaries:\n%s", out)
 	}
 	if code, logs, _ := run("cluster", "logs", "c", "--local"); code != 0 || strings.Count(logs, "deleted m-c-n-") != 2 ||
-		!strings.Contains(logs, "task failed") || !strings.Contains(logs, "step 2/2: destroy") {
+		!strings.Contains(logs, "task failed") || !strings.Contains(logs, "step 2/2: rollback") {
 		t.Errorf("cluster logs --local: %d\n%s", code, logs)
 	}
 	if code, logs, _ := run("cluster", "logs", "c", "--local", "--job", "c-001", "--json"); code != 0 || strings.Contains(logs, `"job":"c-002"`) || !strings.Contains(logs, `"job":"c-001"`) {
@@ -87,7 +87,7 @@ services:
 	if code, hist, _ := run("cluster", "history", "c", "--local"); code != 0 || !strings.Contains(hist, "started") || !strings.Contains(hist, "loomd apply --local") {
 		t.Errorf("history: %d\n%s", code, hist)
 	}
-	if code, out, _ := run("plan", filepath.Join(dir, "c.yaml")); code != 0 || !strings.Contains(out, "Plan: create cluster c: ") {
+	if code, out, _ := run("plan", filepath.Join(dir, "c.yaml")); code != 0 || !strings.Contains(out, "Plan: apply c: new cluster") {
 		t.Errorf("plan after the rollback: %d\n%s", code, out)
 	}
 	if code, _, errs := run("apply", filepath.Join(dir, "c.yaml"), "--local", "--on-failure", "undo"); code != 2 || !strings.Contains(errs, "want keep or rollback") {
@@ -115,14 +115,15 @@ services:
 		return code, out.String(), errb.String()
 	}
 	code, out, _ := run("plan", good)
-	if code != 0 || !strings.Contains(out, "Plan: create cluster c: 12 tasks on 2 nodes") || !strings.Contains(out, "START s on 2 nodes") {
+	if code != 0 || !strings.Contains(out, "Plan: apply c: new cluster (12 task(s) in 1 step(s))") || !strings.Contains(out, "create cluster c: 12 tasks on 2 nodes") ||
+		!strings.Contains(out, "START s on 2 nodes") {
 		t.Errorf("plan: %d\n%s", code, out)
 	}
 	code, out, _ = run("plan", good, "--json")
-	if code != 0 || !strings.Contains(out, `"reason": "new cluster"`) || !strings.Contains(out, `"taskName": "CONFIRM"`) {
+	if code != 0 || !strings.Contains(out, `"format": "loomd-plan"`) || !strings.Contains(out, `"reason": "new cluster"`) || !strings.Contains(out, `"taskName": "CONFIRM"`) {
 		t.Errorf("plan --json: %d\n%s", code, out)
 	}
-	code, out, _ = run("plan", good, "--dot", "--action", "restart", "--services", "s")
+	code, out, _ = run("plan", good, "--dot")
 	if code != 0 || !strings.HasPrefix(out, "digraph ") || !strings.Contains(out, "->") || strings.Count(out, "{") != strings.Count(out, "}") {
 		t.Errorf("plan --dot: %d\n%s", code, out)
 	}
@@ -131,7 +132,7 @@ services:
 		t.Errorf("bad spec: %d %s", code, errs)
 	}
 	code, _, errs = run("plan", good, "--action", "explode")
-	if code != 2 || !strings.Contains(errs, `unknown cluster action "explode"`) {
+	if code != 2 || !strings.Contains(errs, `unknown service action "explode"`) {
 		t.Errorf("bad action: %d %s", code, errs)
 	}
 }
@@ -165,7 +166,11 @@ services:
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := plan.Build(plan.Input{Spec: sp, Nodes: sp.Nodes(), Action: plan.Create})
+	w, err := plan.CooprWork(sp, sp.Nodes(), plan.Create, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := plan.Build(plan.Input{Spec: sp, Nodes: sp.Nodes(), Action: plan.Create, Work: w})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,14 +203,15 @@ func TestLiveView(t *testing.T) {
 // the command that resumes the job.
 func TestSummary(t *testing.T) {
 	p := twoNodePlan(t)
-	job := &state.Job{ID: "c-001", Action: "create", Status: state.JobFailed, Message: "CREATE on c-n-2 failed: quota", Tasks: map[int]*state.Task{}}
+	job := &state.Job{ID: "c-001", Action: "apply", Status: state.JobFailed, Message: "CREATE on c-n-2 failed: quota", Tasks: map[int]*state.Task{},
+		TaskCount: len(p.Tasks)}
 	for i, tk := range p.Tasks {
-		job.Tasks[i] = &state.Task{Status: state.TaskDone}
+		job.Tasks[i] = &state.Task{Status: state.TaskDone, Name: tk.Name, Node: tk.Node, Service: tk.Service}
 		switch {
 		case tk.Name == "CREATE" && tk.Node == "c-n-2":
-			job.Tasks[i] = &state.Task{Status: state.TaskFailed, Runs: []state.Run{{ID: "c-001-0005-3", Name: "CREATE", Message: "quota exceeded"}}}
+			job.Tasks[i].Status, job.Tasks[i].Runs = state.TaskFailed, []state.Run{{ID: "c-001-0005-3", Name: "CREATE", Message: "quota exceeded"}}
 		case tk.Name == "INSTALL" && tk.Node == "c-n-1":
-			job.Tasks[i] = &state.Task{Status: state.TaskFailed, Message: "macro %ip.service.s%: node c-n-2 has no bind_v4 address yet"}
+			job.Tasks[i].Status, job.Tasks[i].Message = state.TaskFailed, "macro %ip.service.s%: node c-n-2 has no bind_v4 address yet"
 		}
 	}
 	cl := &state.Cluster{Name: "c", Status: state.Incomplete, Nodes: map[string]*state.Node{
@@ -214,10 +220,10 @@ func TestSummary(t *testing.T) {
 	var out bytes.Buffer
 	a := &App{Out: &out}
 	o := &clusterOptions{local: true}
-	if err := a.printClusterSummary(cl, job, p, o.retryCommand("apply", "c.yaml")); err != nil {
+	if err := a.printClusterSummary(cl, job, o.retryCommand("apply", "c.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Cluster c: incomplete (job c-001, create: failed", "c-n-1  c-n-1.local  192.0.2.1", "c-n-2  c-n-2.local  -",
+	for _, want := range []string{"Cluster c: incomplete (job c-001, apply: failed", "c-n-1  c-n-1.local  192.0.2.1", "c-n-2  c-n-2.local  -",
 		"failed: CREATE on c-n-2 (task c-001-0005-3, CREATE, 1 runs): quota exceeded",
 		"failed: INSTALL s on c-n-1 (never started): macro %ip.service.s%",
 		"run 'loomd apply c.yaml --local' again: it resumes job c-001"} {

@@ -23,22 +23,38 @@ func (a *App) addClusterCommands(root *cobra.Command, g *globalOptions) {
 }
 
 type destroyOptions struct {
-	g       *globalOptions
-	cluster clusterOptions
-	target  string
+	g        *globalOptions
+	cluster  clusterOptions
+	target   string
+	force    bool
+	noRemove bool
+	yes      bool
 }
 
 func (a *App) newDestroyCmd(g *globalOptions) *cobra.Command {
 	o := &destroyOptions{g: g}
 	cmd := &cobra.Command{
 		Use:   "destroy NAME|SPEC",
-		Short: "Stop a cluster's services (dependents first), then delete every node",
-		Long: `Destroy a cluster: STOP every service (services that depend on others first), then
-DELETE every node through its provider. The cluster is named, or given by its spec
-file. Its state stays, as terminated, for 'loomd cluster get'; a later apply creates
-it anew. Flags, exit status and resume are as for 'loomd apply'.`,
+		Short: "Stop what runs, remove what is installed, delete every node: always to the end",
+		Long: `Destroy a cluster, acting on what its state says exists: STOP every service a START ran
+for (dependents first), REMOVE every service an INSTALL ran for (--no-remove skips it),
+then DELETE every node a CREATE ran for, by its provider id, or without one through the
+provider's own lookup (the static provider's claims, DigitalOcean's tags). Nothing runs
+on a node that never got an address; a node never created is simply dropped. Resources
+that changed since the last job are shipped first (a fixed stop script reaches the
+destroy). Given a SPEC, its service definitions are used; given a NAME, those recorded
+with the cluster.
+
+A task that fails stops the destroy (fix the cause and run it again: it resumes);
+--force abandons what fails for good (an unreachable node, a broken script, a DELETE
+the provider refuses) and goes on, listing what it abandoned. The cluster ends
+terminated: 'loomd cluster list' hides it (--all shows it), 'loomd cluster forget'
+removes its record. The destroy is shown and confirmed as for 'loomd apply' (--yes);
+'loomd plan --destroy NAME -o FILE' saves it for 'loomd apply FILE'. Where it runs,
+how it is followed, exit status and resume are as for 'loomd apply'.`,
 		Example: `  loomd destroy shop --local
-  loomd destroy shop.yaml --server http://127.0.0.1:7070`,
+  loomd destroy shop.yaml --server http://127.0.0.1:7070 --yes
+  loomd destroy shop --force --yes`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.target = args[0]
@@ -46,28 +62,36 @@ it anew. Flags, exit status and resume are as for 'loomd apply'.`,
 		},
 	}
 	o.cluster.addFlags(cmd.Flags(), true)
+	cmd.Flags().BoolVar(&o.force, "force", false, "abandon what fails for good (listing it) and go on to the end")
+	cmd.Flags().BoolVar(&o.noRemove, "no-remove", false, "do not run the services' remove actions")
+	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "destroy without showing the plan and asking for confirmation")
 	return cmd
 }
 
-// clusterName is a cluster name, or the name in a spec file.
-func clusterName(target string, o *clusterOptions) (string, error) {
-	if st, err := os.Stat(target); err == nil && st.Mode().IsRegular() {
-		sp, err := o.loadSpecFile(target)
-		if err != nil {
-			return "", usageErr(err)
-		}
-		return sp.Name, nil
-	}
-	return target, nil
-}
-
 func (a *App) runDestroy(ctx context.Context, o *destroyOptions) error {
-	name, err := clusterName(o.target, &o.cluster)
-	if err != nil {
-		return err
+	req := runner.Request{Verb: runner.VerbDestroy, Force: o.force, NoRemove: o.noRemove}
+	name := o.target
+	var prep func(*state.Cluster, *runner.Request) error
+	if st, err := os.Stat(o.target); err == nil && st.Mode().IsRegular() {
+		sp, err := o.cluster.loadSpecFile(o.target)
+		if err != nil {
+			return usageErr(err)
+		}
+		name, req.SpecFile = sp.Name, o.target
+		// The spec's definitions stop and remove the services (a fixed
+		// stop script reaches the destroy); a template spec is solved
+		// around the nodes first.
+		prep = func(cl *state.Cluster, req *runner.Request) error {
+			solved, _, err := a.resolveSpec(sp, cl, &templateOptions{size: -1})
+			if err != nil {
+				return err
+			}
+			req.Spec = solved.Source
+			return nil
+		}
 	}
 	o.cluster.retry = o.cluster.retryCommand("destroy", o.target)
-	return a.runCluster(ctx, o.g, &o.cluster, name, runner.Request{Verb: runner.VerbDestroy}, nil)
+	return a.runCluster(ctx, o.g, &o.cluster, name, req, prep, confirmation{yes: o.yes, verb: "destroy", target: name})
 }
 
 func (a *App) newClusterCmd(g *globalOptions) *cobra.Command {
@@ -77,9 +101,10 @@ func (a *App) newClusterCmd(g *globalOptions) *cobra.Command {
 		Short: "Show and follow the clusters loomd apply manages (list, get, history, watch, logs, cancel, import)",
 	}
 	o.addFlags(cmd.PersistentFlags(), false)
-	cmd.AddCommand(&cobra.Command{
+	var all bool
+	list := &cobra.Command{
 		Use:   "list",
-		Short: "List the clusters with their status and node count",
+		Short: "List the clusters with their status and node count (terminated ones with --all)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := a.clusterStore(cmd.Context(), o)
@@ -92,10 +117,15 @@ func (a *App) newClusterCmd(g *globalOptions) *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(a.Out, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tSTATUS\tNODES\tLAST JOB\tUPDATED")
+			hidden := 0
 			for _, n := range names {
 				cl, err := st.Get(n)
 				if err != nil {
 					return err
+				}
+				if cl.Status == state.Terminated && len(cl.Nodes) == 0 && !all {
+					hidden++
+					continue
 				}
 				last := "-"
 				if j := cl.LastJob(); j != nil {
@@ -103,7 +133,27 @@ func (a *App) newClusterCmd(g *globalOptions) *cobra.Command {
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", cl.Name, cl.Status, len(cl.Nodes), last, cl.Updated.UTC().Format(time.RFC3339))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if hidden > 0 {
+				fmt.Fprintf(a.Out, "(%d terminated cluster(s) not shown: --all shows them, 'loomd cluster forget NAME' removes one)\n", hidden)
+			}
+			return nil
+		},
+	}
+	list.Flags().BoolVar(&all, "all", false, "show terminated clusters too")
+	cmd.AddCommand(list)
+	cmd.AddCommand(&cobra.Command{
+		Use:   "forget NAME",
+		Short: "Remove a terminated cluster's record (its state, history and job log) from the store",
+		Long: `Remove the record of a cluster that was destroyed: it leaves 'loomd cluster list --all',
+and its history, state and job log are gone. Only a terminated cluster with no node left
+and no job running is forgotten: destroy it first ('loomd destroy NAME', with --force if
+a node cannot be reached).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.forgetCluster(cmd.Context(), o, args[0])
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
@@ -279,5 +329,38 @@ func (a *App) importCluster(ctx context.Context, o *clusterOptions, name string)
 	}
 	fmt.Fprintf(a.Out, "Cluster %s (%s, %d nodes, %d jobs) imported from %s into the loomd at %s.\nThe state files there are no longer read without --local: remove %s once you have checked 'loomd cluster get %s'.\n",
 		name, cl.Status, len(cl.Nodes), len(cl.Jobs), dir, c.base, filepath.Join(dir, name+".json"), name)
+	return nil
+}
+
+// forgetCluster removes a terminated cluster's record.
+func (a *App) forgetCluster(ctx context.Context, o *clusterOptions, name string) error {
+	st, err := a.clusterStore(ctx, o)
+	if err != nil {
+		return err
+	}
+	unlock, err := st.Lock(name)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	cl, err := st.Get(name)
+	if err != nil {
+		return a.clusterGetErr(st, name, err)
+	}
+	if len(cl.Nodes) > 0 || cl.Status != state.Terminated {
+		return usageErr(fmt.Errorf("cluster %s is %s with %d node(s): only a destroyed (terminated) cluster is forgotten; run 'loomd destroy %s' first", name, cl.Status, len(cl.Nodes), name))
+	}
+	if j := cl.LastJob(); j != nil && j.Status == state.JobRunning {
+		return usageErr(fmt.Errorf("cluster %s: job %s is running: wait for it to end", name, j.ID))
+	}
+	if err := st.Delete(name); err != nil {
+		return err
+	}
+	if fs, ok := st.(fileStore); ok {
+		// The job log of --local beside the state.
+		_ = os.Remove(filepath.Join(fs.Dir, name+".log"))
+		_ = os.Remove(filepath.Join(fs.Dir, name+".log.1"))
+	}
+	fmt.Fprintf(a.Out, "Cluster %s forgotten (%d job(s) of history removed).\n", name, len(cl.Jobs))
 	return nil
 }

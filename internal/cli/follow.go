@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/loomrt/loom/internal/api"
+	"github.com/loomrt/loom/internal/cluster/apply"
 	"github.com/loomrt/loom/internal/cluster/joblog"
 	"github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/state"
@@ -25,8 +26,10 @@ import (
 const followGiveUp = 10 * time.Minute
 
 // submitJob sends the request to the daemon at --server, which runs the
-// job, and follows it from here (or returns at once with --detach).
-func (a *App) submitJob(ctx context.Context, g *globalOptions, o *clusterOptions, name string, req runner.Request, prep func(*state.Cluster, *runner.Request) error) error {
+// job, and follows it from here (or returns at once with --detach). Unless
+// cf.yes, the daemon's plan is shown and confirmed first, and submitted
+// with it: the daemon runs that plan exactly, or refuses.
+func (a *App) submitJob(ctx context.Context, g *globalOptions, o *clusterOptions, name string, req runner.Request, prep func(*state.Cluster, *runner.Request) error, cf confirmation) error {
 	c, err := o.client.client()
 	if err != nil {
 		return err
@@ -47,32 +50,30 @@ func (a *App) submitJob(ctx context.Context, g *globalOptions, o *clusterOptions
 			return err
 		}
 	}
+	if !cf.yes && req.Expect == nil {
+		doc, err := a.remotePlan(ctx, c, name, req)
+		if err != nil {
+			return err
+		}
+		if doc.Empty() {
+			return a.noChanges(ctx, c, name, req, doc.Notes)
+		}
+		if err := a.confirm(doc, cf); err != nil {
+			return err
+		}
+		req.Expect = doc.Expect()
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return err
 	}
 	var resp api.JobSubmitResponse
 	err = c.doFailover(ctx, "POST", "/v1/clusters/"+url.PathEscape(name)+"/jobs", body, &resp)
-	var ae *apiError
-	switch {
-	case errors.As(err, &ae) && ae.code == http.StatusBadRequest:
-		return usageErr(errors.New(ae.msg))
-	case errors.As(err, &ae) && ae.code == http.StatusConflict:
-		return errors.New(ae.msg)
-	case err != nil:
+	if err := jobCallErr(err); err != nil {
 		return err
 	}
 	if !resp.Changes {
-		fmt.Fprintln(a.Out, resp.Message)
-		if req.Verb == runner.VerbDestroy {
-			return nil
-		}
-		fmt.Fprintln(a.Out)
-		cl, err := a.remoteState(ctx, c, name)
-		if err != nil {
-			return err
-		}
-		return a.printClusterSummary(cl, nil, nil, "")
+		return a.noChanges(ctx, c, name, req, resp.Notes)
 	}
 	jv := resp.Job
 	if resp.Attached {
@@ -80,7 +81,7 @@ func (a *App) submitJob(ctx context.Context, g *globalOptions, o *clusterOptions
 	} else {
 		fmt.Fprintf(a.Err, "loomd: job %s submitted to the loomd at %s, which runs it (loomd %s), in %d step(s):\n", jv.ID, c.base, jv.Owner, len(jv.Steps))
 		for i, st := range jv.Steps {
-			fmt.Fprintf(a.Err, "  %d. %s (%s)\n", i+1, st.Action, st.Reason)
+			fmt.Fprintf(a.Err, "  %d. %s (%s, %d tasks)\n", i+1, st.Action, st.Reason, st.Tasks)
 		}
 	}
 	if o.detach {
@@ -89,6 +90,55 @@ func (a *App) submitJob(ctx context.Context, g *globalOptions, o *clusterOptions
 		return nil
 	}
 	return a.followJob(ctx, g, o, c, name, jv)
+}
+
+// remotePlan asks the daemon for the plan of a request (made with its
+// plugins and resource files; nothing runs).
+func (a *App) remotePlan(ctx context.Context, c *apiClient, name string, req runner.Request) (*apply.Document, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	var doc apply.Document
+	err = c.doFailover(ctx, "POST", "/v1/clusters/"+url.PathEscape(name)+"/plan", body, &doc)
+	if err := jobCallErr(err); err != nil {
+		return nil, err
+	}
+	return &doc, nil
+}
+
+// jobCallErr turns an answer of the job endpoints into the command's
+// error: a bad request or a plan that no longer holds is a usage error
+// (exit 2), a busy cluster exit 1.
+func jobCallErr(err error) error {
+	var ae *apiError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ae) && (ae.code == http.StatusBadRequest || ae.code == http.StatusPreconditionFailed):
+		return usageErr(errors.New(ae.msg))
+	case errors.As(err, &ae) && ae.code == http.StatusConflict:
+		return errors.New(ae.msg)
+	}
+	return err
+}
+
+// noChanges says the cluster already is as asked.
+func (a *App) noChanges(ctx context.Context, c *apiClient, name string, req runner.Request, notes []string) error {
+	if req.Verb == runner.VerbDestroy {
+		fmt.Fprintf(a.Out, "Cluster %s has no nodes: nothing to destroy.\n", name)
+		return nil
+	}
+	fmt.Fprintf(a.Out, "No changes: cluster %s is as %s says.\n", name, req.SpecFile)
+	for _, n := range notes {
+		fmt.Fprintf(a.Out, "Note: %s\n", n)
+	}
+	fmt.Fprintln(a.Out)
+	cl, err := a.remoteState(ctx, c, name)
+	if err != nil {
+		return err
+	}
+	return a.printClusterSummary(cl, nil, "")
 }
 
 // serverFlag is " --server URL" unless --server is the default.
@@ -167,6 +217,9 @@ func retryOf(o *clusterOptions, rec runner.Record) string {
 	}
 	return o.retryCommand("apply", orUnknown(rec.Request.SpecFile))
 }
+
+// stepKey names a step of a job (the summaries printed).
+func stepKey(st runner.Step) string { return fmt.Sprintf("%s/%d", st.Job, st.Index) }
 
 func orUnknown(s string) string {
 	if s == "" {
@@ -290,34 +343,32 @@ func (f *follower) sync(ctx context.Context) (bool, error) {
 	}
 	steps := f.rec.Steps
 	for i, st := range steps {
-		if st.Job == "" || f.printed[st.Job] || (st.Status != runner.StepComplete && st.Status != runner.StepFailed) {
+		if st.Job == "" || f.printed[stepKey(st)] || (st.Status != runner.StepComplete && st.Status != runner.StepFailed) {
 			continue
 		}
-		if f.viewJob == st.Job {
-			f.closeView()
-		}
-		if len(steps) > 1 || st.Rollback {
+		if len(steps) > 1 && f.view == nil {
 			if err := getState(); err != nil {
 				return false, err
 			}
 			if j := findJob(cl, st.Job); j != nil {
-				f.a.printStep(i, len(steps), st, j, nil)
+				f.a.printStep(i, st, j)
 			}
 		}
-		f.printed[st.Job] = true
+		f.printed[stepKey(st)] = true
 	}
 	if f.rec.Done() {
+		closed := f.view != nil
 		f.closeView()
 		if err := getState(); err != nil {
 			return true, err
 		}
-		var last *state.Job
-		for _, st := range steps {
-			if j := findJob(cl, st.Job); j != nil {
-				last = j
+		last := findJob(cl, f.rec.ID)
+		if closed && last != nil && len(steps) > 1 {
+			for i, st := range runner.StepsOf(last) {
+				f.a.printStep(i, st, last)
 			}
 		}
-		if err := f.a.printClusterSummary(cl, last, nil, f.o.retry); err != nil {
+		if err := f.a.printClusterSummary(cl, last, f.o.retry); err != nil {
 			return true, err
 		}
 		switch {
@@ -330,27 +381,30 @@ func (f *follower) sync(ctx context.Context) (bool, error) {
 		}
 		return true, silentExit(ExitFailure)
 	}
-	if cur := f.rec.Current(); cur >= 0 && steps[cur].Job != "" && steps[cur].Job != f.viewJob && f.live {
+	if f.live && f.viewJob != f.rec.ID {
 		f.closeView()
 		var sv api.StepView
-		if err := f.c.doFailover(ctx, "GET", f.path("/jobs/"+url.PathEscape(steps[cur].Job)), nil, &sv); err != nil {
+		if err := f.c.doFailover(ctx, "GET", f.path("/jobs/"+url.PathEscape(f.rec.ID)), nil, &sv); err != nil {
 			return false, nil // drawn at the next look
 		}
 		vp := &viewPlan{action: sv.Action, stages: make([][]int, sv.Stages)}
 		for _, t := range sv.Tasks {
-			vp.tasks = append(vp.tasks, viewTask{name: t.Name, node: t.Node, service: t.Service, stage: t.Stage})
+			for len(vp.tasks) <= t.Index {
+				vp.tasks = append(vp.tasks, viewTask{})
+			}
+			vp.tasks[t.Index] = viewTask{name: t.Name, node: t.Node, service: t.Service, stage: t.Stage}
 			if t.Stage >= 1 && t.Stage <= sv.Stages {
-				vp.stages[t.Stage-1] = append(vp.stages[t.Stage-1], len(vp.tasks)-1)
+				vp.stages[t.Stage-1] = append(vp.stages[t.Stage-1], t.Index)
 			}
 		}
-		f.view = startLiveView(f.a.Err, vp, steps[cur].Job)
-		f.viewJob = steps[cur].Job
-		for i, t := range sv.Tasks {
+		f.view = startLiveView(f.a.Err, vp, f.rec.ID)
+		f.viewJob = f.rec.ID
+		for _, t := range sv.Tasks {
 			run := t.Run
 			if run == "" {
 				run = t.Name
 			}
-			f.view.set(i, run, t.Status, t.Message, t.Started)
+			f.view.set(t.Index, run, t.Status, t.Message, t.Started)
 		}
 		if !f.down.IsZero() {
 			f.view.setNote(fmt.Sprintf("no loomd answers since %s; retrying", f.down.Format(time.TimeOnly)))

@@ -71,6 +71,59 @@ func newLiveView(w io.Writer, p *plan.Plan, job *state.Job) *liveView {
 	return v
 }
 
+// viewOfJob is a job's every step as one view: the steps' tasks one after
+// the other (their job-wide indexes), stages numbered on across steps. A
+// step whose plan no longer rebuilds (its nodes are gone) shows its task
+// records.
+func viewOfJob(cl *state.Cluster, job *state.Job) *viewPlan {
+	v := &viewPlan{action: job.Action, tasks: make([]viewTask, job.TaskCount)}
+	plans, _ := apply.JobPlans(cl, job)
+	for k, st := range job.Steps {
+		base := len(v.stages)
+		if k < len(plans) && plans[k] != nil {
+			p := plans[k]
+			for i, t := range p.Tasks {
+				if st.Offset+i < len(v.tasks) {
+					v.tasks[st.Offset+i] = viewTask{name: t.Name, node: t.Node, service: t.Service, stage: base + t.Stage}
+				}
+			}
+			for _, stage := range p.Stages {
+				idx := make([]int, len(stage))
+				for j, i := range stage {
+					idx[j] = st.Offset + i
+				}
+				v.stages = append(v.stages, idx)
+			}
+			continue
+		}
+		stages := map[int][]int{}
+		top := 0
+		for i := st.Offset; i < st.Offset+st.Tasks && i < len(v.tasks); i++ {
+			if rec := job.Tasks[i]; rec != nil {
+				v.tasks[i] = viewTask{name: rec.Name, node: rec.Node, service: rec.Service, stage: base + rec.Stage}
+				stages[rec.Stage] = append(stages[rec.Stage], i)
+				top = max(top, rec.Stage)
+			}
+		}
+		for s := 1; s <= top; s++ {
+			v.stages = append(v.stages, stages[s])
+		}
+	}
+	return v
+}
+
+// newJobView draws a whole job's progress (--local), the tasks it already
+// did shown done.
+func newJobView(w io.Writer, cl *state.Cluster, job *state.Job) *liveView {
+	v := startLiveView(w, viewOfJob(cl, job), job.ID)
+	for i, t := range job.Tasks {
+		if t != nil && (t.Status == state.TaskDone || t.Status == state.TaskAbandoned) {
+			v.set(i, "", t.Status, "", time.Time{})
+		}
+	}
+	return v
+}
+
 // startLiveView draws p's progress until close.
 func startLiveView(w io.Writer, p *viewPlan, job string) *liveView {
 	n := len(p.tasks)

@@ -20,8 +20,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/loomrt/loom/internal/api"
+	"github.com/loomrt/loom/internal/cluster/apply"
 	"github.com/loomrt/loom/internal/cluster/joblog"
 	clusterrunner "github.com/loomrt/loom/internal/cluster/runner"
+	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/console"
 	"github.com/loomrt/loom/internal/coopr"
@@ -385,7 +387,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		plugins = workerPlugins{Runtime: rt, sup: sup}
 	}
 
-	cj, err := a.startClusterJobs(ctx, o, q, tee, baseLogger, metrics)
+	cj, err := a.startClusterJobs(ctx, o, q, tee, baseLogger, metrics, rt)
 	if err != nil {
 		return err
 	}
@@ -597,7 +599,7 @@ func (c *clusterJobs) close() {
 
 // startClusterJobs opens the cluster state, the job log and the runner on
 // the queue's JetStream.
-func (a *App) startClusterJobs(ctx context.Context, o *serveOptions, q *queue.Queue, tee *joblog.Tee, base *slog.Logger, metrics *api.Metrics) (*clusterJobs, error) {
+func (a *App) startClusterJobs(ctx context.Context, o *serveOptions, q *queue.Queue, tee *joblog.Tee, base *slog.Logger, metrics *api.Metrics, rt *runtime.Runtime) (*clusterJobs, error) {
 	store, err := state.OpenKV(ctx, q.JetStream(), q.Replicas())
 	if err != nil {
 		return nil, err
@@ -612,7 +614,11 @@ func (a *App) startClusterJobs(ctx context.Context, o *serveOptions, q *queue.Qu
 	host, _ := os.Hostname()
 	jobs, err := clusterrunner.New(ctx, clusterrunner.Config{Store: store, JS: q.JetStream(), Replicas: q.Replicas(), Queue: q, Log: jl,
 		Secrets: secrets, Owner: q.Owner(), Host: host, PID: os.Getpid(), Live: q.OwnerLive, Trouble: q.RecentTrouble,
-		LeaseTTL: o.clusterLease, Logger: base, Registerer: metrics.Registry()})
+		LeaseTTL: o.clusterLease, Logger: base, Registerer: metrics.Registry(),
+		// Jobs are planned with this daemon's plugins and the resource
+		// files of its work dir.
+		Plugins:   func() *spec.Plugins { return pluginsOf(rt.Types(), "the plugins of this loomd") },
+		Resources: func() (*apply.Resources, error) { return readResources(o.g.workDir, o.g.tenant, rt.Types()) }})
 	if err != nil {
 		jl.Close()
 		return nil, err

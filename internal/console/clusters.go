@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/loomrt/loom/internal/cluster/apply"
 	"github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/state"
 )
@@ -172,16 +173,26 @@ func buildStages(cl *state.Cluster, job *state.Job, now time.Time) stageView {
 		}
 		byStage[st] = append(byStage[st], t)
 	}
-	p, err := runner.JobPlan(cl, job)
-	if err == nil && (job.TaskCount == 0 || len(p.Tasks) == job.TaskCount) {
-		for i, t := range p.Tasks {
-			row(i, t.Name, t.Node, t.Service, t.Stage)
+	// Every step's tasks, job-wide indexes, stages numbered on across
+	// the steps.
+	plans, err := apply.JobPlans(cl, job)
+	whole := err == nil && len(job.Steps) > 0
+	for _, p := range plans {
+		whole = whole && p != nil
+	}
+	if whole {
+		base := 0
+		for k, p := range plans {
+			for i, t := range p.Tasks {
+				row(job.Steps[k].Offset+i, t.Name, t.Node, t.Service, base+t.Stage)
+			}
+			base += len(p.Stages)
 		}
 	} else {
 		if err != nil {
 			v.Unplanned = err.Error()
 		} else {
-			v.Unplanned = fmt.Sprintf("the plan rebuilt from the spec has %d tasks, the job %d", len(p.Tasks), job.TaskCount)
+			v.Unplanned = "a step's plan no longer rebuilds from the state (its nodes are gone): the tasks that ran are listed"
 		}
 		idx := make([]int, 0, len(job.Tasks))
 		for i := range job.Tasks {

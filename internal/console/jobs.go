@@ -99,11 +99,11 @@ func (c *Console) planInto(ctx context.Context, d *planData, cluster, text strin
 	default:
 		d.Exists = true
 	}
-	steps, err := runner.Plan(cl, req)
+	ch, err := runner.Plan(cl, req, runner.Env{})
 	if err != nil {
 		return err
 	}
-	d.Steps = steps
+	d.Steps = runner.StepsOfChange(ch)
 	return nil
 }
 

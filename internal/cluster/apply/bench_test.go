@@ -32,21 +32,20 @@ services:
 	}
 	store := &state.FileStore{Dir: b.TempDir()}
 	for i := 0; i < b.N; i++ {
-		steps, _ := Diff(nil, sp, DiffOptions{})
-		cl, job := Begin(nil, steps[0], time.Now())
-		p, err := PlanStep(cl, steps[0])
+		ch, err := Plan(Input{Spec: sp})
 		if err != nil {
 			b.Fatal(err)
 		}
+		cl, job := Begin(nil, ch, time.Now())
 		f := &fakeRunner{running: map[string]bool{}}
-		if err := Execute(context.Background(), cl, sp, p, job, Options{Runner: f, Save: store.Put}); err != nil {
+		if err := Run(context.Background(), cl, job, Options{Runner: f, Save: store.Put}); err != nil {
 			b.Fatal(err)
 		}
 		if job.Status != state.JobComplete {
 			b.Fatal(job.Message)
 		}
 		if i == 0 {
-			b.ReportMetric(float64(len(p.Tasks)), "tasks")
+			b.ReportMetric(float64(ch.Tasks()), "tasks")
 		}
 	}
 	_ = fmt.Sprint()

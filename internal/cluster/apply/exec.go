@@ -1,10 +1,19 @@
-// Package apply runs cluster plans: it sends each planned task to a Runner
-// (the in-process runtime, or a loomd daemon's API) as soon as its
-// prerequisites finished and its node is idle, up to a parallelism limit;
-// merges each result into the node's state and later tasks' config as
-// Coopr did; retries failed tasks the way Coopr did, minus its leaks; and
-// saves the cluster's state after every change, so that an apply cut
-// short resumes without running again a task that finished.
+// Package apply plans and runs cluster jobs. Plan compares a cluster's
+// recorded state (every node, what every service on it went through, the
+// digest of the inputs each action last ran with) with its spec and
+// decides the job that closes the gap, as steps (destroy, remove services,
+// create, reconfigure) of exactly the tasks needed; Begin records the job
+// with every step before anything runs; Run runs a recorded job's steps
+// that are left, whoever calls it (the apply that planned it, an apply run
+// again after a crash, another daemon).
+//
+// Running a step sends each planned task to a Runner (the in-process
+// runtime, or a loomd daemon's API) as soon as its prerequisites finished
+// and its node is idle, up to a parallelism limit; merges each result into
+// the node's state and later tasks' config as Coopr did; retries failed
+// tasks the way Coopr did, minus its leaks; and saves the cluster's state
+// after every change, so that a job cut short resumes without running
+// again a task that finished.
 package apply
 
 import (
@@ -53,23 +62,22 @@ type Options struct {
 	// Observe, when set, is told every task state change, from the
 	// executor's own goroutine (it must not block): a live view's feed.
 	Observe func(Event)
+	// OnStep, when set, is told each step's plan before the step runs
+	// (and after, with done true).
+	OnStep func(step int, st *state.Step, p *plan.Plan, done bool)
 }
 
 // Event is a task state change.
 type Event struct {
-	Task    int    // plan index
+	Step    int    // the job's step
+	Task    int    // plan index within the step
 	Run     string // run name (CREATE, or DELETE before a retried CREATE...)
 	Status  string // running, done, retrying, failed
 	Message string // first line, for failures
 	Time    time.Time
 }
 
-// Execute runs job's plan p on cluster cl. Tasks the job already records
-// as done are not run again. It returns when the job completed, failed,
-// or ctx was cancelled (running tasks are cancelled and waited for); the
-// job's Status and Message say which. The error is for what stopped the
-// executor itself (saving the state).
-func Execute(ctx context.Context, cl *state.Cluster, sp *spec.Spec, p *plan.Plan, job *state.Job, o Options) error {
+func (o *Options) defaults() error {
 	if o.Runner == nil {
 		return ErrNoRunner
 	}
@@ -88,21 +96,49 @@ func Execute(ctx context.Context, cl *state.Cluster, sp *spec.Spec, p *plan.Plan
 	if o.Save == nil {
 		o.Save = func(*state.Cluster) error { return nil }
 	}
-	e := &executor{o: o, cl: cl, spec: sp, plan: p, job: job, log: o.Logger.With("cluster", cl.Name, "job", job.ID),
-		builder: &taskBuilder{spec: sp, cluster: cl, jobID: job.ID}, done: make(chan outcome),
+	return nil
+}
+
+// runStep runs step k of job (its plan p) on cluster cl. Tasks the job
+// already records as done are not run again. It returns whether every
+// task finished (or, in a forced destroy, was abandoned) and ctx was not
+// cancelled; the job's Message says why not. The error is for what
+// stopped the executor itself (saving the state).
+func runStep(ctx context.Context, cl *state.Cluster, sp *spec.Spec, p *plan.Plan, job *state.Job, k int, o Options) (bool, error) {
+	st := job.Steps[k]
+	confirming := map[string]bool{}
+	for i, t := range p.Tasks {
+		if rec := job.Tasks[st.Offset+i]; t.Name == "CONFIRM" && (rec == nil || rec.Status != state.TaskDone) {
+			confirming[t.Node] = true
+		}
+	}
+	e := &executor{o: o, cl: cl, spec: sp, plan: p, job: job, stepIndex: k, step: st, off: st.Offset,
+		log:     o.Logger.With("cluster", cl.Name, "job", job.ID, "step", k+1),
+		builder: &taskBuilder{spec: sp, cluster: cl, jobID: job.ID, inputs: job.Inputs, confirming: confirming}, done: make(chan outcome),
 		busy: map[string]bool{}, deferred: map[string][]int{}, dirtyTasks: map[int]bool{}, dirtyNodes: map[string]bool{},
-		waiting: map[int]string{}}
-	return e.run(ctx)
+		waiting: map[int]string{},
+		force:   job.Options.Force && (st.Action == string(plan.Destroy) || st.Action == string(plan.Rollback))}
+	err := e.run(ctx)
+	return e.ok, err
 }
 
 type executor struct {
-	o       Options
-	cl      *state.Cluster
-	spec    *spec.Spec
-	plan    *plan.Plan
-	job     *state.Job
+	o         Options
+	cl        *state.Cluster
+	spec      *spec.Spec
+	plan      *plan.Plan
+	job       *state.Job
+	stepIndex int
+	step      *state.Step
+	// off is the job-wide index of the step's first task.
+	off     int
 	log     *slog.Logger
 	builder *taskBuilder
+	// force abandons a task that fails for good instead of failing the
+	// step (destroy --force).
+	force bool
+	// ok is the step's outcome.
+	ok bool
 
 	tasks      []*tstate
 	groupsLeft []int
@@ -145,6 +181,9 @@ type outcome struct {
 	res     *runtime.Result
 	err     error
 	started time.Time
+	// digest is the inputs' digest of a service task (recorded when it
+	// succeeds); topo the node list's digest it was built with.
+	digest, topo string
 }
 
 func (e *executor) run(ctx context.Context) error {
@@ -158,15 +197,15 @@ func (e *executor) run(ctx context.Context) error {
 	for i, t := range e.plan.Tasks {
 		ts := &tstate{runs: []string{t.Name}, attempts: map[string]int{}, status: state.TaskPending}
 		ts.pending = len(t.Deps) + len(t.Groups)
-		rec := e.job.Tasks[i]
+		rec := e.job.Tasks[e.off+i]
 		switch {
-		case rec != nil && (rec.Status == state.TaskDone || rec.Status == state.TaskSkipped):
+		case rec != nil && finished(rec.Status):
 			ts.status = rec.Status
 		case rec != nil:
 			rec.Status = state.TaskPending // failed or cut short: run again
 		default:
 			rec = &state.Task{Status: state.TaskPending}
-			e.job.Tasks[i] = rec
+			e.job.Tasks[e.off+i] = rec
 		}
 		rec.Name, rec.Node, rec.Service, rec.Stage = t.Name, t.Node, t.Service, t.Stage
 		e.tasks[i] = ts
@@ -177,7 +216,7 @@ func (e *executor) run(ctx context.Context) error {
 	// Release what finished in an earlier run, then queue what is ready.
 	e.initializing = true
 	for i, ts := range e.tasks {
-		if ts.status == state.TaskDone || ts.status == state.TaskSkipped {
+		if finished(ts.status) {
 			e.release(i)
 		}
 	}
@@ -187,12 +226,9 @@ func (e *executor) run(ctx context.Context) error {
 			heap.Push(&e.ready, readyItem{stage: e.plan.Tasks[i].Stage, index: i})
 		}
 	}
-	e.job.Status = state.JobRunning
-	e.job.Message = ""
-	e.job.TaskCount = n
-	e.cl.Status = state.Pending
+	e.step.Status = state.JobRunning
 	e.save()
-	e.log.Info("job started", "action", e.job.Action, "tasks", n, "stages", len(e.plan.Stages), "parallelism", e.o.Parallelism)
+	e.log.Info("step started", "action", e.step.Action, "tasks", n, "stages", len(e.plan.Stages), "parallelism", e.o.Parallelism)
 
 	for {
 		if ctx.Err() != nil && !e.stopping {
@@ -209,6 +245,10 @@ func (e *executor) run(ctx context.Context) error {
 		if e.running == 0 && len(e.waiting) > 0 && !e.stopping {
 			// Nothing left that could bring the addresses they wait for.
 			for _, i := range sortedKeys(e.waiting) {
+				if e.force {
+					e.abandon(i, e.waiting[i])
+					continue
+				}
 				e.log.Error("task failed", "taskName", e.plan.Tasks[i].Name, "node", e.plan.Tasks[i].Node, "message", e.waiting[i])
 				e.observe(i, e.plan.Tasks[i].Name, state.TaskFailed, e.waiting[i])
 				e.fail(i, e.waiting[i])
@@ -257,7 +297,7 @@ func (e *executor) dispatch(ctx context.Context) {
 func (e *executor) start(ctx context.Context, i int) {
 	t := e.plan.Tasks[i]
 	ts := e.tasks[i]
-	rec := e.job.Tasks[i]
+	rec := e.job.Tasks[e.off+i]
 	node := e.cl.Nodes[t.Node]
 	name := ts.runs[0]
 	svc := t.Service
@@ -266,6 +306,17 @@ func (e *executor) start(ctx context.Context, i int) {
 	}
 	if node == nil {
 		e.fail(i, fmt.Sprintf("node %s is not in the cluster state", t.Node))
+		return
+	}
+	if !hardwareFirst(name) && name != "DELETE" && !node.Reachable() {
+		// Never connect to a node without an address (its CREATE or
+		// CONFIRM failed): the plan should not have sent a task there.
+		msg := fmt.Sprintf("node %s was never confirmed (no CONFIRM succeeded): %s cannot reach it", t.Node, strings.TrimSpace(name+" "+svc))
+		if e.force {
+			e.abandon(i, msg)
+		} else {
+			e.fail(i, msg)
+		}
 		return
 	}
 	if name == "BOOTSTRAP" && len(e.spec.Automators(node.Services)) == 0 {
@@ -285,9 +336,9 @@ func (e *executor) start(ctx context.Context, i int) {
 	if n := len(rec.Runs); n > 0 && rec.Runs[n-1].Status == state.TaskRunning && rec.Runs[n-1].Name == name {
 		run, resumed = rec.Runs[n-1], true
 	} else {
-		run = state.Run{ID: fmt.Sprintf("%s-%04d-%d", e.job.ID, i+1, len(rec.Runs)+1), Name: name}
+		run = state.Run{ID: fmt.Sprintf("%s-%04d-%d", e.job.ID, e.off+i+1, len(rec.Runs)+1), Name: name}
 	}
-	data, err := e.builder.build(run.ID, name, node, svc)
+	data, digest, err := e.builder.build(run.ID, name, node, svc)
 	var inc *macro.IncompleteError
 	if errors.As(err, &inc) {
 		// A macro needs the address of a node whose CONFIRM has not
@@ -307,6 +358,23 @@ func (e *executor) start(ctx context.Context, i int) {
 	e.busy[t.Node] = true
 	e.running++
 	e.touch(i)
+	// What a run may leave behind is on record before it starts: a
+	// machine (CREATE), files (INSTALL), a process (START).
+	switch {
+	case name == "CREATE" && !node.CreateRan:
+		node.CreateRan = true
+		e.dirtyNodes[node.ID] = true
+	case name == "INSTALL" && svc != "":
+		if ss := node.ServiceState(svc); !ss.Installed {
+			ss.Installed = true
+			e.dirtyNodes[node.ID] = true
+		}
+	case name == "START" && svc != "":
+		if ss := node.ServiceState(svc); !ss.Started {
+			ss.Started = true
+			e.dirtyNodes[node.ID] = true
+		}
+	}
 	attrs := []any{"task", run.ID, "taskName", name, "node", t.Node}
 	if svc != "" {
 		attrs = append(attrs, "service", svc)
@@ -316,7 +384,11 @@ func (e *executor) start(ctx context.Context, i int) {
 	}
 	e.log.Info("task started", attrs...)
 	e.observe(i, name, state.TaskRunning, "")
-	e.launches = append(e.launches, launch{out: outcome{task: i, run: run, started: run.Started, err: err}, data: data})
+	topo := ""
+	if name == "CONFIGURE" {
+		topo = e.builder.topology()
+	}
+	e.launches = append(e.launches, launch{out: outcome{task: i, run: run, started: run.Started, err: err, digest: digest, topo: topo}, data: data})
 }
 
 // launch is a run waiting for the round's save before it starts.
@@ -360,7 +432,7 @@ func (e *executor) finish(out outcome) {
 	i := out.task
 	t := e.plan.Tasks[i]
 	ts := e.tasks[i]
-	rec := e.job.Tasks[i]
+	rec := e.job.Tasks[e.off+i]
 	node := e.cl.Nodes[t.Node]
 	e.running--
 	e.busy[t.Node] = false
@@ -398,6 +470,9 @@ func (e *executor) finish(out outcome) {
 		e.merge(node, name, out.res, ok)
 		e.dirtyNodes[node.ID] = true
 	}
+	if ok && t.Service != "" && name == t.Name {
+		e.record(node, t.Service, name, out)
+	}
 	attrs := []any{"task", run.ID, "taskName", name, "node", t.Node, "duration", time.Duration(run.Duration * float64(time.Millisecond)).Round(time.Millisecond).String()}
 	if t.Service != "" && name == t.Name {
 		attrs = append(attrs, "service", t.Service)
@@ -430,6 +505,10 @@ func (e *executor) finish(out outcome) {
 	if !retryable || ts.attempts[name] >= e.o.Attempts {
 		if retryable {
 			attrs = append(attrs, "attempts", ts.attempts[name])
+		}
+		if e.force && !(e.stopping && out.err != nil && isCancel(out.err)) {
+			e.abandon(i, run.Message)
+			return
 		}
 		e.log.Error("task failed", attrs...)
 		e.observe(i, name, state.TaskFailed, run.Message)
@@ -485,14 +564,93 @@ func (e *executor) merge(n *state.Node, name string, res *runtime.Result, ok boo
 			if n.State == state.NodeNew || n.State == state.NodeDeleted || n.State == "" {
 				n.State = state.NodeCreated
 			}
+		case "CONFIRM":
+			n.Confirmed = true
+		case "BOOTSTRAP":
+			// What it shipped: the job's resources of the node's types.
+			if n.Bootstrapped == nil {
+				n.Bootstrapped = map[string]string{}
+			}
+			for _, typ := range e.spec.Automators(n.Services) {
+				if d, ok := e.job.Resources[typ]; ok {
+					n.Bootstrapped[typ] = d
+				} else {
+					n.Bootstrapped[typ] = "shipped"
+				}
+			}
 		case "DELETE":
 			delete(n.Results, "providerid")
 			delete(n.Results, "ssh_host_keys")
-			n.IPAddresses = nil
+			n.IPAddresses, n.Confirmed = nil, false
 			n.State = state.NodeDeleted
 			e.builder.invalidate(n.ID)
 		}
 	}
+}
+
+// record notes on the node what a service task that succeeded did: the
+// digest of the inputs an install, configure, initialize or start ran
+// with; that it stopped or is removed.
+func (e *executor) record(n *state.Node, svc, name string, out outcome) {
+	ss := n.ServiceState(svc)
+	if ss.Done == nil {
+		ss.Done = map[string]string{}
+	}
+	action := strings.ToLower(name)
+	if res := e.job.Inputs[svc+"/"+action]; res != "" && name != "STOP" && name != "REMOVE" {
+		if ss.Res == nil {
+			ss.Res = map[string]string{}
+		}
+		ss.Res[action] = res
+	}
+	switch name {
+	case "INSTALL", "CONFIGURE", "INITIALIZE":
+		ss.Done[action] = out.digest
+		if name == "CONFIGURE" {
+			ss.Topology = out.topo
+		}
+	case "START":
+		ss.Done["start"] = out.digest
+		ss.Started, ss.Drift = true, ""
+		if e.job.Action == string(plan.Start) || e.job.Action == string(plan.Restart) {
+			ss.Held = false
+		}
+	case "STOP":
+		ss.Started = false
+		if e.job.Action == string(plan.Stop) {
+			ss.Held = true
+		}
+	case "REMOVE":
+		ss.Installed = false
+		for _, a := range []string{"install", "configure", "initialize"} {
+			delete(ss.Done, a)
+			delete(ss.Res, a)
+		}
+	}
+}
+
+// abandon gives up on a task that failed for good in a forced destroy:
+// it is listed in the job, and what waits on it goes on.
+func (e *executor) abandon(i int, msg string) {
+	t := e.plan.Tasks[i]
+	rec := e.job.Tasks[e.off+i]
+	a := state.Abandoned{Node: t.Node, Task: t.Name, Service: t.Service, Message: msg}
+	if n := e.cl.Nodes[t.Node]; n != nil && t.Name == "DELETE" {
+		a.ProviderID = n.ProviderID()
+		n.State = state.NodeDeleted
+		e.builder.invalidate(n.ID)
+		e.dirtyNodes[n.ID] = true
+	}
+	e.job.Abandoned = append(e.job.Abandoned, a)
+	e.log.Warn("task abandoned (--force)", "taskName", t.Name, "node", t.Node, "service", t.Service, "message", msg)
+	e.observe(i, t.Name, state.TaskAbandoned, msg)
+	e.tasks[i].status = state.TaskAbandoned
+	rec.Status = state.TaskAbandoned
+	if len(rec.Runs) == 0 {
+		rec.Message = msg
+	}
+	e.touch(i)
+	e.release(i)
 }
 
 // release tells the task's successors (and barrier groups) it is done.
@@ -524,9 +682,10 @@ func (e *executor) prereqDone(i int) {
 // fail marks the task failed and the job as failing: nothing new starts.
 func (e *executor) fail(i int, msg string) {
 	e.tasks[i].status = state.TaskFailed
-	e.job.Tasks[i].Status = state.TaskFailed
-	if len(e.job.Tasks[i].Runs) == 0 {
-		e.job.Tasks[i].Message = msg
+	rec := e.job.Tasks[e.off+i]
+	rec.Status = state.TaskFailed
+	if len(rec.Runs) == 0 {
+		rec.Message = msg
 	}
 	e.failed = append(e.failed, i)
 	if !e.stopping {
@@ -537,44 +696,23 @@ func (e *executor) fail(i int, msg string) {
 	e.touch(i)
 }
 
-// end sets the job's and the cluster's status.
+// end sets the step's outcome.
 func (e *executor) end(ctx context.Context) {
-	e.job.Ended = e.o.Now()
 	complete := len(e.failed) == 0 && ctx.Err() == nil && e.saveErr == nil
 	if complete {
 		for _, ts := range e.tasks {
-			if ts.status != state.TaskDone && ts.status != state.TaskSkipped {
+			if !finished(ts.status) {
 				complete = false
 			}
 		}
 	}
-	act := plan.Action(e.job.Action)
+	e.ok = complete
 	if complete {
-		e.job.Status = state.JobComplete
-		e.cl.Status = state.Active
-		for _, id := range e.plannedNodes() {
-			n := e.cl.Nodes[id]
-			switch {
-			case n == nil:
-			case n.State == state.NodeDeleted:
-				delete(e.cl.Nodes, id)
-			case act == plan.Create || act == plan.AddServices:
-				n.State = state.NodeActive
-			}
-		}
-		if len(e.cl.Nodes) == 0 {
-			e.cl.Status = state.Terminated
-		}
+		e.step.Status = state.JobComplete
 	} else {
-		e.job.Status = state.JobFailed
+		e.step.Status = state.JobFailed
 		if e.job.Message == "" && e.saveErr != nil {
 			e.job.Message = e.saveErr.Error()
-		}
-		switch act {
-		case plan.Create, plan.Delete, plan.Destroy:
-			e.cl.Status = state.Incomplete
-		default:
-			e.cl.Status = state.Inconsistent
 		}
 	}
 	e.save()
@@ -582,19 +720,21 @@ func (e *executor) end(ctx context.Context) {
 	if !complete {
 		level = slog.LevelError
 	}
-	e.log.Log(context.Background(), level, "job "+e.job.Status, "action", e.job.Action, "cluster_status", e.cl.Status, "message", e.job.Message)
+	e.log.Log(context.Background(), level, "step "+e.step.Status, "action", e.step.Action, "message", e.job.Message)
 }
 
-func (e *executor) plannedNodes() []string {
-	if e.job.PlannedNodes != nil {
-		return e.job.PlannedNodes
-	}
-	return sortedKeys(e.cl.Nodes)
+// finished reports whether a task status is final for the step.
+func finished(status string) bool {
+	return status == state.TaskDone || status == state.TaskSkipped || status == state.TaskAbandoned
 }
+
+// hardwareFirst reports whether a task name runs before a node has an
+// address (CREATE, CONFIRM).
+func hardwareFirst(name string) bool { return name == "CREATE" || name == "CONFIRM" }
 
 func (e *executor) observe(i int, run, status, msg string) {
 	if e.o.Observe != nil {
-		e.o.Observe(Event{Task: i, Run: run, Status: status, Message: msg, Time: e.o.Now()})
+		e.o.Observe(Event{Step: e.stepIndex, Task: i, Run: run, Status: status, Message: msg, Time: e.o.Now()})
 	}
 }
 
@@ -613,7 +753,8 @@ func (e *executor) commit() {
 	}
 	var changes []state.Change
 	for i := range e.dirtyTasks {
-		changes = append(changes, state.Change{Job: e.job.ID, Task: &i, Rec: e.job.Tasks[i]})
+		gi := e.off + i
+		changes = append(changes, state.Change{Job: e.job.ID, Task: &gi, Rec: e.job.Tasks[gi]})
 	}
 	for id := range e.dirtyNodes {
 		if n := e.cl.Nodes[id]; n != nil {

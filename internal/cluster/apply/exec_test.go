@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/loomrt/loom/internal/cluster/plan"
 	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/runtime"
@@ -90,25 +89,41 @@ func (f *fakeRunner) Run(ctx context.Context, id string, data []byte) (*runtime.
 	return res, nil
 }
 
-func setup(t *testing.T, f *fakeRunner) (*state.Cluster, *spec.Spec, *plan.Plan, *state.Job) {
+func parse(t testing.TB, src string) *spec.Spec {
 	t.Helper()
-	sp, err := spec.Parse("t.yaml", []byte(testSpec))
+	sp, err := spec.Parse("t.yaml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps, err := Diff(nil, sp, DiffOptions{})
+	return sp
+}
+
+// planChange plans sp against cl.
+func planChange(t testing.TB, cl *state.Cluster, sp *spec.Spec, o PlanOptions) *Change {
+	t.Helper()
+	ch, err := Plan(Input{Cluster: cl, Spec: sp, Options: o})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, job := Begin(nil, steps[0], time.Now())
-	p, err := PlanStep(cl, steps[0])
-	if err != nil {
-		t.Fatal(err)
+	return ch
+}
+
+// run plans, begins and runs a change; it returns the cluster and job.
+func run(t testing.TB, cl *state.Cluster, sp *spec.Spec, f *fakeRunner, o PlanOptions, eo Options) (*state.Cluster, *state.Job, *Change) {
+	t.Helper()
+	ch := planChange(t, cl, sp, o)
+	if ch.Empty() && ch.Resume == nil {
+		return cl, nil, ch
 	}
+	cl, job := Begin(cl, ch, time.Now())
 	if f.running == nil {
 		f.running = map[string]bool{}
 	}
-	return cl, sp, p, job
+	eo.Runner = f
+	if err := Run(context.Background(), cl, job, eo); err != nil {
+		t.Fatal(err)
+	}
+	return cl, job, ch
 }
 
 func count(log []string, key string) int {
@@ -123,12 +138,9 @@ func count(log []string, key string) int {
 
 func TestExecuteCreate(t *testing.T) {
 	f := &fakeRunner{delay: 5 * time.Millisecond}
-	cl, sp, p, job := setup(t, f)
 	saves := 0
-	err := Execute(context.Background(), cl, sp, p, job, Options{Runner: f, Parallelism: 2, Save: func(*state.Cluster) error { saves++; return nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl, job, ch := run(t, nil, parse(t, testSpec), f, PlanOptions{}, Options{Parallelism: 2, Save: func(*state.Cluster) error { saves++; return nil }})
+	p := ch.Steps[0].Plan
 	if job.Status != state.JobComplete || cl.Status != state.Active {
 		t.Fatalf("job %s (%s), cluster %s", job.Status, job.Message, cl.Status)
 	}
@@ -197,10 +209,7 @@ func TestExecuteRetries(t *testing.T) {
 		"INSTALL@t-db-1":  {1, 1},
 		"INSTALL@t-web-1": {1},
 	}}
-	cl, sp, p, job := setup(t, f)
-	if err := Execute(context.Background(), cl, sp, p, job, Options{Runner: f}); err != nil {
-		t.Fatal(err)
-	}
+	cl, job, _ := run(t, nil, parse(t, testSpec), f, PlanOptions{}, Options{})
 	var db, web1, web2 []string
 	for _, k := range f.log {
 		switch {
@@ -241,10 +250,8 @@ func TestExecuteRetries(t *testing.T) {
 // that finished.
 func TestExecuteFailureResume(t *testing.T) {
 	f := &fakeRunner{fail: map[string][]int{"INSTALL@t-db-1": {1, 1, 1}}}
-	cl, sp, p, job := setup(t, f)
-	if err := Execute(context.Background(), cl, sp, p, job, Options{Runner: f}); err != nil {
-		t.Fatal(err)
-	}
+	sp := parse(t, testSpec)
+	cl, job, _ := run(t, nil, sp, f, PlanOptions{}, Options{})
 	if count(f.log, "INSTALL@t-db-1") != 3 || count(f.log, "START@t-db-1") != 0 || count(f.log, "START@t-web-1") != 0 {
 		t.Errorf("runs: %v", f.log)
 	}
@@ -255,13 +262,15 @@ func TestExecuteFailureResume(t *testing.T) {
 	for _, k := range f.log {
 		ran[k] = true
 	}
-	// --on-failure rollback would destroy the three nodes (each was created).
-	if rb := Rollback(cl, job, sp); rb == nil || rb.Action != plan.Destroy || len(rb.PlannedNodes) != 3 || !rb.OnlyPlannedNodes {
-		t.Errorf("rollback step: %+v", rb)
+	// The same spec again resumes the job.
+	ch := planChange(t, cl, sp, PlanOptions{})
+	if ch.Resume != job {
+		t.Fatalf("plan after a failure: %s", ch.Reason)
 	}
 	before := len(f.log)
-	if err := Execute(context.Background(), cl, sp, p, job, Options{Runner: f}); err != nil {
-		t.Fatal(err)
+	cl, job2, _ := run(t, cl, sp, f, PlanOptions{}, Options{})
+	if job2 != job {
+		t.Errorf("resume ran job %s, not %s", job2.ID, job.ID)
 	}
 	again := f.log[before:]
 	for _, k := range again {
@@ -274,81 +283,90 @@ func TestExecuteFailureResume(t *testing.T) {
 	}
 }
 
-// TestDiff: what apply plans against a cluster's state.
-func TestDiff(t *testing.T) {
+// describe renders a change as "action: TASK svc@node, ..." per step.
+func describe(ch *Change) string {
+	var out []string
+	for _, st := range ch.Steps {
+		var ts []string
+		for _, t := range st.Plan.Tasks {
+			ts = append(ts, strings.TrimSpace(t.Name+" "+t.Service)+"@"+strings.TrimPrefix(t.Node, "t-"))
+		}
+		out = append(out, st.State.Action+": "+strings.Join(ts, ", "))
+	}
+	return strings.Join(out, " | ")
+}
+
+// TestPlanChanges: what apply plans against a cluster's state, task by
+// task: only what changed.
+func TestPlanChanges(t *testing.T) {
 	f := &fakeRunner{}
-	cl, sp, p, job := setup(t, f)
-	if err := Execute(context.Background(), cl, sp, p, job, Options{Runner: f}); err != nil {
-		t.Fatal(err)
+	sp := parse(t, testSpec)
+	cl, _, _ := run(t, nil, sp, f, PlanOptions{}, Options{})
+	if ch := planChange(t, cl, sp, PlanOptions{}); !ch.Empty() {
+		t.Fatalf("plan of an applied spec: %s", describe(ch))
 	}
-	steps, err := Diff(cl, sp, DiffOptions{})
-	if err != nil || len(steps) != 0 {
-		t.Fatalf("diff of an applied spec: %v %v", steps, err)
-	}
-	edit := func(from, to string) *spec.Spec {
-		s, err := spec.Parse("t.yaml", []byte(strings.Replace(testSpec, from, to, 1)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	describe := func(steps []Step) string {
-		var out []string
-		for _, s := range steps {
-			out = append(out, fmt.Sprintf("%s%v", s.Action, s.PlannedNodes))
-		}
-		return strings.Join(out, " ")
-	}
+	withConfigure := strings.Replace(testSpec, "      start:   {type: sh, fields: {script: web}}", "      configure: {type: sh, fields: {script: web}}\n      start:   {type: sh, fields: {script: web}}\n      stop:   {type: sh, fields: {script: web}}", 1)
+	withConfigure = strings.Replace(withConfigure, "      start:   {type: sh, fields: {script: db}}", "      configure: {type: sh, fields: {script: db}}\n      start:   {type: sh, fields: {script: db}}\n      stop:   {type: sh, fields: {script: db}}\n      remove:   {type: sh, fields: {script: db}}", 1)
+	base := parse(t, withConfigure)
+	cl, _, _ = run(t, nil, base, f, PlanOptions{}, Options{})
 	for _, c := range []struct {
 		from, to, want string
 	}{
-		{"count: 2", "count: 3", "create[t-web-3] configure[t-db-1 t-web-1 t-web-2]"},
-		{"count: 2", "count: 1", "destroy[t-web-2] configure[t-db-1 t-web-1]"},
-		{"answer: 42", "answer: 43", "configure-restart[]"},
-		{"services: [db]}", "services: [db, web]}", "add-services[t-db-1]"},
+		{"count: 2", "count: 3",
+			"create: CREATE@web-3, CONFIRM@web-3, BOOTSTRAP@web-3, INSTALL web@web-3, CONFIGURE web@web-3, START web@web-3 | " +
+				"reconfigure: CONFIGURE db@db-1, CONFIGURE web@web-1, CONFIGURE web@web-2"},
+		{"count: 2", "count: 1",
+			"destroy: STOP web@web-2, DELETE@web-2 | reconfigure: CONFIGURE db@db-1, CONFIGURE web@web-1"},
+		// The cluster config is every service's input: each reconfigures
+		// and restarts, web (which depends on db) stopped first.
+		{"answer: 42", "answer: 43",
+			"reconfigure: STOP db@db-1, CONFIGURE db@db-1, START db@db-1, STOP web@web-1, CONFIGURE web@web-1, START web@web-1, STOP web@web-2, CONFIGURE web@web-2, START web@web-2"},
+		// One field of web: web only.
+		{"configure: {type: sh, fields: {script: web}}", "configure: {type: sh, fields: {script: web, args: x}}",
+			"reconfigure: STOP web@web-1, CONFIGURE web@web-1, START web@web-1, STOP web@web-2, CONFIGURE web@web-2, START web@web-2"},
+		// One field of db: db, and web restarts (it depends on db).
+		{"configure: {type: sh, fields: {script: db}}", "configure: {type: sh, fields: {script: db, args: x}}",
+			"reconfigure: STOP db@db-1, CONFIGURE db@db-1, START db@db-1, STOP web@web-1, START web@web-1, STOP web@web-2, START web@web-2"},
+		// A service added to a group: installed there, nothing else.
+		{"services: [db]}", "services: [db, web]}",
+			"add-services: INSTALL web@db-1, CONFIGURE web@db-1, START web@db-1"},
+		// A service defined and used nowhere: nothing.
+		{"services:\n", "services:\n  unused:\n    actions: {install: {type: sh}}\n", ""},
+		// A service dropped from a group: stopped (dependents first) and
+		// removed there.
+		{"services: [web]}", "services: []}",
+			"remove-services: STOP web@web-1, STOP web@web-2"},
 	} {
-		steps, err := Diff(cl, edit(c.from, c.to), DiffOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := describe(steps); got != c.want {
-			t.Errorf("%s → %s: %s, want %s", c.from, c.to, got, c.want)
+		ch := planChange(t, cl, parse(t, strings.Replace(withConfigure, c.from, c.to, 1)), PlanOptions{})
+		if got := describe(ch); got != c.want {
+			t.Errorf("%s → %s:\n got %s\nwant %s", c.from, c.to, got, c.want)
 		}
 	}
-	if _, err := Diff(cl, edit("services: [web]}", "services: []}"), DiffOptions{}); err == nil || !strings.Contains(err.Error(), "removing a service") {
-		t.Errorf("removing a service: %v", err)
+	// Destroy: stop what runs (dependents first), remove what is
+	// installed, delete.
+	ch := planChange(t, cl, base, PlanOptions{Destroy: true})
+	if got, want := describe(ch), "destroy: STOP db@db-1, REMOVE db@db-1, DELETE@db-1, STOP web@web-1, DELETE@web-1, STOP web@web-2, DELETE@web-2"; got != want {
+		t.Errorf("destroy:\n got %s\nwant %s", got, want)
+	}
+	ch = planChange(t, cl, base, PlanOptions{Destroy: true, NoRemove: true})
+	if got := describe(ch); strings.Contains(got, "REMOVE") {
+		t.Errorf("destroy --no-remove: %s", got)
 	}
 }
 
 // TestRollback: --on-failure rollback destroys the nodes a failed create
-// made, and the cluster ends terminated with nothing left.
+// made, stops only what started, and the cluster ends terminated with
+// nothing left.
 func TestRollback(t *testing.T) {
 	f := &fakeRunner{fail: map[string][]int{"INSTALL@t-db-1": {1, 1, 1}}}
-	cl, sp, p, job := setup(t, f)
-	if err := Execute(context.Background(), cl, sp, p, job, Options{Runner: f}); err != nil {
-		t.Fatal(err)
-	}
-	rb := Rollback(cl, job, sp)
-	if rb == nil {
-		t.Fatal("no rollback step")
-	}
-	cl, rjob := Begin(cl, *rb, time.Now())
-	rp, err := PlanStep(cl, *rb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := len(f.log)
-	if err := Execute(context.Background(), cl, sp, rp, rjob, Options{Runner: f}); err != nil {
-		t.Fatal(err)
-	}
-	got := strings.Join(f.log[before:], " ")
+	cl, job, _ := run(t, nil, parse(t, testSpec), f, PlanOptions{Rollback: true}, Options{})
 	for _, n := range []string{"t-db-1", "t-web-1", "t-web-2"} {
-		if count(f.log[before:], "DELETE@"+n) != 1 {
-			t.Errorf("rollback ran %s, want one DELETE of %s", got, n)
+		if count(f.log, "DELETE@"+n) != 1 {
+			t.Errorf("rollback ran %v, want one DELETE of %s", f.log, n)
 		}
 	}
-	if rjob.Status != state.JobComplete || cl.Status != state.Terminated || len(cl.Nodes) != 0 {
-		t.Errorf("after rollback: job %s, cluster %s, %d nodes", rjob.Status, cl.Status, len(cl.Nodes))
+	if job.Status != state.JobRolledBack || cl.Status != state.Terminated || len(cl.Nodes) != 0 || len(job.Steps) != 2 {
+		t.Errorf("after rollback: job %s, cluster %s, %d nodes, %d steps", job.Status, cl.Status, len(cl.Nodes), len(job.Steps))
 	}
 }
 
@@ -358,19 +376,10 @@ func TestRollback(t *testing.T) {
 func TestMacros(t *testing.T) {
 	src := strings.Replace(testSpec, "config: {answer: 42}", `config: {answer: 42, dbs: "%join(map(ip.access_v4.service.db,'$:5432'),' ')%", me: "%instance.self.service.web%/%num.service.web%"}`, 1)
 	src = strings.Replace(src, "install: {type: sh, fields: {script: web}}", `install: {type: sh, fields: {script: web, args: "%host.service.db[0]% %host.self%"}}`, 1)
-	sp, err := spec.Parse("t.yaml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	steps, _ := Diff(nil, sp, DiffOptions{})
-	cl, job := Begin(nil, steps[0], time.Now())
-	p, err := PlanStep(cl, steps[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	sp := parse(t, src)
 	f := &fakeRunner{running: map[string]bool{}}
-	if err := Execute(context.Background(), cl, sp, p, job, Options{Runner: f}); err != nil || job.Status != state.JobComplete {
-		t.Fatalf("%v %s", err, job.Message)
+	if _, job, _ := run(t, nil, sp, f, PlanOptions{}, Options{}); job.Status != state.JobComplete {
+		t.Fatalf("%s", job.Message)
 	}
 	seen := 0
 	for _, task := range f.tasks {
@@ -402,17 +411,9 @@ func TestMacros(t *testing.T) {
 // can run.
 func TestMacroNeverComplete(t *testing.T) {
 	src := strings.Replace(testSpec, "config: {answer: 42}", `config: {db: "%ip.private_v4.service.db%"}`, 1)
-	sp, err := spec.Parse("t.yaml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	steps, _ := Diff(nil, sp, DiffOptions{})
-	cl, job := Begin(nil, steps[0], time.Now())
-	p, _ := PlanStep(cl, steps[0])
+	src = strings.Replace(src, "provider: {type: fake,", "provider: {type: fake, addresstypes: [private_v4],", 1)
 	f := &fakeRunner{running: map[string]bool{}}
-	if err := Execute(context.Background(), cl, sp, p, job, Options{Runner: f}); err != nil {
-		t.Fatal(err)
-	}
+	_, job, _ := run(t, nil, parse(t, src), f, PlanOptions{}, Options{})
 	if job.Status != state.JobFailed || !strings.Contains(job.Message, "node t-db-1 has no private_v4 address yet (its CONFIRM has not run)") {
 		t.Fatalf("job %s: %s", job.Status, job.Message)
 	}

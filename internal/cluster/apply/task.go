@@ -22,6 +22,16 @@ type taskBuilder struct {
 	spec    *spec.Spec
 	cluster *state.Cluster
 	jobID   string
+	// inputs are the job's resource digests per "service/action" (part of
+	// a service's digest).
+	inputs map[string]string
+	// confirming are the nodes whose CONFIRM this step has yet to run:
+	// macros wait for their addresses. Other nodes without an address (a
+	// CREATE that failed) are left out of the macros and config.nodes: no
+	// task would ever get their address.
+	confirming map[string]bool
+	// topo caches the node list's digest; "" when a node changed.
+	topo string
 	// nodesJSON caches config.nodes, nil when a node changed; nodeJSON
 	// caches each node's part of it, so a change re-encodes one node (a
 	// create changes every node's addresses once: re-encoding all of them
@@ -38,21 +48,42 @@ type taskBuilder struct {
 func (b *taskBuilder) invalidate(id string) {
 	b.nodesJSON = nil
 	b.macros = nil
+	b.topo = ""
 	delete(b.nodeJSON, id)
 }
 
-// macroCluster is the cluster as macros see it: its nodes not deleted.
+// visible reports whether tasks see node n (in config.nodes and macros):
+// not deleted, and with an address or about to get one.
+func (b *taskBuilder) visible(n *state.Node) bool {
+	return n.State != state.NodeDeleted && (n.Address() != "" || len(n.IPAddresses) > 0 || b.confirming[n.ID])
+}
+
+// macroCluster is the cluster as macros see it: its visible nodes.
 func (b *taskBuilder) macroCluster() *macro.Cluster {
 	if b.macros == nil {
 		nodes := make([]macro.Node, 0, len(b.cluster.Nodes))
 		for _, n := range b.cluster.Nodes {
-			if n.State != state.NodeDeleted {
+			if b.visible(n) {
 				nodes = append(nodes, macro.Node{ID: n.ID, Num: n.Num, Hostname: n.Hostname, IPAddresses: n.IPAddresses, Services: n.Services})
 			}
 		}
 		b.macros = macro.NewCluster(nodes)
 	}
 	return b.macros
+}
+
+// topology is the digest of the node list tasks see now.
+func (b *taskBuilder) topology() string {
+	if b.topo == "" {
+		var nodes []topologyNode
+		for _, n := range b.cluster.Nodes {
+			if b.visible(n) {
+				nodes = append(nodes, topologyNode{n.ID, n.Hostname, n.IPAddresses})
+			}
+		}
+		b.topo = topologyDigest(nodes)
+	}
+	return b.topo
 }
 
 // expand expands the Coopr macros of v for node n: non-hardware tasks get
@@ -100,7 +131,7 @@ func (b *taskBuilder) nodes() (json.RawMessage, error) {
 	data := []byte{'{'}
 	for _, id := range sortedKeys(b.cluster.Nodes) {
 		n := b.cluster.Nodes[id]
-		if n.State == state.NodeDeleted {
+		if !b.visible(n) {
 			continue
 		}
 		part, ok := b.nodeJSON[id]
@@ -124,36 +155,43 @@ func (b *taskBuilder) nodes() (json.RawMessage, error) {
 }
 
 // build returns the task JSON for run name (CREATE, INSTALL...) of
-// service svc ("" for node tasks) on node n.
-func (b *taskBuilder) build(id, name string, n *state.Node, svc string) ([]byte, error) {
+// service svc ("" for node tasks) on node n, and for a service task the
+// digest of its inputs (recorded on the node when it succeeds).
+func (b *taskBuilder) build(id, name string, n *state.Node, svc string) ([]byte, string, error) {
 	cfg := b.properties(n)
 	hardware := name == "CREATE" || name == "CONFIRM" || name == "DELETE"
 	cfg["cluster"] = b.spec.Config
 	if !hardware {
 		c, err := b.expand(b.spec.Config, n, "the cluster config")
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		cfg["cluster"] = c
 	}
 	p := b.spec.Provider
 	cfg["provider"] = map[string]any{"name": p.Name, "description": "", "providertype": p.Type, "provisioner": p.Fields}
+	digest := ""
 	if svc != "" {
 		def := b.spec.Services[svc]
-		act, ok := def.Actions[strings.ToLower(name)]
+		if def == nil {
+			return nil, "", fmt.Errorf("service %s is not defined in the job's spec", svc)
+		}
+		action := strings.ToLower(name)
+		act, ok := def.Actions[action]
 		if !ok {
-			return nil, fmt.Errorf("service %s defines no %s action", svc, strings.ToLower(name))
+			return nil, "", fmt.Errorf("service %s defines no %s action", svc, action)
 		}
 		var fields any = act.Fields
 		if act.Fields == nil {
 			fields = map[string]any{}
 		} else if !hardware {
 			var err error
-			if fields, err = b.expand(act.Fields, n, "service "+svc+"'s "+strings.ToLower(name)+" fields"); err != nil {
-				return nil, err
+			if fields, err = b.expand(act.Fields, n, "service "+svc+"'s "+action+" fields"); err != nil {
+				return nil, "", err
 			}
 		}
 		cfg["service"] = map[string]any{"name": svc, "action": map[string]any{"type": act.Type, "fields": fields}}
+		digest = actionDigest(action, act.Type, cfg["cluster"], fields)
 	}
 	// Results last: Coopr let provider results override built-in keys.
 	maps.Copy(cfg, n.Results)
@@ -161,12 +199,12 @@ func (b *taskBuilder) build(id, name string, n *state.Node, svc string) ([]byte,
 	if _, overridden := cfg["nodes"]; !overridden {
 		var err error
 		if nodes, err = b.nodes(); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
 	cfgJSON, err := json.Marshal(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("encoding task %s: %w", id, err)
+		return nil, "", fmt.Errorf("encoding task %s: %w", id, err)
 	}
 	// The task is assembled by hand: config.nodes is the same for every
 	// task until a node changes, so it is encoded once and spliced in, not
@@ -191,7 +229,7 @@ func (b *taskBuilder) build(id, name string, n *state.Node, svc string) ([]byte,
 		out = append(out, nodes...)
 		out = append(out, '}')
 	}
-	return append(out, '}'), nil
+	return append(out, '}'), digest, nil
 }
 
 // sortedKeys returns m's keys, sorted.

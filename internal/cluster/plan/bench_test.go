@@ -44,7 +44,11 @@ func benchCreate(b *testing.B, nodes, services int) {
 	ns := s.Nodes()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		p, err := Build(Input{Spec: s, Nodes: ns, Action: Create})
+		w, err := CooprWork(s, ns, Create, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := Build(Input{Spec: s, Nodes: ns, Action: Create, Work: w})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -64,10 +68,7 @@ func BenchmarkPlanCreate1000x10(b *testing.B) { benchCreate(b, 1000, 10) }
 // TestBigPlanShape checks the big plan is what the benchmark claims.
 func TestBigPlanShape(t *testing.T) {
 	s := bigSpec(t, 50, 10)
-	p, err := Build(Input{Spec: s, Nodes: s.Nodes(), Action: Create})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := cooprPlan(t, s, s.Nodes(), Create, nil)
 	// 3 hardware tasks + 4 service tasks × 10 services per node.
 	if want := 50 * (3 + 4*10); len(p.Tasks) != want {
 		t.Errorf("%d tasks, want %d", len(p.Tasks), want)

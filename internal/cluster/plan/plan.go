@@ -1,16 +1,24 @@
-// Package plan turns a cluster spec and a cluster action (create, delete,
-// reconfigure, start/stop/restart, scale) into Coopr's task DAG and cuts
-// it into stages (reference/coopr-server.md §4).
+// Package plan turns the tasks one step of a cluster job runs (which task
+// names, of which services, on which nodes) into Coopr's task DAG, cut
+// into stages (reference/coopr-server.md §4).
 //
-// Every node gets CREATE → CONFIRM → BOOTSTRAP (the hardware tasks, one
-// per node), then per service INSTALL → CONFIGURE → INITIALIZE → START for
-// the actions the service defines; cross-service edges follow Coopr's four
-// rules (START→START, START→INITIALIZE and reversed STOP→STOP on runtime
-// dependencies; INSTALL→INSTALL on install dependencies), from the
-// dependency's task on every node that carries it. Such "wait for X on
-// every node" edges are kept as one barrier group shared by all waiting
-// tasks, so a 1,000-node plan stays linear in size instead of holding a
-// million edges.
+// What runs is decided before: by the change planner (internal/cluster/
+// apply), which compares the cluster's recorded state with its spec, or
+// by CooprWork for one of Coopr's cluster actions. This package only
+// orders it. On each node, the node tasks CREATE → CONFIRM → BOOTSTRAP
+// come first, then each service's tasks in the order STOP → REMOVE →
+// INSTALL → CONFIGURE → INITIALIZE → START, then DELETE. Across services,
+// Coopr's rules order the tasks present: START waits for START and
+// INITIALIZE for START of the runtime dependencies, STOP of a dependency
+// waits for STOP of its dependents, INSTALL waits for INSTALL of the
+// install dependencies, and (Loom's addition, the reverse of INSTALL's)
+// REMOVE of a dependency waits for REMOVE of its dependents, from the
+// dependency's task on every node that has it. Such "wait for X on every
+// node" edges are kept as one barrier group shared by all waiting tasks,
+// so a 1,000-node plan stays linear in size instead of holding a million
+// edges. A dependency with no task of the rule's action in the plan (it is
+// running, or installed, already) passes the wait on to its own
+// dependencies.
 //
 // Stages are Coopr's: a task's level is one more than its deepest
 // prerequisite, and each level is split so that a stage holds at most one
@@ -19,51 +27,71 @@
 package plan
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/loomrt/loom/internal/cluster/spec"
 )
 
-// Action is a cluster action.
+// Action names what a step of a job does; it labels the plan (the tasks
+// come from its Work).
 type Action string
 
-// The cluster actions. Delete is Coopr's (DELETE every node, nothing
-// else); Destroy stops services first, dependents before dependencies.
+// The step kinds the change planner produces, and Coopr's cluster actions
+// (Delete, Configure, ConfigureRestart), which CooprWork expands.
 const (
-	Create           Action = "create"
+	// Create makes nodes and brings up their services (and finishes the
+	// creation of nodes a failed job left incomplete).
+	Create Action = "create"
+	// AddServices installs, configures and starts services new to nodes.
+	AddServices Action = "add-services"
+	// Reconfigure re-runs what changed: CONFIGURE (and INSTALL) of the
+	// services whose inputs changed, STOP/START of those and of what
+	// depends on them at runtime.
+	Reconfigure Action = "reconfigure"
+	// RemoveServices stops and removes services the spec dropped.
+	RemoveServices Action = "remove-services"
+	// Destroy stops what runs, removes what is installed, deletes nodes.
+	Destroy Action = "destroy"
+	// Rollback destroys what a failed create made.
+	Rollback Action = "rollback"
+	// Start, Stop and Restart are service actions.
+	Start   Action = "start"
+	Stop    Action = "stop"
+	Restart Action = "restart"
+	// Delete, Configure and ConfigureRestart are Coopr's CLUSTER_DELETE,
+	// CLUSTER_CONFIGURE and CLUSTER_CONFIGURE_WITH_RESTART (CooprWork).
 	Delete           Action = "delete"
-	Destroy          Action = "destroy"
-	AddServices      Action = "add-services"
 	Configure        Action = "configure"
 	ConfigureRestart Action = "configure-restart"
-	Start            Action = "start"
-	Stop             Action = "stop"
-	Restart          Action = "restart"
 )
 
-// Actions lists the cluster actions in the order docs present them.
-var Actions = []Action{Create, Delete, Destroy, AddServices, Configure, ConfigureRestart, Start, Stop, Restart}
+// ServiceActions are the service actions an operator may run by hand
+// (loomd apply --action).
+var ServiceActions = []Action{Start, Stop, Restart}
 
-// order is each cluster action's task names, in order (Coopr's Actions.java,
-// plus Destroy).
-var order = map[Action][]string{
-	Create:           {"CREATE", "CONFIRM", "BOOTSTRAP", "INSTALL", "CONFIGURE", "INITIALIZE", "START"},
-	Delete:           {"DELETE"},
-	Destroy:          {"STOP", "DELETE"},
-	AddServices:      {"BOOTSTRAP", "INSTALL", "CONFIGURE", "INITIALIZE", "START"},
-	Configure:        {"BOOTSTRAP", "CONFIGURE"},
-	ConfigureRestart: {"BOOTSTRAP", "STOP", "CONFIGURE", "START"},
-	Start:            {"START"},
-	Stop:             {"STOP"},
-	Restart:          {"STOP", "START"},
+// ParseServiceAction reads start, stop or restart.
+func ParseServiceAction(s string) (Action, error) {
+	for _, a := range ServiceActions {
+		if string(a) == s {
+			return a, nil
+		}
+	}
+	return "", fmt.Errorf("unknown service action %q (want start, stop or restart)", s)
 }
 
 // actionNames are the task names in lifecycle order; their index sorts
 // tasks within a level.
 var actionNames = []string{"CREATE", "CONFIRM", "BOOTSTRAP", "INSTALL", "CONFIGURE", "INITIALIZE", "START", "STOP", "REMOVE", "DELETE"}
+
+// TaskNames lists the task names a plan may hold.
+var TaskNames = slices.Clone(actionNames)
 
 var actionIndex = func() map[string]int {
 	m := map[string]int{}
@@ -73,8 +101,14 @@ var actionIndex = func() map[string]int {
 	return m
 }()
 
-// hardware reports whether a task name is a node-level task.
-func hardware(task string) bool {
+// serviceChain is the order of a service's tasks on one node.
+var serviceChain = []string{"STOP", "REMOVE", "INSTALL", "CONFIGURE", "INITIALIZE", "START"}
+
+// nodeFirst are the node tasks that come before a node's service tasks.
+var nodeFirst = []string{"CREATE", "CONFIRM", "BOOTSTRAP"}
+
+// Hardware reports whether a task name is a node task (no service).
+func Hardware(task string) bool {
 	switch task {
 	case "CREATE", "CONFIRM", "BOOTSTRAP", "DELETE":
 		return true
@@ -82,12 +116,9 @@ func hardware(task string) bool {
 	return false
 }
 
-// installTime reports whether a task name is ordered by install
-// dependencies.
-func installTime(task string) bool { return task == "INSTALL" || task == "REMOVE" }
-
-// serviceActionOf is the spec's action name of a service task name.
-func serviceActionOf(task string) string {
+// ServiceAction is the spec's action name of a service task name
+// ("initialize" for INITIALIZE), or "".
+func ServiceAction(task string) string {
 	switch task {
 	case "INSTALL", "CONFIGURE", "INITIALIZE", "START", "STOP", "REMOVE":
 		return strings.ToLower(task)
@@ -95,37 +126,26 @@ func serviceActionOf(task string) string {
 	return ""
 }
 
-// ParseAction reads a cluster action name.
-func ParseAction(s string) (Action, error) {
-	for _, a := range Actions {
-		if string(a) == s {
-			return a, nil
-		}
-	}
-	names := make([]string, len(Actions))
-	for i, a := range Actions {
-		names[i] = string(a)
-	}
-	return "", fmt.Errorf("unknown cluster action %q (want one of %s)", s, strings.Join(names, ", "))
+// Work is one kind of task a step runs: task Task of service Service ("",
+// for node tasks) on each of Nodes.
+type Work struct {
+	Task    string   `json:"task"`
+	Service string   `json:"service,omitempty"`
+	Nodes   []string `json:"nodes"`
 }
 
 // Input is what to plan.
 type Input struct {
 	Spec *spec.Spec
-	// Nodes are every node of the cluster (planned or not): cross edges
-	// reach services on any node.
-	Nodes  []spec.Node
+	// Nodes are the nodes the plan may name, in nodenum order (the order
+	// sorts tasks and names nothing to run), with the services each
+	// carries (a dependency on a service no node carries is ignored, as
+	// in Coopr).
+	Nodes []spec.Node
+	// Action labels the plan.
 	Action Action
-	// PlannedNodes limits the plan to these node ids; nil means all.
-	PlannedNodes []string
-	// Services limits the plan to these services; nil means all. Start
-	// adds the services they depend on at runtime; Stop and Restart add
-	// the services that depend on them.
-	Services []string
-	// OnlyPlannedNodes keeps cross edges inside the planned nodes: a
-	// scale-up does not re-start services on the nodes it leaves alone,
-	// and a scale-down stops nothing on the nodes that stay.
-	OnlyPlannedNodes bool
+	// Work is what runs.
+	Work []Work
 }
 
 // Task is one task of the plan.
@@ -152,7 +172,7 @@ type Plan struct {
 	Action  Action
 	Tasks   []Task
 	// Groups are the barrier groups tasks wait on: each is every task of
-	// one action on one service across the nodes carrying it.
+	// one action on one service across the nodes that have it.
 	Groups [][]int
 	// Levels is the DAG's depth; Stages the tasks of each stage.
 	Levels int
@@ -170,157 +190,174 @@ var ErrCycle = errors.New("the task graph has a cycle")
 type vkey struct {
 	node int32
 	act  int8
-	svc  int32 // -1 for hardware tasks
+	svc  int32 // -1 for node tasks
 }
 
 // Build plans in.
 func Build(in Input) (*Plan, error) {
-	steps, ok := order[in.Action]
-	if !ok {
-		return nil, fmt.Errorf("planning: unknown cluster action %q", in.Action)
-	}
 	s := in.Spec
 	p := &Plan{Cluster: s.Name, Action: in.Action, nodeOrder: make(map[string]int, len(in.Nodes))}
 	for i, n := range in.Nodes {
 		p.nodeOrder[n.ID] = i
 	}
-	planned := make([]bool, len(in.Nodes))
-	if in.PlannedNodes == nil {
-		for i := range planned {
-			planned[i] = true
+	r := newResolver(s)
+
+	// The vertices, by node.
+	byNode := make([][]vkey, len(in.Nodes))
+	seen := map[vkey]bool{}
+	has := make([][]bool, len(r.services)) // [service][action]: some node has the task
+	for i := range has {
+		has[i] = make([]bool, len(actionNames))
+	}
+	for _, w := range in.Work {
+		act, ok := actionIndex[w.Task]
+		if !ok {
+			return nil, fmt.Errorf("planning: unknown task name %q (want one of %s)", w.Task, strings.Join(actionNames, ", "))
 		}
-	} else {
-		for _, id := range in.PlannedNodes {
-			i, ok := p.nodeOrder[id]
+		svc := int32(-1)
+		switch {
+		case Hardware(w.Task) && w.Service != "":
+			return nil, fmt.Errorf("planning: %s is a node task, not a task of service %s", w.Task, w.Service)
+		case !Hardware(w.Task):
+			si, ok := r.index[w.Service]
 			if !ok {
-				return nil, fmt.Errorf("planning: node %q is not in the cluster", id)
+				return nil, fmt.Errorf("planning: %s of service %q: %s defines no such service", w.Task, w.Service, s.File)
 			}
-			planned[i] = true
+			if !s.Services[w.Service].Defines(ServiceAction(w.Task)) {
+				return nil, fmt.Errorf("planning: service %s defines no %s action", w.Service, ServiceAction(w.Task))
+			}
+			svc = int32(si)
+		}
+		for _, id := range w.Nodes {
+			ni, ok := p.nodeOrder[id]
+			if !ok {
+				return nil, fmt.Errorf("planning: %s names node %q, which is not in the cluster", w.Task, id)
+			}
+			k := vkey{int32(ni), int8(act), svc}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			byNode[ni] = append(byNode[ni], k)
+			if svc >= 0 {
+				has[svc][act] = true
+			}
 		}
 	}
-	onCluster := map[string]bool{}
+	onCluster := make([]bool, len(r.services))
 	for _, n := range in.Nodes {
-		for _, svc := range n.Services {
-			onCluster[svc] = true
-		}
-	}
-	r := newResolver(s, sortedSet(onCluster))
-
-	// Planned services, expanded for the runtime actions (§4.4).
-	var plannedSvc map[string]bool
-	if in.Services != nil {
-		plannedSvc = map[string]bool{}
-		for _, n := range in.Services {
-			if s.Services[n] == nil {
-				return nil, fmt.Errorf("planning: service %q is not defined in %s", n, s.File)
-			}
-			if !onCluster[n] {
-				return nil, fmt.Errorf("planning: service %q is on no node of cluster %s", n, s.Name)
-			}
-			plannedSvc[n] = true
-		}
-		switch in.Action {
-		case Start:
-			r.closure(plannedSvc, false)
-		case Stop, Restart:
-			r.closure(plannedSvc, true)
-		}
-	}
-	isPlannedSvc := func(n string) bool { return plannedSvc == nil || plannedSvc[n] }
-
-	// Which nodes carry each service, for cross edges.
-	carriers := make([][]int32, len(r.services))
-	for ni, n := range in.Nodes {
-		if in.OnlyPlannedNodes && !planned[ni] {
-			continue
-		}
-		for _, svc := range n.Services {
-			si := r.index[svc]
-			carriers[si] = append(carriers[si], int32(ni))
-		}
-	}
-
-	verts := make(map[vkey]int, len(in.Nodes)*8)
-	vertex := func(node int32, act int, svc int32) int {
-		k := vkey{node, int8(act), svc}
-		if i, ok := verts[k]; ok {
-			return i
-		}
-		t := Task{Index: len(p.Tasks), Name: actionNames[act], Node: in.Nodes[node].ID}
-		if svc >= 0 {
-			t.Service = r.services[svc]
-		}
-		p.Tasks = append(p.Tasks, t)
-		verts[k] = t.Index
-		return t.Index
-	}
-	addDep := func(t, dep int) {
-		for _, d := range p.Tasks[t].Deps {
-			if d == dep {
-				return
-			}
-		}
-		p.Tasks[t].Deps = append(p.Tasks[t].Deps, dep)
-	}
-	groups := map[[2]int]int{} // (action, service) → group
-	group := func(act int, svc int) int {
-		k := [2]int{act, svc}
-		if g, ok := groups[k]; ok {
-			return g
-		}
-		members := make([]int, 0, len(carriers[svc]))
-		for _, ni := range carriers[svc] {
-			members = append(members, vertex(ni, act, int32(svc)))
-		}
-		g := len(p.Groups)
-		p.Groups = append(p.Groups, members)
-		groups[k] = g
-		return g
-	}
-
-	for ni, n := range in.Nodes {
-		if !planned[ni] {
-			continue
-		}
-		svcs := make([]int32, 0, len(n.Services)+1)
 		for _, name := range n.Services {
-			if isPlannedSvc(name) {
-				svcs = append(svcs, int32(r.index[name]))
+			if i, ok := r.index[name]; ok {
+				onCluster[i] = true
 			}
 		}
-		if len(svcs) == 0 {
-			svcs = append(svcs, -1) // a node without services still gets its hardware tasks
+	}
+	for i := range has {
+		for _, h := range has[i] {
+			onCluster[i] = onCluster[i] || h
 		}
-		for _, svc := range svcs {
-			prev := -1
-			for _, step := range steps {
-				act := actionIndex[step]
-				var t int
-				switch {
-				case hardware(step):
-					t = vertex(int32(ni), act, -1)
-				case svc >= 0 && r.defines[svc][act]:
-					t = vertex(int32(ni), act, svc)
-				default:
-					continue
+	}
+	deps := r.crossDeps(has, onCluster)
+
+	// Tasks in a canonical order (node, then its chain), so the same work
+	// always gives the same indexes, which saved plans and resumed jobs
+	// rely on.
+	chainPos := map[string]int{}
+	for i, a := range append(append(append([]string(nil), nodeFirst...), serviceChain...), "DELETE") {
+		chainPos[a] = i
+	}
+	index := make(map[vkey]int, len(seen))
+	for ni, ks := range byNode {
+		sort.Slice(ks, func(a, b int) bool {
+			ka, kb := ks[a], ks[b]
+			pa, pb := chainPos[actionNames[ka.act]], chainPos[actionNames[kb.act]]
+			// Node tasks before DELETE bracket every service's chain.
+			ga, gb := group3(actionNames[ka.act]), group3(actionNames[kb.act])
+			if ga != gb {
+				return ga < gb
+			}
+			if ka.svc != kb.svc {
+				return ka.svc < kb.svc
+			}
+			return pa < pb
+		})
+		for _, k := range ks {
+			t := Task{Index: len(p.Tasks), Name: actionNames[k.act], Node: in.Nodes[ni].ID}
+			if k.svc >= 0 {
+				t.Service = r.services[k.svc]
+			}
+			index[k] = t.Index
+			p.Tasks = append(p.Tasks, t)
+		}
+	}
+
+	// Each node's chain: node tasks, each service's tasks, DELETE.
+	for _, ks := range byNode {
+		pre, last := -1, -1
+		var del = -1
+		var ends []int
+		prevSvc := int32(-2)
+		for _, k := range ks {
+			t := index[k]
+			name := actionNames[k.act]
+			switch group3(name) {
+			case 0:
+				if pre >= 0 {
+					p.Tasks[t].Deps = append(p.Tasks[t].Deps, pre)
 				}
-				if prev >= 0 {
-					addDep(t, prev)
-				}
-				prev = t
-				if svc < 0 || hardware(step) {
-					continue
-				}
-				for _, cd := range r.deps[[2]int{act, int(svc)}] {
-					if installTime(step) && !isPlannedSvc(r.services[cd.service]) {
-						continue // already installed
+				pre = t
+			case 1:
+				if k.svc != prevSvc {
+					if last >= 0 {
+						ends = append(ends, last)
 					}
-					if len(carriers[cd.service]) == 0 {
-						continue
-					}
-					g := group(actionIndex[cd.action], cd.service)
-					p.Tasks[t].Groups = append(p.Tasks[t].Groups, g)
+					prevSvc, last = k.svc, pre
 				}
+				if last >= 0 {
+					p.Tasks[t].Deps = append(p.Tasks[t].Deps, last)
+				}
+				last = t
+			case 2:
+				del = t
+			}
+		}
+		if last >= 0 && prevSvc >= 0 {
+			ends = append(ends, last)
+		}
+		if del >= 0 {
+			if len(ends) == 0 && pre >= 0 {
+				ends = append(ends, pre)
+			}
+			p.Tasks[del].Deps = append(p.Tasks[del].Deps, ends...)
+		}
+	}
+
+	// Cross-service waits, as barrier groups.
+	carriers := map[[2]int][]int{} // (action, service) → tasks
+	for _, ks := range byNode {
+		for _, k := range ks {
+			if k.svc >= 0 {
+				key := [2]int{int(k.act), int(k.svc)}
+				carriers[key] = append(carriers[key], index[k])
+			}
+		}
+	}
+	groups := map[[2]int]int{}
+	for _, ks := range byNode {
+		for _, k := range ks {
+			if k.svc < 0 {
+				continue
+			}
+			t := index[k]
+			for _, cd := range deps[[2]int{int(k.act), int(k.svc)}] {
+				key := [2]int{actionIndex[cd.action], cd.service}
+				g, ok := groups[key]
+				if !ok {
+					g = len(p.Groups)
+					p.Groups = append(p.Groups, carriers[key])
+					groups[key] = g
+				}
+				p.Tasks[t].Groups = append(p.Tasks[t].Groups, g)
 			}
 		}
 	}
@@ -336,6 +373,18 @@ func Build(in Input) (*Plan, error) {
 	}
 	p.stage()
 	return p, nil
+}
+
+// group3 puts a task name in its part of a node's chain: node tasks
+// before the services (0), service tasks (1), DELETE (2).
+func group3(name string) int {
+	switch name {
+	case "CREATE", "CONFIRM", "BOOTSTRAP":
+		return 0
+	case "DELETE":
+		return 2
+	}
+	return 1
 }
 
 // addressBarrier makes every BOOTSTRAP wait for every CONFIRM of the
@@ -483,18 +532,74 @@ func (p *Plan) Prereqs(i int) []int {
 		out = append(out, p.Groups[g]...)
 	}
 	sort.Ints(out)
-	return out
+	return slices.Compact(out)
 }
 
 // Successors returns what waits on each task and group: index i < len(Tasks)
 // is task i, index len(Tasks)+g is group g.
 func (p *Plan) Successors() [][]int32 { return p.successors() }
 
-func sortedSet(set map[string]bool) []string {
-	out := make([]string, 0, len(set))
-	for k := range set {
-		out = append(out, k)
+// Digest identifies the plan: its tasks and how they wait on each other.
+// Two builds of the same input give the same digest; a saved plan and a
+// resumed job check that what they run is what was shown.
+func (p *Plan) Digest() string {
+	h := sha256.New()
+	var b []byte
+	for _, t := range p.Tasks {
+		b = append(b[:0], t.Name...)
+		b = append(b, ' ')
+		b = append(b, t.Node...)
+		b = append(b, ' ')
+		b = append(b, t.Service...)
+		for _, d := range t.Deps {
+			b = append(b, " d"...)
+			b = strconv.AppendInt(b, int64(d), 10)
+		}
+		for _, g := range t.Groups {
+			b = append(b, " g"...)
+			b = strconv.AppendInt(b, int64(g), 10)
+		}
+		b = append(b, '\n')
+		h.Write(b)
 	}
-	sort.Strings(out)
+	for _, g := range p.Groups {
+		b = append(b[:0], 'G')
+		for _, m := range g {
+			b = append(b, ' ')
+			b = strconv.AppendInt(b, int64(m), 10)
+		}
+		b = append(b, '\n')
+		h.Write(b)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// WorkOf lists a plan's tasks as Work, grouped by task name and service
+// (in lifecycle order), each with its nodes in the plan's node order.
+func (p *Plan) WorkOf() []Work {
+	type key struct{ task, svc string }
+	idx := map[key]int{}
+	var out []Work
+	for _, t := range p.Tasks {
+		k := key{t.Name, t.Service}
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, Work{Task: t.Name, Service: t.Service})
+		}
+		out[i].Nodes = append(out[i].Nodes, t.Node)
+	}
+	SortWork(out)
 	return out
+}
+
+// SortWork sorts work by lifecycle order, then service.
+func SortWork(w []Work) {
+	sort.SliceStable(w, func(i, j int) bool {
+		if w[i].Task != w[j].Task {
+			return actionIndex[w[i].Task] < actionIndex[w[j].Task]
+		}
+		return w[i].Service < w[j].Service
+	})
 }

@@ -21,7 +21,7 @@ func (p *Plan) Summary() string {
 
 // WriteTable prints the plan stage by stage, one task a line.
 func (p *Plan) WriteTable(w io.Writer) error {
-	if _, err := fmt.Fprintf(w, "Plan: %s\n\n", p.Summary()); err != nil {
+	if _, err := fmt.Fprintf(w, "%s\n\n", p.Summary()); err != nil {
 		return err
 	}
 	if len(p.Tasks) == 0 {

@@ -19,6 +19,9 @@ var rules = []rule{
 	{from: "START", to: "INITIALIZE", phase: "runtime"},
 	{from: "STOP", to: "STOP", phase: "runtime", reversed: true},
 	{from: "INSTALL", to: "INSTALL", phase: "install"},
+	// Loom's: REMOVE in the reverse order of INSTALL (Coopr documented
+	// it but never scheduled REMOVE).
+	{from: "REMOVE", to: "REMOVE", phase: "install", reversed: true},
 }
 
 // crossDep is "wait for action on every node carrying service".
@@ -27,41 +30,24 @@ type crossDep struct {
 	service int
 }
 
-// resolver computes, once per service, the cross-service dependencies of
-// each of its actions (Coopr's ServiceDependencyResolver, §4.3).
+// resolver holds, once per spec, the services' minimised dependency
+// graphs (Coopr's ServiceDependencyResolver, §4.3); crossDeps applies the
+// rules to the tasks of one plan.
 type resolver struct {
 	services []string // index → name, sorted
 	index    map[string]int
-	defines  [][]bool // [service][action index]
 	// graphs[phase][reversed][s] = minimised direct deps of s.
 	graphs map[string][2][][]int
-	onCl   []bool
-	deps   map[[2]int][]crossDep // (action, service) → deps
 }
 
-func newResolver(s *spec.Spec, onCluster []string) *resolver {
-	r := &resolver{index: map[string]int{}, graphs: map[string][2][][]int{}, deps: map[[2]int][]crossDep{}}
+func newResolver(s *spec.Spec) *resolver {
+	r := &resolver{index: map[string]int{}, graphs: map[string][2][][]int{}}
 	for name := range s.Services {
 		r.services = append(r.services, name)
 	}
 	sort.Strings(r.services)
 	for i, n := range r.services {
 		r.index[n] = i
-	}
-	r.onCl = make([]bool, len(r.services))
-	for _, n := range onCluster {
-		if i, ok := r.index[n]; ok {
-			r.onCl[i] = true
-		}
-	}
-	r.defines = make([][]bool, len(r.services))
-	for i, n := range r.services {
-		r.defines[i] = make([]bool, len(actionNames))
-		for a, act := range actionNames {
-			if svcAction := serviceActionOf(act); svcAction != "" {
-				r.defines[i][a] = s.Services[n].Defines(svcAction)
-			}
-		}
 	}
 	for _, phase := range []string{"install", "runtime"} {
 		fwd := make([][]int, len(r.services))
@@ -79,24 +65,33 @@ func newResolver(s *spec.Spec, onCluster []string) *resolver {
 		}
 		r.graphs[phase] = [2][][]int{fwd, rev}
 	}
-	for svc := range r.services {
-		for _, ru := range rules {
-			to := actionIndex[ru.to]
-			if !r.defines[svc][to] {
-				continue
-			}
-			key := [2]int{to, svc}
-			r.deps[key] = append(r.deps[key], r.resolve(svc, ru)...)
-		}
-	}
 	return r
 }
 
+// crossDeps computes, for each (action, service) that has tasks in the
+// plan, the (action, service) task groups it waits for. has[s][a] says
+// whether service s has a task of action a; onCluster whether a node
+// carries s.
+func (r *resolver) crossDeps(has [][]bool, onCluster []bool) map[[2]int][]crossDep {
+	out := map[[2]int][]crossDep{}
+	for svc := range r.services {
+		for _, ru := range rules {
+			to := actionIndex[ru.to]
+			if !has[svc][to] {
+				continue
+			}
+			key := [2]int{to, svc}
+			out[key] = append(out[key], r.resolve(svc, ru, has, onCluster)...)
+		}
+	}
+	return out
+}
+
 // resolve walks svc's (possibly reversed) graph breadth first: a service
-// on the cluster that defines rule.from is a dependency; one that does
-// not passes the walk on to its own dependencies. Results another result
-// already depends on are dropped: the chain covers them.
-func (r *resolver) resolve(svc int, ru rule) []crossDep {
+// on the cluster with a task of rule.from in the plan is a dependency; one
+// without passes the walk on to its own dependencies. Results another
+// result already depends on are dropped: the chain covers them.
+func (r *resolver) resolve(svc int, ru rule, has [][]bool, onCluster []bool) []crossDep {
 	g := r.graphs[ru.phase][b2i(ru.reversed)]
 	from := actionIndex[ru.from]
 	seen := map[int]bool{svc: true}
@@ -109,10 +104,10 @@ func (r *resolver) resolve(svc int, ru rule) []crossDep {
 			continue
 		}
 		seen[p] = true
-		if !r.onCl[p] {
+		if !onCluster[p] {
 			continue
 		}
-		if r.defines[p][from] {
+		if has[p][from] {
 			found = append(found, p)
 			continue
 		}
@@ -203,4 +198,27 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// Closure returns services plus, to a fixpoint, every defined service they
+// depend on at runtime (dependents false) or that depends on them at
+// runtime (dependents true): what Coopr's START_SERVICES and
+// STOP/RESTART_SERVICES add to the services asked for (§4.4). Sorted.
+func Closure(s *spec.Spec, services []string, dependents bool) []string {
+	r := newResolver(s)
+	set := map[string]bool{}
+	for _, n := range services {
+		set[n] = true
+	}
+	r.closure(set, dependents)
+	return sortedSet(set)
+}
+
+func sortedSet(set map[string]bool) []string {
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

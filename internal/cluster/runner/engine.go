@@ -1,19 +1,21 @@
 // Package runner runs cluster jobs where they belong: in the daemon, not
 // in a terminal. A client (loomd apply, loomd destroy) submits a Request;
-// the daemon that takes it computes the change's steps, records them in
-// the bucket LOOM_CLUSTER_JOBS under the cluster's name, and runs them
-// under a lease it renews. When that daemon dies, another daemon sharing
-// the queue takes the job over (the lease ran out and the owner stopped
-// announcing itself, or the owner's process is gone from this host, or
-// it released the job on shutdown) and resumes it: tasks that finished
-// are not run again, a task that was running is picked up by its id.
-// Every write of the record is a compare-and-set on its revision, and a
-// daemon that cannot renew its lease stops writing the cluster's state
-// before anyone may take it over: two daemons never run one job.
+// the daemon that takes it plans the change (apply.Plan), records it as a
+// job of the cluster's state with every step (apply.Begin), records the
+// job in the bucket LOOM_CLUSTER_JOBS under the cluster's name, and runs
+// it (apply.Run) under a lease it renews. When that daemon dies, another
+// daemon sharing the queue takes the job over (the lease ran out and the
+// owner stopped announcing itself, or the owner's process is gone from
+// this host, or it released the job on shutdown) and resumes it: tasks
+// that finished are not run again, a task that was running is picked up
+// by its id. Every write of the record is a compare-and-set on its
+// revision, and a daemon that cannot renew its lease stops writing the
+// cluster's state before anyone may take it over: two daemons never run
+// one job.
 //
-// The Engine is the loop over a change's steps that both the daemon and
-// loomd apply --local run; the Runner adds the record, the lease, the
-// takeover and the job log around it.
+// The Engine runs a recorded job for both the daemon and loomd apply
+// --local; the Runner adds the record, the lease, the takeover and the
+// job log around it.
 package runner
 
 import (
@@ -32,25 +34,44 @@ import (
 	"github.com/loomrt/loom/internal/cluster/state"
 )
 
-// Verbs of a Request.
+// Verbs of a Request: apply a spec, destroy the cluster, or run a
+// service action.
 const (
 	VerbApply   = "apply"
 	VerbDestroy = "destroy"
+	VerbStart   = "start"
+	VerbStop    = "stop"
+	VerbRestart = "restart"
 )
 
 // Request is what a client asks of a cluster.
 type Request struct {
-	// Verb is apply (bring the cluster to Spec) or destroy.
-	Verb string `json:"verb"`
-	// Spec is the spec's text (apply); SpecFile where it was read from,
-	// for messages.
+	// Verb is apply (bring the cluster to Spec), destroy, or a service
+	// action (start, stop, restart) on Services (nil: all) on Nodes (nil:
+	// every node carrying them).
+	Verb     string   `json:"verb"`
+	Services []string `json:"services,omitempty"`
+	Nodes    []string `json:"nodes,omitempty"`
+	// Spec is the spec's text (needed for apply and service actions; a
+	// destroy given one uses its service definitions); SpecFile where it
+	// was read from, for messages.
 	Spec     string `json:"spec,omitempty"`
 	SpecFile string `json:"specFile,omitempty"`
 	// NoRestart reconfigures without restarting services.
 	NoRestart bool `json:"noRestart,omitempty"`
+	// NoRemove runs no REMOVE; Force (destroy) abandons what fails for
+	// good and goes on.
+	NoRemove bool `json:"noRemove,omitempty"`
+	Force    bool `json:"force,omitempty"`
 	// OnFailure is keep (default) or rollback: after a failed create,
 	// destroy the nodes it made.
 	OnFailure string `json:"onFailure,omitempty"`
+	// Drift is what plan --refresh found (the plan acts on it).
+	Drift []state.Drift `json:"drift,omitempty"`
+	// Expect, when set, is the plan the client showed (and was
+	// confirmed, or saved): the job runs only if planning again gives
+	// exactly that plan.
+	Expect *apply.Expect `json:"expect,omitempty"`
 	// Parallelism caps the tasks running at once (default 16).
 	Parallelism int `json:"parallelism,omitempty"`
 	// TaskTimeoutMs bounds the wait for one task (0: the daemon's
@@ -63,13 +84,19 @@ type Request struct {
 // Check validates a request's fields (not its spec).
 func (r *Request) Check() error {
 	switch r.Verb {
-	case VerbApply:
+	case VerbApply, VerbStart, VerbStop, VerbRestart:
 		if strings.TrimSpace(r.Spec) == "" {
-			return errors.New("apply needs the spec's text in \"spec\"")
+			return fmt.Errorf("%s needs the spec's text in \"spec\"", r.Verb)
 		}
 	case VerbDestroy:
 	default:
-		return fmt.Errorf("verb %q: want apply or destroy", r.Verb)
+		return fmt.Errorf("verb %q: want apply, destroy, start, stop or restart", r.Verb)
+	}
+	if (r.Services != nil || r.Nodes != nil) && !r.action() {
+		return errors.New("services and nodes go with a service action (start, stop, restart)")
+	}
+	if r.Force && r.Verb != VerbDestroy {
+		return errors.New("force goes with destroy")
 	}
 	switch r.OnFailure {
 	case "", "keep", "rollback":
@@ -85,25 +112,42 @@ func (r *Request) Check() error {
 	return nil
 }
 
+func (r *Request) action() bool {
+	return r.Verb == VerbStart || r.Verb == VerbStop || r.Verb == VerbRestart
+}
+
+// Options are the plan options of the request.
+func (r *Request) Options() apply.PlanOptions {
+	o := apply.PlanOptions{Destroy: r.Verb == VerbDestroy, NoRestart: r.NoRestart, NoRemove: r.NoRemove, Force: r.Force,
+		Rollback: r.OnFailure == "rollback"}
+	if r.action() {
+		o.Action, o.Services, o.Nodes = plan.Action(r.Verb), r.Services, r.Nodes
+	}
+	return o
+}
+
 // same reports whether two requests ask for the same change (who asked
 // and how fast aside).
 func (r Request) same(o Request) bool {
-	return r.Verb == o.Verb && r.Spec == o.Spec && r.NoRestart == o.NoRestart && r.OnFailure == o.OnFailure
+	return r.Verb == o.Verb && r.Spec == o.Spec && r.NoRestart == o.NoRestart && r.OnFailure == o.OnFailure &&
+		r.NoRemove == o.NoRemove && r.Force == o.Force && slices.Equal(r.Services, o.Services) && slices.Equal(r.Nodes, o.Nodes)
 }
 
-// Step is one step of a change, as the job record keeps it.
+// Step is one step of a job, as the job record mirrors it (the cluster
+// state's job holds the steps themselves).
 type Step struct {
-	Action           string   `json:"action"`
-	PlannedNodes     []string `json:"plannedNodes,omitempty"`
-	Services         []string `json:"services,omitempty"`
-	OnlyPlannedNodes bool     `json:"onlyPlannedNodes,omitempty"`
-	Reason           string   `json:"reason"`
-	// Job is the cluster state's job that runs the step, once begun.
+	// Index is the step's in the job (from 0).
+	Index  int    `json:"index"`
+	Action string `json:"action"`
+	Reason string `json:"reason"`
+	// Job is the cluster state's job the step is part of.
 	Job string `json:"job,omitempty"`
 	// Status is "" (not begun), running, complete or failed.
 	Status  string `json:"status,omitempty"`
 	Message string `json:"message,omitempty"`
-	// Rollback marks the destroy --on-failure rollback added after a
+	// Tasks counts its tasks.
+	Tasks int `json:"tasks"`
+	// Rollback marks the step --on-failure rollback added after a
 	// failed create.
 	Rollback bool `json:"rollback,omitempty"`
 }
@@ -115,46 +159,76 @@ const (
 	StepFailed   = "failed"
 )
 
-func stepOf(s apply.Step) Step {
-	st := Step{Action: string(s.Action), PlannedNodes: s.PlannedNodes, Services: s.Services, OnlyPlannedNodes: s.OnlyPlannedNodes, Reason: s.Reason}
-	if s.Resume != nil {
-		st.Job = s.Resume.ID
+// StepsOf mirrors a job's steps for its record.
+func StepsOf(job *state.Job) []Step {
+	out := make([]Step, len(job.Steps))
+	for k, st := range job.Steps {
+		s := Step{Index: k, Action: st.Action, Reason: st.Reason, Job: job.ID, Tasks: st.Tasks,
+			Rollback: st.Action == string(plan.Rollback)}
+		switch st.Status {
+		case state.JobRunning, state.JobComplete, state.JobFailed:
+			s.Status = st.Status
+		}
+		if s.Status == StepFailed && k == len(job.Steps)-1 {
+			s.Message = job.Message
+		}
+		out[k] = s
 	}
-	return st
+	return out
 }
 
-// Plan computes the steps of a request against the cluster's state (nil:
-// no cluster yet): apply diffs the spec, destroy destroys every node. No
-// steps means nothing to do. Errors are the request's (a bad spec, a
-// change apply cannot make).
-func Plan(cl *state.Cluster, req Request) ([]Step, error) {
-	var steps []apply.Step
-	switch req.Verb {
-	case VerbApply:
-		sp, err := spec.Parse(req.SpecFile, []byte(req.Spec))
-		if err != nil {
-			return nil, err
-		}
-		if steps, err = apply.Diff(cl, sp, apply.DiffOptions{NoRestart: req.NoRestart}); err != nil {
-			return nil, err
-		}
-	case VerbDestroy:
+// Env is what planning needs of the daemon (or of loomd apply --local):
+// the plugins the spec is checked against, the automator types' resource
+// files.
+type Env struct {
+	Plugins   *spec.Plugins
+	Resources *apply.Resources
+}
+
+// Plan plans a request against the cluster's state (nil: no cluster
+// yet): the job apply.Begin records. An empty change means nothing to do.
+// With Expect, a plan other than the one expected is an error (the
+// cluster changed since it was shown). Errors are the request's (a bad
+// spec, a change apply cannot make).
+func Plan(cl *state.Cluster, req Request, env Env) (*apply.Change, error) {
+	var sp *spec.Spec
+	if req.Spec != "" {
 		var err error
-		if steps, err = apply.DestroySteps(cl); err != nil {
+		if sp, err = spec.ParseWith(req.SpecFile, []byte(req.Spec), spec.Options{Plugins: env.Plugins}); err != nil {
 			return nil, err
 		}
-	default:
-		return nil, fmt.Errorf("verb %q: want apply or destroy", req.Verb)
 	}
-	out := make([]Step, len(steps))
-	for i, s := range steps {
-		out[i] = stepOf(s)
+	if req.Verb == VerbDestroy && cl == nil {
+		return &apply.Change{Cluster: specName(sp), Base: "none"}, nil
 	}
-	return out, nil
+	ch, err := apply.Plan(apply.Input{Cluster: cl, Spec: sp, Resources: env.Resources, Drift: req.Drift, Options: req.Options()})
+	if err != nil {
+		return nil, err
+	}
+	if req.Expect != nil {
+		if why := req.Expect.Check(cl, ch); why != "" {
+			return nil, &StaleError{Why: why}
+		}
+	}
+	return ch, nil
 }
 
-// Engine runs a change's steps, one job each, on a store. loomd serve's
-// Runner and loomd apply --local both use it.
+func specName(sp *spec.Spec) string {
+	if sp == nil {
+		return ""
+	}
+	return sp.Name
+}
+
+// StaleError says the plan a client showed is not what would run now.
+type StaleError struct{ Why string }
+
+func (e *StaleError) Error() string {
+	return e.Why + "; nothing was run: make a new plan ('loomd plan')"
+}
+
+// Engine runs a recorded job on a store. loomd serve's Runner and loomd
+// apply --local both use it.
 type Engine struct {
 	Store state.Journal
 	Tasks apply.Runner
@@ -163,31 +237,30 @@ type Engine struct {
 	Log    joblog.Sink
 	Logger *slog.Logger
 	// Who names the runner in job events ("loomd <owner>"); Source in
-	// log entries.
-	Who, Source string
-	// Begun is called once a step's job exists, before its first task
-	// (the daemon records the job's id); an error stops the run.
-	Begun func(i int, st Step, job *state.Job) error
-	// Observe sees every task state change (a live view).
-	Observe func(i int, job *state.Job, p *plan.Plan, ev apply.Event)
+	// log entries; Requester who asked for the job.
+	Who, Source, Requester string
+	// Parallelism caps the tasks running at once.
+	Parallelism int
+	// Observe sees every task state change (a live view); the task index
+	// is job-wide (step k's task i is job.Steps[k].Offset+i).
+	Observe func(job *state.Job, ev apply.Event)
 	// Started and Ended are told each step's start (with its plan) and
-	// end (the CLI prints each step's summary).
-	Started func(i int, st Step, job *state.Job, p *plan.Plan)
-	Ended   func(i int, st Step, cl *state.Cluster, job *state.Job, p *plan.Plan)
+	// end (the CLI prints each step's summary); steps is the record's
+	// mirror, up to date.
+	Started func(k int, steps []Step, job *state.Job, p *plan.Plan)
+	Ended   func(k int, steps []Step, cl *state.Cluster, job *state.Job, p *plan.Plan)
 	// Now is the clock (tests).
 	Now func() time.Time
 }
 
-// Outcome is how a run of the steps ended.
+// Outcome is how a run of a job ended.
 type Outcome struct {
 	// State is complete, failed or interrupted (ctx ended: the steps left
 	// are for whoever resumes).
 	State   string
 	Message string
 	Cluster *state.Cluster
-	// Job and Plan are the last step's that ran.
-	Job  *state.Job
-	Plan *plan.Plan
+	Job     *state.Job
 }
 
 // Outcome states.
@@ -197,177 +270,118 @@ const (
 	Interrupted = "interrupted"
 )
 
-// Run runs steps (in place: each one's Job and Status are updated) from
-// the first not complete. first, when set, are the events the first step
-// that runs records instead of "started" or "resumed" (an interruption
-// and a takeover). The error is for what stopped the run itself (the
-// store): run again later.
-func (e *Engine) Run(ctx context.Context, name string, req Request, steps *[]Step, first []state.Event) (Outcome, error) {
+// Run runs job jobID of cluster name (recorded by apply.Begin) from its
+// first step not complete, to its end. first, when set, are the events the
+// job records instead of "started" or "resumed" (an interruption and a
+// takeover). The error is for what stopped the run itself (the store):
+// run again later.
+func (e *Engine) Run(ctx context.Context, name, jobID string, first []state.Event) (Outcome, error) {
 	now := e.Now
 	if now == nil {
 		now = time.Now
 	}
 	var out Outcome
-	failed := ""
-	for i := 0; i < len(*steps); i++ {
-		st := &(*steps)[i]
-		if st.Status == StepComplete || st.Status == StepFailed {
-			continue
+	cl, err := e.Store.Get(name)
+	if err != nil {
+		return out, err
+	}
+	out.Cluster = cl
+	i := slices.IndexFunc(cl.Jobs, func(j *state.Job) bool { return j.ID == jobID })
+	if i < 0 {
+		return out, fmt.Errorf("cluster %s has no job %s in its state", name, jobID)
+	}
+	job := cl.Jobs[i]
+	out.Job = job
+	if job.Finished() && job.Status != state.JobRunning {
+		out.State, out.Message = Complete, ""
+		if job.Status != state.JobComplete {
+			out.State, out.Message = Failed, job.Message
 		}
-		cl, err := e.Store.Get(name)
-		if errors.Is(err, state.ErrNotFound) {
-			cl, err = nil, nil
-		}
-		if err != nil {
-			return out, err
-		}
-		out.Cluster = cl
-		step, err := e.step(cl, req, *st)
-		if err != nil {
-			st.Status, st.Message = StepFailed, err.Error()
-			out.State, out.Message = Failed, err.Error()
-			return out, nil
-		}
-		if step.Resume != nil && step.Resume.Status == state.JobComplete {
-			st.Status = StepComplete
-			continue
-		}
-		cl, job := apply.Begin(cl, step, now())
-		out.Cluster, out.Job = cl, job
-		ev := state.Event{Time: now(), Kind: state.EventStarted, By: e.Who, Message: e.why(req, i, len(*steps), *st)}
-		if step.Resume != nil {
-			ev.Kind, ev.Message, ev.Done = state.EventResumed, e.why(req, i, len(*steps), *st), job.DoneTasks()
-		}
-		if len(first) > 0 {
-			for _, f := range first[:len(first)-1] {
-				f.Done = job.DoneTasks()
-				job.AddEvent(f)
-			}
-			ev = first[len(first)-1]
-			ev.Done = job.DoneTasks()
-			first = nil
-		}
+		return out, nil
+	}
+	ev := state.Event{Time: now(), Kind: state.EventStarted, By: e.Who, Message: e.why(job)}
+	if job.DoneTasks() > 0 || job.Step > 0 || len(job.Events) > 0 {
+		ev.Kind = state.EventResumed
+	}
+	for _, f := range first {
+		f.Done = job.DoneTasks()
+		job.AddEvent(f)
+	}
+	if len(first) == 0 {
+		ev.Done = job.DoneTasks()
 		job.AddEvent(ev)
-		p, err := apply.PlanStep(cl, step)
-		if err != nil {
-			msg := fmt.Sprintf("planning %s of cluster %s: %v", step.Action, name, err)
-			st.Status, st.Message = StepFailed, msg
-			out.State, out.Message = Failed, msg
-			return out, nil
-		}
-		out.Plan = p
-		st.Job, st.Status = job.ID, StepRunning
-		if e.Begun != nil {
-			if err := e.Begun(i, *st, job); err != nil {
-				return out, err
+	}
+	var next slog.Handler
+	if e.Logger != nil {
+		next = e.Logger.Handler()
+	}
+	logger := slog.New(joblog.Handler(e.Log, name, job.ID, e.Source, next))
+	opts := apply.Options{Runner: e.Tasks, Parallelism: e.Parallelism, Logger: logger, Save: e.Store.Put, Journal: e.Store.Append,
+		Observe: func(ev apply.Event) {
+			idx := ev.Task
+			if ev.Step < len(job.Steps) {
+				idx += job.Steps[ev.Step].Offset
 			}
-		}
-		if e.Started != nil {
-			e.Started(i, *st, job, p)
-		}
-		var next slog.Handler
-		if e.Logger != nil {
-			next = e.Logger.Handler()
-		}
-		logger := slog.New(joblog.Handler(e.Log, name, job.ID, e.Source, next))
-		e.jobEvent(name, job.ID, "step-started", fmt.Sprintf("step %d/%d: %s (%s)", i+1, len(*steps), step.Action, st.Reason),
-			joblog.Attr{K: "step", V: fmt.Sprint(i + 1)}, joblog.Attr{K: "action", V: string(step.Action)})
-		logger.Info("applying", "cluster", name, "job", job.ID, "why", st.Reason, "plan", p.Summary())
-		opts := apply.Options{Runner: e.Tasks, Parallelism: req.Parallelism, Logger: logger, Save: e.Store.Put, Journal: e.Store.Append,
-			Observe: func(ev apply.Event) {
-				e.Log.Write(name, joblog.Entry{Time: ev.Time, Kind: joblog.KindTask, Job: job.ID, Source: e.Source,
-					Task: &joblog.TaskEvent{Index: ev.Task, Run: ev.Run, Status: ev.Status, Message: ev.Message}})
-				if e.Observe != nil {
-					e.Observe(i, job, p, ev)
+			e.Log.Write(name, joblog.Entry{Time: ev.Time, Kind: joblog.KindTask, Job: job.ID, Source: e.Source,
+				Task: &joblog.TaskEvent{Index: idx, Run: ev.Run, Status: ev.Status, Message: ev.Message}})
+			if e.Observe != nil {
+				ev.Task = idx
+				e.Observe(job, ev)
+			}
+		},
+		OnStep: func(k int, st *state.Step, p *plan.Plan, done bool) {
+			steps := StepsOf(job)
+			if !done {
+				e.jobEvent(name, job.ID, "step-started", fmt.Sprintf("step %d/%d: %s (%s)", k+1, len(job.Steps), st.Action, st.Reason),
+					joblog.Attr{K: "step", V: fmt.Sprint(k + 1)}, joblog.Attr{K: "action", V: st.Action})
+				if e.Started != nil {
+					e.Started(k, steps, job, p)
 				}
-			}}
-		err = apply.Execute(ctx, cl, step.Spec, p, job, opts)
-		if ctx.Err() != nil {
-			// Cut short: the step stays running, for whoever resumes.
-			cause := context.Cause(ctx).Error()
-			job.AddEvent(state.Event{Time: now(), Kind: state.EventInterrupted, By: e.Who, Message: cause, Done: job.DoneTasks()})
-			if perr := e.Store.Put(cl); perr != nil && e.Logger != nil {
-				e.Logger.Warn("recording the interruption in the cluster state failed", "cluster", name, "job", job.ID, "err", perr)
+				return
 			}
-			e.jobEvent(name, job.ID, "interrupted", fmt.Sprintf("job %s interrupted: %s", job.ID, cause))
-			out.State, out.Message = Interrupted, cause
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
-		if job.Status == state.JobComplete {
-			st.Status, st.Message = StepComplete, ""
-		} else {
-			st.Status, st.Message = StepFailed, job.Message
-		}
-		if st.Status == StepFailed {
-			failed = job.Message
-			// Nothing after a failed step runs, but the rollback of a
-			// failed create, when asked for.
-			*steps = (*steps)[:i+1]
-			st = &(*steps)[i]
-			if rb := apply.Rollback(cl, job, step.Spec); req.OnFailure == "rollback" && rb != nil && !st.Rollback {
-				rs := stepOf(*rb)
-				rs.Rollback = true
-				*steps = append(*steps, rs)
-				st = &(*steps)[i]
+			status := st.Status
+			if status == state.JobRunning && ctx.Err() == nil {
+				status = state.JobComplete
 			}
+			e.jobEvent(name, job.ID, "step-ended", fmt.Sprintf("step %d/%d: %s", k+1, len(job.Steps), status),
+				joblog.Attr{K: "step", V: fmt.Sprint(k + 1)}, joblog.Attr{K: "status", V: status}, joblog.Attr{K: "message", V: job.Message})
+			if e.Ended != nil && ctx.Err() == nil {
+				e.Ended(k, steps, cl, job, p)
+			}
+		}}
+	err = apply.Run(ctx, cl, job, opts)
+	if ctx.Err() != nil {
+		// Cut short: the job stays unfinished, for whoever resumes.
+		cause := context.Cause(ctx).Error()
+		job.AddEvent(state.Event{Time: now(), Kind: state.EventInterrupted, By: e.Who, Message: cause, Done: job.DoneTasks()})
+		if perr := e.Store.Put(cl); perr != nil && e.Logger != nil {
+			e.Logger.Warn("recording the interruption in the cluster state failed", "cluster", name, "job", job.ID, "err", perr)
 		}
-		e.jobEvent(name, job.ID, "step-ended", fmt.Sprintf("step %d/%d: job %s %s", i+1, len(*steps), job.ID, job.Status),
-			joblog.Attr{K: "step", V: fmt.Sprint(i + 1)}, joblog.Attr{K: "status", V: job.Status}, joblog.Attr{K: "message", V: job.Message})
-		if e.Ended != nil {
-			e.Ended(i, *st, cl, job, p)
-		}
+		e.jobEvent(name, job.ID, "interrupted", fmt.Sprintf("job %s interrupted: %s", job.ID, cause))
+		out.State, out.Message = Interrupted, cause
+		return out, nil
+	}
+	if err != nil {
+		return out, err
 	}
 	out.State = Complete
-	if failed != "" {
-		out.State, out.Message = Failed, failed
+	if job.Status != state.JobComplete {
+		out.State, out.Message = Failed, job.Message
 	}
 	return out, nil
 }
 
-// step is the apply step of a persisted one: its action, nodes and spec,
-// and the job it resumes.
-func (e *Engine) step(cl *state.Cluster, req Request, st Step) (apply.Step, error) {
-	a, err := plan.ParseAction(st.Action)
-	if err != nil {
-		return apply.Step{}, err
-	}
-	step := apply.Step{Action: a, PlannedNodes: st.PlannedNodes, Services: st.Services, OnlyPlannedNodes: st.OnlyPlannedNodes, Reason: st.Reason}
-	if st.Job != "" && cl != nil {
-		if i := slices.IndexFunc(cl.Jobs, func(j *state.Job) bool { return j.ID == st.Job }); i >= 0 {
-			j := cl.Jobs[i]
-			sp, err := spec.Parse(cl.SpecFile+" (as applied by job "+j.ID+")", []byte(j.Spec))
-			if err != nil {
-				return apply.Step{}, fmt.Errorf("cluster %s: the spec of job %s no longer parses: %w", cl.Name, j.ID, err)
-			}
-			step.Resume, step.Spec = j, sp
-			return step, nil
-		}
-	}
-	switch {
-	case req.Verb == VerbApply:
-		step.Spec, err = spec.Parse(req.SpecFile, []byte(req.Spec))
-	case cl != nil:
-		step.Spec, err = spec.Parse(cl.SpecFile+" (as last applied)", []byte(cl.Spec))
-	default:
-		err = fmt.Errorf("cluster %s has no state to %s", req.Verb, st.Action)
-	}
-	return step, err
-}
-
-// why is the message of a step's "started" event.
-func (e *Engine) why(req Request, i, n int, st Step) string {
+// why is the message of a job's "started" event.
+func (e *Engine) why(job *state.Job) string {
 	var b strings.Builder
-	b.WriteString(req.Verb)
-	if req.SpecFile != "" && req.Verb == VerbApply {
-		b.WriteString(" " + req.SpecFile)
+	b.WriteString(job.Action)
+	if job.SpecFile != "" {
+		b.WriteString(" " + job.SpecFile)
 	}
-	if req.Requester != "" {
-		b.WriteString(" for " + req.Requester)
+	if e.Requester != "" {
+		b.WriteString(" for " + e.Requester)
 	}
-	fmt.Fprintf(&b, "; step %d/%d: %s (%s)", i+1, n, st.Action, st.Reason)
+	fmt.Fprintf(&b, ": %s (%d step(s))", job.Reason, len(job.Steps))
 	return b.String()
 }
 
@@ -377,19 +391,16 @@ func (e *Engine) jobEvent(cluster, job, event, msg string, attrs ...joblog.Attr)
 		Attrs: append([]joblog.Attr{{K: "event", V: event}}, attrs...)})
 }
 
-// JobPlan rebuilds the plan a job of the cluster runs (or ran), for a
-// live view attached after it started. A job whose nodes are gone (a
-// finished destroy) may no longer plan the same: callers compare the task
-// count with the job's.
-func JobPlan(cl *state.Cluster, job *state.Job) (*plan.Plan, error) {
-	a, err := plan.ParseAction(job.Action)
-	if err != nil {
-		return nil, err
+// StepsOfChange mirrors a planned change's steps (not begun; Job names
+// the job it resumes).
+func StepsOfChange(ch *apply.Change) []Step {
+	out := make([]Step, len(ch.Steps))
+	for i, s := range ch.Steps {
+		out[i] = Step{Index: s.Index, Action: s.State.Action, Reason: s.State.Reason, Tasks: len(s.Plan.Tasks),
+			Rollback: s.State.Action == string(plan.Rollback)}
+		if ch.Resume != nil {
+			out[i].Job = ch.Resume.ID
+		}
 	}
-	sp, err := spec.Parse(cl.SpecFile+" (as applied by job "+job.ID+")", []byte(job.Spec))
-	if err != nil {
-		return nil, fmt.Errorf("cluster %s: the spec of job %s no longer parses: %w", cl.Name, job.ID, err)
-	}
-	return apply.PlanStep(cl, apply.Step{Action: a, PlannedNodes: job.PlannedNodes, Services: job.Services,
-		OnlyPlannedNodes: job.OnlyPlannedNodes, Resume: job, Spec: sp})
+	return out
 }

@@ -190,34 +190,37 @@ func (o *owned) run() {
 	o.mu.Unlock()
 	cl, _ := o.r.cfg.Store.Get(o.cluster)
 	o.r.cfg.Secrets.Set(o.cluster, id, Secrets(req, cl))
-	var steps []Step // the engine's, updated in place
+	var steps []Step // the state job's, mirrored into the record at each step
+	o.mu.Lock()
+	o.job = o.rec.ID
+	o.mu.Unlock()
 	tasks := &queueTasks{q: o.r.cfg.Queue, timeout: time.Duration(req.TaskTimeoutMs) * time.Millisecond,
 		warn: func(msg string, attrs ...any) { o.warn(msg, attrs...) }}
+	mirror := func(k int, s []Step) {
+		steps = s
+		snap := append([]Step(nil), s...)
+		if err := o.update(func(r *Record) { r.Steps = snap }); err != nil && !errors.Is(err, errLost) {
+			o.log.Warn("recording a step in the job record failed; it is recorded at the job's end", "err", err)
+		}
+	}
 	eng := &Engine{Store: fenced{Journal: o.r.cfg.Store, o: o}, Tasks: tasks, Log: o.r.cfg.Log, Logger: o.r.cfg.Logger,
-		Who: o.r.who, Source: o.r.cfg.Owner,
-		Begun: func(i int, st Step, job *state.Job) error {
-			o.mu.Lock()
-			o.job = job.ID
-			o.mu.Unlock()
-			snap := append([]Step(nil), steps...)
-			return o.update(func(r *Record) { r.Steps = snap })
-		},
-		Ended: func(i int, st Step, _ *state.Cluster, _ *state.Job, _ *plan.Plan) {
-			snap := append([]Step(nil), steps...)
-			if err := o.update(func(r *Record) { r.Steps = snap }); err != nil && !errors.Is(err, errLost) {
-				o.log.Warn("recording a step's end in the job record failed; it is recorded at the job's end", "err", err)
-			}
-		}}
+		Who: o.r.who, Source: o.r.cfg.Owner, Requester: req.Requester, Parallelism: req.Parallelism,
+		Started: func(k int, s []Step, _ *state.Job, _ *plan.Plan) { mirror(k, s) },
+		Ended:   func(k int, s []Step, _ *state.Cluster, _ *state.Job, _ *plan.Plan) { mirror(k, s) }}
 	delay := time.Second
 	for {
 		ctx, cancel := context.WithCancelCause(o.life)
 		o.mu.Lock()
 		o.exec = cancel
 		steps = o.rec.clone().Steps
+		id := o.rec.ID
 		o.mu.Unlock()
 		first := o.first
 		o.first = nil
-		out, err := eng.Run(ctx, o.cluster, req, &steps, first)
+		out, err := eng.Run(ctx, o.cluster, id, first)
+		if out.Job != nil {
+			steps = StepsOf(out.Job)
+		}
 		cause := context.Cause(ctx)
 		cancel(nil)
 		switch {

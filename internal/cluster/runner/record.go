@@ -17,9 +17,9 @@ import (
 const Bucket = "LOOM_CLUSTER_JOBS"
 
 // Record is a cluster job as the daemons keep it: what was asked, its
-// steps, which daemon runs it under what lease, and how it went. The job
-// is one change (apply or destroy) and may take several steps, each a
-// job of the cluster's state; ID is the first step's.
+// steps (a mirror of the cluster state's job, which holds them), which
+// daemon runs it under what lease, and how it went. ID is the state
+// job's.
 type Record struct {
 	ID      string  `json:"id"`
 	Cluster string  `json:"cluster"`
@@ -71,16 +71,8 @@ func (r *Record) Current() int {
 	return -1
 }
 
-// Jobs lists the state job ids of the steps begun.
-func (r *Record) Jobs() []string {
-	var out []string
-	for _, s := range r.Steps {
-		if s.Job != "" {
-			out = append(out, s.Job)
-		}
-	}
-	return out
-}
+// Jobs lists the state job ids of the record (one: its own).
+func (r *Record) Jobs() []string { return []string{r.ID} }
 
 func (r *Record) addEvent(ev state.Event) {
 	r.Events = append(r.Events, ev)

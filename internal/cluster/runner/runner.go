@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loomrt/loom/bindings/redact"
+	"github.com/loomrt/loom/internal/cluster/apply"
 	"github.com/loomrt/loom/internal/cluster/joblog"
 	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
@@ -54,6 +55,11 @@ type Config struct {
 	// every third of it. A daemon that cannot renew for two thirds of it
 	// stops its jobs before anyone may take them over.
 	LeaseTTL time.Duration
+	// Plugins and Resources are what jobs are planned with: the plugin
+	// types a spec is checked against, the automator types' resource
+	// files (nil: not checked, unknown).
+	Plugins   func() *spec.Plugins
+	Resources func() (*apply.Resources, error)
 	// Logger gets the runner's lines; the executor's go there too.
 	Logger *slog.Logger
 	// Registerer, when set, gets the runner's metrics.
@@ -281,7 +287,7 @@ func (r *Runner) takeover(k known, why string, died bool) {
 		r.log.Warn("the cluster's state lock is held by someone else; running the job anyway (the job record is what counts)",
 			"cluster", prev.Cluster, "err", err)
 	}
-	r.cfg.Log.Write(prev.Cluster, joblog.Entry{Time: now, Kind: joblog.KindJob, Job: prev.Steps[max(next.Current(), 0)].Job, Level: "WARN",
+	r.cfg.Log.Write(prev.Cluster, joblog.Entry{Time: now, Kind: joblog.KindJob, Job: prev.ID, Level: "WARN",
 		Msg: fmt.Sprintf("job %s taken over by %s %s", prev.ID, r.who, evs[len(evs)-1].Message), Source: r.cfg.Owner,
 		Attrs: []joblog.Attr{{K: "event", V: "takeover"}, {K: "owner", V: r.cfg.Owner}}})
 	r.start(next, rev, evs)
@@ -327,6 +333,8 @@ type Accepted struct {
 	Attached bool
 	// Cluster is the cluster's state when there is nothing to do.
 	Cluster *state.Cluster
+	// Change is what was planned (empty when there is nothing to do).
+	Change *apply.Change
 }
 
 // BusyError is returned when the cluster runs another job.
@@ -362,9 +370,61 @@ func (e *BadRequestError) Unwrap() error { return e.Err }
 // ErrStopping is returned by Submit while the daemon shuts down.
 var ErrStopping = errors.New("this loomd is shutting down: submit the job to another daemon sharing the queue, or again once it is back")
 
-// Submit takes a job: it computes the change's steps, records the job and
-// starts it. The same change already running is attached to; another one
-// is a *BusyError.
+// Env is what this daemon plans jobs with.
+func (r *Runner) Env() (Env, error) {
+	var env Env
+	if r.cfg.Plugins != nil {
+		env.Plugins = r.cfg.Plugins()
+	}
+	if r.cfg.Resources != nil {
+		res, err := r.cfg.Resources()
+		if err != nil {
+			return env, err
+		}
+		env.Resources = res
+	}
+	return env, nil
+}
+
+// PlanJob plans a request against the cluster's state without running
+// anything: what Submit would record.
+func (r *Runner) PlanJob(ctx context.Context, cluster string, req Request) (*apply.Change, *state.Cluster, error) {
+	if !validName(cluster) {
+		return nil, nil, &BadRequestError{fmt.Errorf("cluster name %q: %w", cluster, state.ErrBadName)}
+	}
+	if err := req.Check(); err != nil {
+		return nil, nil, &BadRequestError{err}
+	}
+	cl, err := r.cfg.Store.Get(cluster)
+	if errors.Is(err, state.ErrNotFound) {
+		cl, err = nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	env, err := r.Env()
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, err := Plan(cl, req, env)
+	var stale *StaleError
+	if errors.As(err, &stale) {
+		return nil, nil, err
+	}
+	if err != nil {
+		return nil, nil, &BadRequestError{err}
+	}
+	if ch.Cluster != "" && ch.Cluster != cluster {
+		return nil, nil, &BadRequestError{fmt.Errorf("the spec is cluster %q's, not %q's", ch.Cluster, cluster)}
+	}
+	return ch, cl, nil
+}
+
+// Submit takes a job: it plans the change, records it as a job of the
+// cluster's state (every step, before anything runs) and in the job
+// bucket, and starts it. The same change already running is attached to;
+// another one is a *BusyError; a request whose Expect no longer holds is
+// a *StaleError.
 func (r *Runner) Submit(ctx context.Context, cluster string, req Request) (Accepted, error) {
 	if !validName(cluster) {
 		return Accepted{}, &BadRequestError{fmt.Errorf("cluster name %q: %w", cluster, state.ErrBadName)}
@@ -372,7 +432,7 @@ func (r *Runner) Submit(ctx context.Context, cluster string, req Request) (Accep
 	if err := req.Check(); err != nil {
 		return Accepted{}, &BadRequestError{err}
 	}
-	if req.Verb == VerbApply {
+	if req.Spec != "" {
 		sp, err := spec.Parse(req.SpecFile, []byte(req.Spec))
 		if err != nil {
 			return Accepted{}, &BadRequestError{err}
@@ -411,33 +471,22 @@ func (r *Runner) Submit(ctx context.Context, cluster string, req Request) (Accep
 			_ = r.cfg.Store.Unlock(cluster, lockOwner(r.cfg.Owner))
 		}
 	}()
-	cl, err := r.cfg.Store.Get(cluster)
-	if errors.Is(err, state.ErrNotFound) {
-		cl, err = nil, nil
-	}
+	ch, cl, err := r.PlanJob(ctx, cluster, req)
 	if err != nil {
 		return Accepted{}, err
 	}
-	steps, err := Plan(cl, req)
-	if err != nil {
-		return Accepted{}, &BadRequestError{err}
-	}
-	if len(steps) == 0 {
-		return Accepted{Cluster: cl}, nil
-	}
-	id := steps[0].Job
-	if id == "" {
-		next := 1
-		if cl != nil {
-			next = max(cl.NextJob, 1)
-		}
-		id = fmt.Sprintf("%s-%03d", cluster, next)
+	if ch.Empty() && ch.Resume == nil {
+		return Accepted{Cluster: cl, Change: ch}, nil
 	}
 	if req.Parallelism == 0 {
 		req.Parallelism = 16
 	}
 	now := time.Now()
-	rec := Record{ID: id, Cluster: cluster, Request: req, Steps: steps, State: StateRunning, Owner: r.cfg.Owner, Host: r.cfg.Host,
+	cl, job := apply.Begin(cl, ch, now)
+	if err := r.cfg.Store.Put(cl); err != nil {
+		return Accepted{}, fmt.Errorf("cluster %s: recording job %s: %w", cluster, job.ID, err)
+	}
+	rec := Record{ID: job.ID, Cluster: cluster, Request: req, Steps: StepsOf(job), State: StateRunning, Owner: r.cfg.Owner, Host: r.cfg.Host,
 		PID: r.cfg.PID, Lease: now.Add(r.cfg.LeaseTTL), Renewed: now, Owners: 1, Submitted: now}
 	rec.addEvent(state.Event{Time: now, Kind: state.EventStarted, By: r.who, Message: fmt.Sprintf("%s for %s", req.Verb, orUnknown(req.Requester))})
 	nrev, err := r.recs.put(ctx, rec, rev)
@@ -451,9 +500,9 @@ func (r *Runner) Submit(ctx context.Context, cluster string, req Request) (Accep
 		return Accepted{}, err
 	}
 	locked = false // the job keeps it
-	r.log.Info("cluster job submitted", "cluster", cluster, "job", id, "verb", req.Verb, "steps", len(steps), "requester", req.Requester)
+	r.log.Info("cluster job submitted", "cluster", cluster, "job", job.ID, "verb", req.Verb, "steps", len(job.Steps), "tasks", job.TaskCount, "requester", req.Requester)
 	r.start(rec, nrev, nil)
-	return Accepted{Record: &rec}, nil
+	return Accepted{Record: &rec, Change: ch}, nil
 }
 
 // Job returns a cluster's current or last job record.

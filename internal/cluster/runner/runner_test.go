@@ -379,7 +379,7 @@ func TestCancel(t *testing.T) {
 	}
 	release()
 	acc, err := b.Submit(context.Background(), "c", Request{Verb: VerbApply, Spec: spec3, SpecFile: "c.yaml"})
-	if err != nil || acc.Record == nil || acc.Record.Steps[0].Job != "c-001" || !strings.HasPrefix(acc.Record.Steps[0].Reason, "resume job c-001") {
+	if err != nil || acc.Record == nil || acc.Record.ID != "c-001" || acc.Record.Steps[0].Job != "c-001" || acc.Change.Resume == nil {
 		t.Fatalf("apply after cancel: %+v %v", acc, err)
 	}
 	e.waitJob(b, "resumed job completes", func(r Record) bool { return r.State == StateComplete })

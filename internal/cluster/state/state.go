@@ -44,6 +44,10 @@ type Cluster struct {
 	// its Seq, so replay skips those (a crash between writing a snapshot
 	// and removing the journal replays nothing twice).
 	Seq int64 `json:"seq"`
+	// Defs holds the definition (spec.Service as JSON) of every service
+	// some node still has, including services the spec no longer defines:
+	// stopping and removing them needs their actions.
+	Defs map[string]json.RawMessage `json:"defs,omitempty"`
 }
 
 // Node is one node: where it came from in the spec, its properties, and
@@ -69,6 +73,66 @@ type Node struct {
 	// State is "new" until CREATE succeeds, "created" until its services
 	// are in place, "active", or "deleted".
 	State string `json:"state"`
+	// Confirmed is set when a CONFIRM succeeded (and cleared by DELETE):
+	// the machine answered, at the addresses it gave (if any).
+	Confirmed bool `json:"confirmed,omitempty"`
+	// CreateRan is set when a CREATE run starts: from then on a machine
+	// may exist (or a claim, or a tag) even if no providerid came back,
+	// so destroying the node runs DELETE, which finds it by the
+	// provider's own lookup.
+	CreateRan bool `json:"createRan,omitempty"`
+	// Svc is what each service on the node went through (services the
+	// spec no longer lists stay until they are stopped and removed).
+	Svc map[string]*Service `json:"svc,omitempty"`
+	// Bootstrapped maps each automator type BOOTSTRAP shipped to the
+	// node to the digest of the resources it shipped; another digest
+	// means a BOOTSTRAP before the node's next service task.
+	Bootstrapped map[string]string `json:"bootstrapped,omitempty"`
+	// Lost says the node's provider no longer confirms it (plan
+	// --refresh): its machine is gone and must be made again.
+	Lost string `json:"lost,omitempty"`
+}
+
+// Service is what a service went through on a node.
+type Service struct {
+	// Installed: an INSTALL ran (even one that failed: it may have left
+	// files) and no REMOVE since. Destroying the node removes it.
+	Installed bool `json:"installed,omitempty"`
+	// Started: a START ran (even one that failed) and no STOP since.
+	// Destroying the node stops it; nothing else is ever stopped.
+	Started bool `json:"started,omitempty"`
+	// Held: stopped by a stop action ('loomd apply --action stop'): an
+	// apply leaves it stopped until a start or restart action.
+	Held bool `json:"held,omitempty"`
+	// Done maps each action (install, configure, initialize, start) to
+	// the digest of its effective inputs when it last succeeded: the
+	// cluster config and the action's fields with their macros expanded,
+	// and the automator type. A plan re-runs an action whose inputs'
+	// digest changed, or whose resource files (Res) did.
+	Done map[string]string `json:"done,omitempty"`
+	// Res maps the same actions to the digest of the resource files the
+	// action used (a planner that cannot read them compares Done only).
+	Res map[string]string `json:"res,omitempty"`
+	// Topology is the digest of the node list (ids, hostnames,
+	// addresses) at the last CONFIGURE: a node list that changed since
+	// calls for a CONFIGURE.
+	Topology string `json:"topology,omitempty"`
+	// Drift says why plan --refresh found the service not running (its
+	// check action failed), until it is started again.
+	Drift string `json:"drift,omitempty"`
+}
+
+// ServiceState returns the node's record of a service, creating it.
+func (n *Node) ServiceState(name string) *Service {
+	if n.Svc == nil {
+		n.Svc = map[string]*Service{}
+	}
+	s := n.Svc[name]
+	if s == nil {
+		s = &Service{}
+		n.Svc[name] = s
+	}
+	return s
 }
 
 // Node states.
@@ -78,6 +142,12 @@ const (
 	NodeActive  = "active"
 	NodeDeleted = "deleted"
 )
+
+// Reachable reports whether tasks may connect to the node: its CONFIRM
+// succeeded, or it has an address (state recorded before Confirmed).
+func (n *Node) Reachable() bool {
+	return n.State != NodeNew && n.State != NodeDeleted && (n.Confirmed || len(n.IPAddresses) > 0)
+}
 
 // Address is the node's access address, or "" before CONFIRM.
 func (n *Node) Address() string {
@@ -95,28 +165,66 @@ func (n *Node) ProviderID() string {
 	return s
 }
 
-// Job is one cluster action being run, or run.
+// Job is one change of a cluster, with every step it takes (a scale-up
+// is a create step then a reconfigure step), all recorded before its
+// first task runs: whoever resumes the job (an apply run again, another
+// daemon) runs the steps left, each exactly as planned.
 type Job struct {
-	ID     string `json:"id"`
+	ID string `json:"id"`
+	// Action is what the job does: apply (the steps that bring the
+	// cluster to its spec), destroy, or a service action (start, stop,
+	// restart). Jobs recorded before steps existed hold one of Coopr's
+	// cluster actions here and no Steps.
 	Action string `json:"action"`
-	// PlannedNodes and Services are the plan's inputs (nil: all).
-	PlannedNodes     []string `json:"plannedNodes,omitempty"`
-	Services         []string `json:"services,omitempty"`
-	OnlyPlannedNodes bool     `json:"onlyPlannedNodes,omitempty"`
-	// Spec is the spec text the job plans from.
-	Spec    string    `json:"spec"`
-	Status  string    `json:"status"` // running, complete, failed
-	Message string    `json:"message,omitempty"`
-	Started time.Time `json:"started"`
-	Ended   time.Time `json:"ended,omitzero"`
-	// Tasks by plan index.
+	// Reason says why, in a few words (the plan's header).
+	Reason string `json:"reason,omitempty"`
+	// Steps run in order; Step is the index of the one running (or next
+	// to run); len(Steps) once every step finished.
+	Steps []*Step `json:"steps,omitempty"`
+	Step  int     `json:"step,omitempty"`
+	// Spec is the spec text the job plans from; SpecFile where it was
+	// read from. Defs are the definitions of services the spec no longer
+	// defines that the job stops or removes.
+	Spec     string                     `json:"spec"`
+	SpecFile string                     `json:"specFile,omitempty"`
+	Defs     map[string]json.RawMessage `json:"defs,omitempty"`
+	// Options are the job's own (destroy --force, --no-remove,
+	// --on-failure rollback), so a resume keeps them.
+	Options JobOptions `json:"options,omitzero"`
+	// Base is the fingerprint of the cluster state the job was planned
+	// from (Fingerprint).
+	Base string `json:"base,omitempty"`
+	// Resources maps each automator type to the digest of its resource
+	// files when the job was planned (BOOTSTRAP records it on the nodes);
+	// Inputs maps "service/action" to the digest of the resources that
+	// action uses (part of the service's digest).
+	Resources map[string]string `json:"resources,omitempty"`
+	Inputs    map[string]string `json:"inputs,omitempty"`
+	// Drift is what plan --refresh found, applied to the state when the
+	// job begins.
+	Drift []Drift `json:"drift,omitempty"`
+	// Abandoned lists what a forced destroy gave up on.
+	Abandoned []Abandoned `json:"abandoned,omitempty"`
+	// SupersededBy names the job that replaced this unfinished one.
+	SupersededBy string    `json:"supersededBy,omitempty"`
+	Status       string    `json:"status"` // running, complete, failed, superseded
+	Message      string    `json:"message,omitempty"`
+	Started      time.Time `json:"started"`
+	Ended        time.Time `json:"ended,omitzero"`
+	// Tasks by job-wide index (step k's task i is Steps[k].Offset+i).
 	Tasks map[int]*Task `json:"tasks"`
-	// TaskCount is the plan's number of tasks (a store may leave out
-	// the records of tasks not started yet).
+	// TaskCount is the number of tasks of all steps (a store may leave
+	// out the records of tasks not started yet).
 	TaskCount int `json:"taskCount,omitempty"`
 	// Events are what happened to the job besides its tasks: who started
 	// it, and each interruption, resume and takeover, oldest first.
 	Events []Event `json:"events,omitempty"`
+
+	// PlannedNodes, Services and OnlyPlannedNodes are the inputs of a
+	// job recorded before steps existed (read, never written).
+	PlannedNodes     []string `json:"plannedNodes,omitempty"`
+	Services         []string `json:"services,omitempty"`
+	OnlyPlannedNodes bool     `json:"onlyPlannedNodes,omitempty"`
 }
 
 // Event is something that happened to a job besides its tasks.
@@ -162,12 +270,83 @@ func (j *Job) DoneTasks() int {
 	return n
 }
 
+// JobOptions change how a job runs.
+type JobOptions struct {
+	// Force (destroy --force): a task that fails for good is abandoned
+	// (listed in Abandoned) instead of failing the job, so the destroy
+	// always ends.
+	Force bool `json:"force,omitempty"`
+	// NoRemove skips REMOVE when services are stopped for good.
+	NoRemove bool `json:"noRemove,omitempty"`
+	// Rollback: when a step that creates nodes fails, a rollback step
+	// destroys what the job created.
+	Rollback bool `json:"rollback,omitempty"`
+	// NoRestart: reconfigure without stopping and starting services.
+	NoRestart bool `json:"noRestart,omitempty"`
+}
+
+// Step is one step of a job: a plan's worth of tasks.
+type Step struct {
+	// Action is the kind of step (create, reconfigure, destroy...).
+	Action string `json:"action"`
+	Reason string `json:"reason,omitempty"`
+	// Nodes are the nodes the step names, in nodenum order; Work what it
+	// runs, each entry's nodes as ranges of indexes into Nodes.
+	Nodes []string   `json:"nodes"`
+	Work  []StepWork `json:"work"`
+	// Digest is the plan's (plan.Plan.Digest): a resumed step rebuilds
+	// its plan and refuses to run another.
+	Digest string `json:"digest"`
+	// Offset is the job-wide index of its first task; Tasks its count.
+	Offset int    `json:"offset"`
+	Tasks  int    `json:"tasks"`
+	Status string `json:"status,omitempty"` // pending, running, complete, failed
+}
+
+// StepWork is task Task of Service ("" for node tasks) on the step's
+// nodes at the indexes Nodes lists ("0-9,12").
+type StepWork struct {
+	Task    string `json:"task"`
+	Service string `json:"service,omitempty"`
+	Nodes   string `json:"nodes"`
+}
+
+// Drift is one difference plan --refresh found between the state and
+// the machines.
+type Drift struct {
+	Node string `json:"node"`
+	// Service is "" when the node itself is lost.
+	Service string `json:"service,omitempty"`
+	What    string `json:"what"`
+}
+
+// Abandoned is what a forced destroy gave up on.
+type Abandoned struct {
+	Node    string `json:"node"`
+	Task    string `json:"taskName"`
+	Service string `json:"service,omitempty"`
+	// ProviderID is the node's machine, when DELETE was abandoned: it
+	// may still exist.
+	ProviderID string `json:"providerid,omitempty"`
+	Message    string `json:"message"`
+}
+
 // Job statuses.
 const (
-	JobRunning  = "running"
-	JobComplete = "complete"
-	JobFailed   = "failed"
+	JobRunning    = "running"
+	JobComplete   = "complete"
+	JobFailed     = "failed"
+	JobSuperseded = "superseded"
+	// JobRolledBack: a step failed and the rollback step undid what the
+	// job created.
+	JobRolledBack = "rolled-back"
 )
+
+// Finished reports whether the job ended for good: complete, superseded,
+// or rolled back. A failed or interrupted job is not: it can be resumed.
+func (j *Job) Finished() bool {
+	return j.Status == JobComplete || j.Status == JobSuperseded || j.Status == JobRolledBack
+}
 
 // Task is a plan task's progress: each run (an attempt, or a DELETE or
 // CREATE run before a retry) with its task id, so a resumed apply can ask
@@ -194,6 +373,8 @@ const (
 	TaskDone    = "done"
 	TaskFailed  = "failed"
 	TaskSkipped = "skipped"
+	// TaskAbandoned: failed for good in a forced destroy, which went on.
+	TaskAbandoned = "abandoned"
 )
 
 // Run is one task sent to a plugin.
