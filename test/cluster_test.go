@@ -597,7 +597,7 @@ func TestClusterImport(t *testing.T) {
 	err := fs.Put(&state.Cluster{Name: "old", Status: state.Active, Spec: spec, SpecFile: "old.yaml", NextJob: 2, NextNum: 1001,
 		Nodes: map[string]*state.Node{"old-n-1": {ID: "old-n-1", Num: 1000, Hostname: "old-n-1.local", State: state.NodeActive, Services: []string{"s"},
 			IPAddresses: map[string]any{"access_v4": "192.0.2.1"},
-			Results: map[string]any{"providerid": "vm-1"}}}})
+			Results:     map[string]any{"providerid": "vm-1"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
