@@ -229,7 +229,7 @@ func TestLoadFileLimit(t *testing.T) {
 	}
 	if err := CheckSize("x.yaml", DefaultMaxSize+1, 0); err == nil || !strings.Contains(err.Error(), "8 MiB") {
 		t.Errorf("CheckSize over the default: %v", err)
-}
+	}
 }
 
 // TestCheckAll: plan-time validation against the loaded plugins: unknown
