@@ -25,7 +25,6 @@ import (
 	clusterrunner "github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
-	"github.com/loomrt/loom/internal/console"
 	"github.com/loomrt/loom/internal/coopr"
 	"github.com/loomrt/loom/internal/queue"
 	"github.com/loomrt/loom/internal/worker"
@@ -403,7 +402,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		defer cpMu.Unlock()
 		return cp
 	}
-	var ui *console.Console
+	var ui webConsole
 	reloadAll := func(ctx context.Context) (runtime.ReloadReport, error) {
 		reloadMu.Lock()
 		defer reloadMu.Unlock()
@@ -415,7 +414,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 			p.SetTypes(cooprTypes(rt.Types()))
 		}
 		if ui != nil {
-			ui.Reloaded(consoleReload(rep), err)
+			ui.Reloaded(rep, err)
 		}
 		return rep, err
 	}
@@ -433,19 +432,13 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		}
 	}
 	if o.ui {
-		ccfg := console.Config{Token: o.token, ReadOnly: o.uiReadOnly, Queue: q, Plugins: plugins, Changes: q,
-			Metrics: metrics.TaskGatherer(), Coopr: cooprStatus, DefaultTenant: o.g.tenant,
-			Clusters: cj.store, Jobs: cj.jobs,
-			Reload: func(ctx context.Context) (console.ReloadResult, error) {
-				rep, err := reloadAll(ctx)
-				return consoleReload(rep), err
-			},
-			Logger: logger.With("component", "console")}
+		deps := uiDeps{token: o.token, readOnly: o.uiReadOnly, queue: q, plugins: plugins, metrics: metrics, coopr: cooprStatus,
+			tenant: o.g.tenant, store: cj.store, jobs: cj.jobs, reload: reloadAll, logger: logger.With("component", "console")}
 		if sup != nil {
-			ccfg.Workers = sup.Workers
+			deps.workers = sup.Workers
 		}
-		if ui, err = console.New(ccfg); err != nil {
-			return err
+		if ui, err = startUI(deps); err != nil {
+			return usageErr(err)
 		}
 		defer ui.Close()
 		acfg.UI = ui.Handler()
@@ -673,17 +666,6 @@ func (a *App) reload(ctx context.Context, rt *runtime.Runtime, q *queue.Queue, l
 			"kept_old_version", rep.Kept, "errors", len(rep.Errors), "took", time.Since(start).Round(time.Microsecond))
 	}
 	return rep, nil
-}
-
-// consoleReload is a reload report as the console shows it.
-func consoleReload(rep runtime.ReloadReport) console.ReloadResult {
-	n := 0
-	for _, e := range rep.Errors {
-		if !e.Warning {
-			n++
-		}
-	}
-	return console.ReloadResult{Added: rep.Added, Updated: rep.Updated, Removed: rep.Removed, Kept: rep.Kept, Errors: n}
 }
 
 // watchPlugins calls reload, debounced, whenever something under dir

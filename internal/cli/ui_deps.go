@@ -1,0 +1,38 @@
+package cli
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/loomrt/loom/internal/api"
+	clusterrunner "github.com/loomrt/loom/internal/cluster/runner"
+	"github.com/loomrt/loom/internal/cluster/state"
+	"github.com/loomrt/loom/internal/coopr"
+	"github.com/loomrt/loom/internal/queue"
+	"github.com/loomrt/loom/internal/worker"
+	"github.com/loomrt/loom/runtime"
+)
+
+// uiDeps are the daemon's parts the web console reads and acts on.
+type uiDeps struct {
+	token    string
+	readOnly bool
+	queue    *queue.Queue
+	plugins  api.Plugins
+	metrics  *api.Metrics
+	coopr    func() coopr.Status
+	tenant   string
+	store    *state.KVStore
+	jobs     *clusterrunner.Runner
+	workers  func() []worker.Info
+	reload   func(ctx context.Context) (runtime.ReloadReport, error)
+	logger   *slog.Logger
+}
+
+// webConsole is the console as loomd serve uses it.
+type webConsole interface {
+	Handler() http.Handler
+	Close()
+	Reloaded(runtime.ReloadReport, error)
+}
