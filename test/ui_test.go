@@ -281,8 +281,25 @@ func TestConsoleInBrowser(t *testing.T) {
 	if s := b.text("#stderr-text"); !strings.Contains(s, "the disk of fail-1 is full") || !strings.Contains(s, "stack traceback") {
 		t.Fatalf("the failed task's stderr reads %q", s)
 	}
+	if s := b.text("#input-text"); !strings.Contains(s, `"taskId": "fail-1"`) {
+		t.Fatalf("the failed task's input reads %q", s)
+	}
 	b.check("failed task")
 	b.screenshot("task-failed")
+	// Run it again: a new task, which fails the same way.
+	b.run("run the failed task again", 60*time.Second,
+		chromedp.Click(`a[href="/ui/tasks/fail-1/retry"]`, chromedp.ByQuery),
+		chromedp.WaitVisible("section.confirm button[type=submit]", chromedp.ByQuery),
+		chromedp.Click("section.confirm button[type=submit]", chromedp.ByQuery),
+		chromedp.WaitVisible("p.flash", chromedp.ByQuery))
+	var again string
+	b.eval(`location.pathname.replace("/ui/tasks/", "")`, &again)
+	if again == "fail-1" || again == "" {
+		t.Fatalf("the run again is at %q", again)
+	}
+	if got := d.wait(again); got.State != queue.Failed {
+		t.Fatalf("the new run of fail-1 is %s", got.State)
+	}
 
 	// A queued task (no daemon serves its type) with a secret in its
 	// input: the page shows the input redacted; then cancel it.
@@ -415,7 +432,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		b.check(p + " on a phone")
 	}
-	b.screenshot("phone-task")
+	b.screenshot("phone-plugins")
 
 	// Keyboard: the first Tab reaches the skip link, which moves focus to
 	// the content.

@@ -327,7 +327,7 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
 	d.Commands = []command{
 		{"Show the plan of the spec against this cluster", "loomd plan " + shellQuote(spec) + srv},
 		{"Apply the spec (create, change, or resume a failed job)", "loomd apply " + shellQuote(spec) + srv},
-		{"Restart a service on every node carrying it", "loomd plan --action restart --services SERVICE " + shellQuote(spec) + srv + "   # then apply it"},
+		{"Plan a service action (restart, stop, start...) on the nodes carrying it", "loomd plan --action restart --services SERVICE " + shellQuote(spec) + srv},
 		{"Destroy the cluster (delete every node)", "loomd destroy " + shellQuote(cl.Name) + srv},
 		{"The job history", "loomd cluster history " + shellQuote(cl.Name) + srv},
 	}

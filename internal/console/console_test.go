@@ -57,7 +57,13 @@ func (f *fakeQueue) add(rec queue.Record, input string) {
 }
 
 func (f *fakeQueue) Submit(ctx context.Context, task []byte) (queue.Record, bool, error) {
-	return queue.Record{}, false, fmt.Errorf("not in the fake")
+	t, err := runtime.ParseTask(task)
+	if err != nil {
+		return queue.Record{}, false, err
+	}
+	rec := queue.Record{TaskID: t.TaskID, State: queue.Queued, Family: "automator", Type: "shell", TaskName: t.TaskName}
+	f.add(rec, string(task))
+	return rec, true, nil
 }
 
 func (f *fakeQueue) Get(ctx context.Context, id string) (queue.Record, error) {
@@ -148,7 +154,11 @@ func (f *fakeQueue) OnChange(fn func(queue.Change)) func() {
 func (f *fakeQueue) Input(ctx context.Context, id string) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if r, ok := f.recs[id]; !ok || r.State.Terminal() {
+	r, ok := f.recs[id]
+	if ok && len(r.Input) > 0 {
+		return r.Input, nil
+	}
+	if !ok || r.State.Terminal() {
 		return nil, queue.ErrNoInput
 	}
 	return f.inputs[id], nil
@@ -725,5 +735,39 @@ func TestQuantile(t *testing.T) {
 	}
 	if !math.IsNaN(quantile(0.5, base, base)) {
 		t.Error("no observations should be NaN")
+	}
+}
+
+func TestRetry(t *testing.T) {
+	h := newHarness(t, Config{Token: testToken})
+	st := 1
+	fin := time.Now().UTC()
+	input := `{"taskId": "f1", "taskName": "INSTALL", "config": {"vault": {"password": "pw-0123456789"}, "service": {"action": {"type": "shell"}}}}`
+	h.q.add(queue.Record{TaskID: "f1", State: queue.Failed, Family: "automator", Type: "shell", Status: &st, Finished: &fin, Input: json.RawMessage(input)}, input)
+	h.q.add(queue.Record{TaskID: "c1", ClusterID: "shop", State: queue.Failed, Family: "automator", Type: "shell", Status: &st, Finished: &fin, Input: json.RawMessage(input)}, input)
+	cl := h.client()
+	h.login(cl)
+	_, page := h.do(cl, "GET", "/ui/tasks/f1", nil)
+	if !strings.Contains(page, `href="/ui/tasks/f1/retry"`) || strings.Contains(page, "pw-0123456789") || !strings.Contains(page, "[REDACTED]") {
+		t.Fatalf("the failed task's page: no retry, or its input not redacted:\n%.3000s", page)
+	}
+	_, cpage := h.do(cl, "GET", "/ui/tasks/c1", nil)
+	if strings.Contains(cpage, "/ui/tasks/c1/retry") || !strings.Contains(cpage, "runs again when the cluster") {
+		t.Fatalf("a cluster's task offers a retry of its own")
+	}
+	_, confirm := h.do(cl, "GET", "/ui/tasks/f1/retry", nil)
+	resp, _ := h.do(cl, "POST", "/ui/tasks/f1/retry", url.Values{"csrf": {csrfOf(t, confirm)}})
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/ui/tasks/") || strings.HasPrefix(loc, "/ui/tasks/f1") {
+		t.Fatalf("retry: %d to %q", resp.StatusCode, loc)
+	}
+	id := strings.TrimPrefix(strings.Split(loc, "?")[0], "/ui/tasks/")
+	rec, err := h.q.Get(context.Background(), id)
+	if err != nil || !strings.Contains(string(h.q.inputs[id]), "pw-0123456789") {
+		t.Fatalf("the new run %s: %v, input %s", id, err, h.q.inputs[id])
+	}
+	_ = rec
+	if resp, _ := h.do(cl, "POST", "/ui/tasks/c1/retry", url.Values{"csrf": {csrfOf(t, confirm)}}); resp.StatusCode != http.StatusConflict {
+		t.Fatalf("retry of a cluster's task: %d, want 409", resp.StatusCode)
 	}
 }

@@ -243,6 +243,9 @@ type taskData struct {
 	InputNote  string
 	Timeline   []event
 	Actions    []taskAction
+	// ClusterHint: a failed task of a cluster runs again when the
+	// cluster's job is resumed, not on its own.
+	ClusterHint bool
 	CLI        string
 }
 
@@ -283,7 +286,11 @@ func (c *Console) actionsFor(rec queue.Record, srv string) []taskAction {
 	}
 	id := shellQuote(rec.TaskID)
 	if rec.State.Terminal() {
-		return []taskAction{{Name: "delete", Label: "Delete", CLI: "loomd task delete " + id + srv, Danger: true}}
+		acts := []taskAction{{Name: "delete", Label: "Delete", CLI: "loomd task delete " + id + srv, Danger: true}}
+		if retryable(rec) {
+			acts = append([]taskAction{{Name: "retry", Label: "Run again"}}, acts...)
+		}
+		return acts
 	}
 	return []taskAction{{Name: "cancel", Label: "Cancel", CLI: "loomd task cancel " + id + srv, Danger: true}}
 }
@@ -313,22 +320,33 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if rec.State.Terminal() {
-		d.InputNote = "loomd keeps a task's input only while it is queued or running: the message it was queued as is removed once its outcome is recorded."
-	} else if in, ok := c.cfg.Queue.(interface {
+	if in, ok := c.cfg.Queue.(interface {
 		Input(context.Context, string) ([]byte, error)
 	}); ok {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		raw, err := in.Input(ctx, rec.TaskID)
 		cancel()
-		if err != nil {
+		switch {
+		case errors.Is(err, queue.ErrNoInput):
+			d.InputNote = "loomd keeps a task's input while it is queued or running, and once it failed or was cancelled (up to 64 KiB); not once it succeeded."
+		case err != nil:
 			d.InputNote = "The input could not be read: " + err.Error()
-		} else {
+		default:
 			d.InputJSON = string(c.redact(raw))
 		}
 	}
+	if rec.ClusterID != "" && (rec.State == queue.Failed || rec.State == queue.Cancelled) {
+		d.ClusterHint = true
+	}
 	d.Timeline = timeline(rec)
 	c.render(w, r, http.StatusOK, "task", &view{Title: "Task " + rec.TaskID, Nav: "tasks", Topics: []string{"task:" + rec.TaskID}, Data: d})
+}
+
+// retryable reports whether a finished task can be run again from the
+// console: it failed or was cancelled, its record kept its input, and it
+// is no cluster's (a cluster task runs again when its job is resumed).
+func retryable(rec queue.Record) bool {
+	return (rec.State == queue.Failed || rec.State == queue.Cancelled) && len(rec.Input) > 0 && rec.ClusterID == ""
 }
 
 // redact prepares a task or result for showing: the plugins' sensitive
@@ -402,8 +420,10 @@ func actionHelp(action string, readOnly bool) string {
 		return "Only queued and running tasks can be cancelled."
 	case action == "delete":
 		return "Only finished tasks can be deleted: cancel it first."
+	case action == "retry":
+		return "A task runs again from the console once it failed or was cancelled and its input was kept (up to 64 KiB); a cluster's task runs again when its cluster's job is resumed."
 	}
-	return "The actions on a task are cancel and delete."
+	return "The actions on a task are cancel, delete and run again."
 }
 
 func confirmText(action string, rec queue.Record) string {
@@ -415,6 +435,9 @@ func confirmText(action string, rec queue.Record) string {
 		return "The task is queued: it is cancelled at once and never runs."
 	case "delete":
 		return "The task's record and result are deleted for good; its id becomes unknown."
+	case "retry":
+		return "The task is queued again as it was submitted, under a new id; this one stays as it is. " +
+			"There is no CLI equivalent: the API does not hand out a task's input (it holds its secrets); submit the task's file with 'loomd submit' instead."
 	}
 	return ""
 }
@@ -425,6 +448,7 @@ var flashes = map[string]string{
 	"cancelled":        "The task was cancelled.",
 	"cancel-requested": "Cancellation requested: the task stops when its hook returns.",
 	"deleted":          "The task was deleted.",
+	"retried":          "This is the new run of the task.",
 	"reloaded":         "The plugins were reloaded.",
 	"job-started":      "The job was submitted: this page follows it.",
 	"job-attached":     "The same change was already running: this page follows it.",
@@ -469,6 +493,23 @@ func (c *Console) taskAction(w http.ResponseWriter, r *http.Request) {
 		}
 		c.log.Info("console: task delete", "task", id, "by", sessionOf(r).Subject)
 		http.Redirect(w, r, query(Prefix+"/tasks", "done", "deleted"), http.StatusSeeOther)
+	case "retry":
+		if !retryable(rec) {
+			c.refuse(w, r, http.StatusConflict, "Task "+id+" cannot run again from here.", actionHelp("retry", false))
+			return
+		}
+		task, err := runtime.WithID(rec.Input, queue.NewID())
+		if err != nil {
+			c.refuse(w, r, http.StatusConflict, "Task "+id+" cannot run again.", err.Error())
+			return
+		}
+		got, _, err := c.cfg.Queue.Submit(ctx, task)
+		if err != nil {
+			c.unavailable(w, r, "queueing task "+id+" again", err)
+			return
+		}
+		c.log.Info("console: task run again", "task", id, "new_task", got.TaskID, "by", sessionOf(r).Subject)
+		http.Redirect(w, r, query(Prefix+"/tasks/"+got.TaskID, "done", "retried"), http.StatusSeeOther)
 	default:
 		c.refuse(w, r, http.StatusNotFound, "No such action.", actionHelp("", false))
 	}

@@ -87,6 +87,9 @@ func (q *Queue) remove(ctx context.Context, rec Record) error {
 			q.log.Debug("removing a deleted task's index entry failed; readers skip it", "task", id, "err", err)
 		}
 	}
+	if q.hasChangeSubs() {
+		q.emit(Change{TaskID: id, TenantID: rec.TenantID, Cluster: rec.ClusterID, Type: rec.Type, State: rec.State, Deleted: true})
+	}
 	return nil
 }
 
@@ -115,6 +118,12 @@ func (q *Queue) Cancel(ctx context.Context, id string) (Record, error) {
 			return cur, nil
 		}
 		next := cancelledRecord(cur, "cancelled before it ran")
+		if cur.Seq != 0 {
+			// Its message goes below: keep the task in the record.
+			if m, err := q.taskStream(cur.Part).GetMsg(ctx, cur.Seq); err == nil && taskIDOf(m.Header) == id {
+				keepInput(&next, m.Data)
+			}
+		}
 		rev, err := q.write(ctx, cur, next)
 		if isConflict(err) {
 			continue // a worker just claimed it: look again

@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Change is one task record change, as the store's watch saw it: on any
-// daemon sharing the queue, not only this one.
+// daemon sharing the queue, not only this one. Deletes are the exception:
+// a record is purged, which the watch does not see, so Deleted changes come
+// only from this daemon's Delete and retention sweeps.
 type Change struct {
 	TaskID   string
 	TenantID string
@@ -58,8 +57,8 @@ func (q *Queue) hasChangeSubs() bool {
 	return len(c.subs) > 0
 }
 
-// publishChange hands a watched entry to the OnChange callbacks.
-func (q *Queue) publishChange(e jetstream.KeyValueEntry, rec *Record) {
+// emit hands a change to the OnChange callbacks.
+func (q *Queue) emit(ch Change) {
 	c := &q.changes
 	c.mu.Lock()
 	subs := make([]func(Change), 0, len(c.subs))
@@ -67,34 +66,27 @@ func (q *Queue) publishChange(e jetstream.KeyValueEntry, rec *Record) {
 		subs = append(subs, f)
 	}
 	c.mu.Unlock()
-	if len(subs) == 0 {
-		return
-	}
-	ch := Change{TaskID: strings.TrimPrefix(e.Key(), keyPrefix)}
-	switch {
-	case e.Operation() != jetstream.KeyValuePut:
-		ch.Deleted = true
-	case rec != nil:
-		ch.TenantID, ch.Cluster, ch.Type, ch.State = rec.TenantID, rec.ClusterID, rec.Type, rec.State
-	default:
-		return
-	}
 	for _, f := range subs {
 		f(ch)
 	}
 }
 
-// ErrNoInput is returned by Input when the task's message is gone: the
-// task finished (its message is removed once its outcome is recorded).
+// ErrNoInput is returned by Input when the task is not kept: a task that
+// succeeded (its message is removed once its outcome is recorded), or one
+// whose task was larger than MaxKeptInput.
 var ErrNoInput = errors.New("the task's input is no longer kept")
 
-// Input returns the task as it was submitted, read from its queue
-// message, while the task is queued or running. It is the raw task:
-// redact it before showing it to anyone.
+// Input returns the task as it was submitted: read from its queue
+// message while the task is queued or running, from its record once it
+// failed or was cancelled (Record.Input). It is the raw task: redact it
+// before showing it to anyone.
 func (q *Queue) Input(ctx context.Context, id string) ([]byte, error) {
 	rec, err := q.get(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if len(rec.Input) > 0 {
+		return rec.Input, nil
 	}
 	if rec.State.Terminal() || rec.Seq == 0 {
 		return nil, fmt.Errorf("%w (task %s is %s)", ErrNoInput, id, rec.State)

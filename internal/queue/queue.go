@@ -642,7 +642,7 @@ func (q *Queue) Wait(ctx context.Context, id string) (Record, error) {
 // The watches live as long as the queue, not as Open's context.
 func (q *Queue) startWatch() error {
 	for _, kv := range q.kvs {
-		w, err := kv.Watch(context.Background(), keyPrefix+">", jetstream.UpdatesOnly())
+		w, err := kv.Watch(context.Background(), keyPrefix+">", jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
 		if err != nil {
 			return fmt.Errorf("watching task records in %s: %w", kv.Bucket(), err)
 		}
@@ -663,16 +663,12 @@ func (q *Queue) startWatch() error {
 }
 
 // wake hands a record change to the waiters of its task and to the
-// OnChange callbacks. Deletes reach only the callbacks.
+// OnChange callbacks.
 func (q *Queue) wake(e jetstream.KeyValueEntry) {
-	if e.Operation() != jetstream.KeyValuePut {
-		q.publishChange(e, nil)
-		return
-	}
 	id := strings.TrimPrefix(e.Key(), keyPrefix)
 	if q.hasChangeSubs() {
 		if rec, err := decodeRecord(e); err == nil {
-			q.publishChange(e, &rec)
+			q.emit(Change{TaskID: rec.TaskID, TenantID: rec.TenantID, Cluster: rec.ClusterID, Type: rec.Type, State: rec.State})
 		}
 	}
 	q.mu.Lock()

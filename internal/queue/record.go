@@ -86,6 +86,12 @@ type Record struct {
 	// IndexSeq is the sequence of the task's current entry in the index
 	// stream (see index.go); an entry with another sequence is stale.
 	IndexSeq uint64 `json:"indexSeq,omitempty"`
+	// Input is the task as submitted, kept once the task failed or was
+	// cancelled (its queue message is gone then) so that it can be shown,
+	// redacted, and run again; at most MaxKeptInput bytes. Succeeded
+	// tasks keep none: the store stays as small as before for them. It
+	// holds the task's secrets: never serve it unredacted.
+	Input json.RawMessage `json:"input,omitempty"`
 
 	Revision uint64 `json:"-"`
 }
@@ -247,6 +253,16 @@ var ErrFinished = errors.New("task already finished")
 
 // ErrClosed is returned by calls on a queue that was closed.
 var ErrClosed = errors.New("queue is closed")
+
+// MaxKeptInput caps the task kept in a failed or cancelled record.
+const MaxKeptInput = 64 << 10
+
+// keepInput keeps task in next when next is failed or cancelled.
+func keepInput(next *Record, task []byte) {
+	if (next.State == Failed || next.State == Cancelled) && len(task) > 0 && len(task) <= MaxKeptInput && json.Valid(task) {
+		next.Input = json.RawMessage(task)
+	}
+}
 
 // maxRecordError caps a record's error summary.
 const maxRecordError = 8 << 10

@@ -733,6 +733,7 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 		// Cancelled on request: the hook's failure is the cancellation's
 		// doing (a hook that finished successfully first keeps its result).
 		next = cancelledRecord(rec, fmt.Sprintf("cancelled on request while running (attempt %d on %s)", rec.Attempts, q.cfg.Owner))
+		keepInput(&next, msg.Data())
 		if q.commit(ctx, log, rec, next) {
 			q.ack(log, fl.msg())
 		}
@@ -752,6 +753,7 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 		next.Error = fmt.Sprintf("crash: the task killed its worker %d times; the last time: %v", next.Crashes, runErr)
 		next.Result = mustJSON(map[string]any{"taskId": id, "status": st, "message": next.Error,
 			"error": map[string]any{"kind": "crash", "message": runErr.Error(), "crashes": next.Crashes}})
+		keepInput(&next, msg.Data())
 		if q.commit(ctx, log, rec, next) {
 			log.Error("task failed for good: it kept killing its worker", "crashes", next.Crashes, "err", runErr)
 			_ = fl.msg().TermWithReason("worker crashes")
@@ -760,6 +762,7 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 		next.State = Failed
 		next.Finished = &now
 		next.Error = fmt.Sprintf("gave up after %d attempts; the last one failed: %v", rec.Attempts, runErr)
+		keepInput(&next, msg.Data())
 		if q.commit(ctx, log, rec, next) {
 			log.Warn("task failed for good", "err", runErr)
 			_ = fl.msg().TermWithReason("max attempts")
@@ -796,6 +799,7 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 				next.Result, next.ResultRef = nil, name
 			}
 		}
+		keepInput(&next, msg.Data())
 		if q.commit(ctx, log, rec, next) { // commit logs the outcome line
 			q.ack(log, fl.msg())
 		}
@@ -883,6 +887,7 @@ func (q *Queue) claim(ctx context.Context, log *slog.Logger, id string, route Ro
 			next.Started, next.Finished = &now, nil
 			next.Seq, next.Part = seq, part
 		}
+		keepInput(&next, msg.Data())
 		rev, err := q.write(ctx, cur, next)
 		if isConflict(err) {
 			continue // someone else moved it; look again
@@ -1081,6 +1086,7 @@ func (q *Queue) handleMaxDeliveries(data []byte) {
 		now := time.Now().UTC()
 		next.State, next.Finished = Failed, &now
 		next.Error = fmt.Sprintf("gave up after %d deliveries without a finished attempt (last: %s)", adv.Deliveries, cur.Error)
+		keepInput(&next, m.Data)
 		_, err = q.write(ctx, cur, next)
 		if isConflict(err) {
 			continue
