@@ -246,7 +246,7 @@ type taskData struct {
 	// ClusterHint: a failed task of a cluster runs again when the
 	// cluster's job is resumed, not on its own.
 	ClusterHint bool
-	CLI        string
+	CLI         string
 }
 
 // event is one line of a task's timeline.
