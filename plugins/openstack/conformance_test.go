@@ -448,8 +448,9 @@ func checkResponse(ex openstackfake.Exchange) error {
 }
 
 // checkErrorShape: Nova {"<kind>": {"code", "message"}}, Neutron
-// {"NeutronError": {"type", "message", "detail"}}, Keystone {"error":
-// {"code", "title", "message"}}.
+// {"NeutronError": {"type", "message", "detail"}}, Keystone (and
+// keystonemiddleware's 401 of every service) {"error": {"code", "title",
+// "message"}}.
 func checkErrorShape(ex openstackfake.Exchange) error {
 	if len(bytes.TrimSpace(ex.RespBody)) == 0 {
 		return nil
@@ -459,7 +460,11 @@ func checkErrorShape(ex openstackfake.Exchange) error {
 		return fmt.Errorf("error body is not {kind: {...}}: %s", ex.RespBody)
 	}
 	for k, v := range doc {
-		switch ex.Service {
+		service := ex.Service
+		if ex.Status == http.StatusUnauthorized {
+			service = "identity" // keystonemiddleware answers 401 for every service
+		}
+		switch service {
 		case "network":
 			if k != "NeutronError" || v["type"] == nil || v["message"] == nil {
 				return fmt.Errorf("not Neutron's error shape: %s", ex.RespBody)
@@ -473,9 +478,6 @@ func checkErrorShape(ex openstackfake.Exchange) error {
 				return fmt.Errorf("not Nova's error shape: %s", ex.RespBody)
 			}
 		}
-	}
-	if ex.Status == http.StatusUnauthorized && ex.Service == "compute" {
-		return nil
 	}
 	return nil
 }

@@ -7,11 +7,13 @@
 package openstack_test
 
 import (
+	"context"
 	"encoding/json"
 	"maps"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,6 +48,7 @@ type env struct {
 }
 
 type envOptions struct {
+	clock   bindings.Clock // nil: the wall clock
 	cloud   openstackfake.Options
 	ssh     bool          // a real loom.ssh binding (for CONFIRM's keyscan)
 	timeout time.Duration // overrides the definition's hook timeouts
@@ -63,8 +66,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e := &env{t: t, cloud: openstackfake.Start(co), logs: &luatest.LogBuffer{}, workDir: t.TempDir()}
 	t.Cleanup(e.cloud.Close)
 	checkConformance(t, e.cloud)
-	bs := []bindings.Binding{logb.New(), jsonb.New(), fsb.New(), timeb.New(),
-		httpb.New(httpb.Options{RetryDelay: time.Millisecond})}
+	bs := []bindings.Binding{logb.New(), jsonb.New(), fsb.New(), timeb.NewWithClock(o.clock),
+		httpb.New(httpb.Options{RetryDelay: time.Millisecond, Clock: bindings.ClockOrReal(o.clock)})}
 	if o.ssh {
 		bs = append(bs, sshb.New(sshb.Options{}))
 	}
@@ -184,6 +187,30 @@ func (e *env) delete(providerid any, config map[string]any) *runtime.Result {
 	cfg := map[string]any{"providerid": providerid}
 	maps.Copy(cfg, config)
 	return e.run(task("DELETE", e.fields(nil), cfg))
+}
+
+// skipClock is the wall clock with every wait skipped: sleeps move its
+// time forward at once (past a context's deadline they fail as a real
+// wait would), so back-offs cost nothing while deadlines still bind.
+type skipClock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func (c *skipClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+func (c *skipClock) Sleep(ctx context.Context, d time.Duration) error {
+	if dl, ok := ctx.Deadline(); ok && c.Now().Add(d).After(dl) {
+		return context.DeadlineExceeded
+	}
+	c.mu.Lock()
+	c.offset += d
+	c.mu.Unlock()
+	return ctx.Err()
 }
 
 func mustStatus(t *testing.T, res *runtime.Result, want int) {

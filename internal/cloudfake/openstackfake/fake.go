@@ -459,11 +459,9 @@ func (f *Fake) route(w http.ResponseWriter, r *http.Request, service, path strin
 		return
 	}
 	if !f.authorized(r) {
-		if service == "compute" {
-			novaError(w, 401, "The request you have made requires authentication.")
-		} else {
-			writeJSON(w, 401, map[string]any{"error": map[string]any{"code": 401, "title": "Unauthorized", "message": "The request you have made requires authentication."}})
-		}
+		// keystonemiddleware answers for every service, in Keystone's shape.
+		w.Header().Set("WWW-Authenticate", "Keystone uri=\""+f.srv.URL+"/identity\"")
+		writeJSON(w, 401, map[string]any{"error": map[string]any{"code": 401, "title": "Unauthorized", "message": "The request you have made requires authentication."}})
 		return
 	}
 	if len(body) > 0 && r.Header.Get("Content-Type") != "application/json" {
