@@ -11,9 +11,11 @@
 --
 -- What Loom does differently from Coopr, and why:
 --   * the resources are shipped once per host: BOOTSTRAP compares the
---     SHA-256 of what the work dir holds with the digest the node keeps
---     from the last shipping, and ships only when they differ (Coopr
---     tarred and copied everything at every BOOTSTRAP, in 9 connections);
+--     SHA-256 of what the work dir holds with the same digest computed on
+--     the node over what it has (sha256sum of every file), and ships only
+--     when they differ, so a node whose copy was changed or damaged by hand
+--     gets it again too (Coopr tarred and copied everything at every
+--     BOOTSTRAP, in 9 connections);
 --     the new trees go in as one tar stream and are swapped into place by
 --     the same command, so a run never sees a half-copied cookbook;
 --   * one pooled, host-key-checked SSH connection per hook;
@@ -124,8 +126,9 @@ local function solo_rb(dir)
   }, "\n")
 end
 
--- walk adds "path\0sha256" lines for every file under rel (links
--- followed, as Coopr's tar -h did) to out. A path is read as a file first
+-- walk adds a line "<sha256>  <path>" (sha256sum's format) for every file
+-- under rel (links followed, as Coopr's tar -h did, so that the node gets
+-- regular files) to out, keyed by path. A path is read as a file first
 -- and listed as a dir when that fails: resources hold far more files than
 -- dirs, and each failed try costs an error.
 local function walk(rel, out, depth, count)
@@ -138,7 +141,7 @@ local function walk(rel, out, depth, count)
     if count[1] > MAX_FILES then
       error({ kind = "config", message = ("the resources hold more than %d files"):format(MAX_FILES) }, 0)
     end
-    out[#out + 1] = rel .. "\0" .. crypto.sha256(content)
+    out[#out + 1] = { rel, crypto.sha256(content) .. "  " .. rel .. "\n" }
     return
   end
   local lok, names = pcall(fs.list, rel)
@@ -146,26 +149,33 @@ local function walk(rel, out, depth, count)
     -- Neither a file nor a dir we may read: say what reading said.
     error(content, 0)
   end
-  out[#out + 1] = rel .. "/\0dir"
   for _, name in ipairs(names) do
     walk(rel .. "/" .. name, out, depth + 1, count)
   end
 end
 
---- digest is the SHA-256 of the resources in the work dir (paths and
---- contents) and of the chef dir they go to. It returns the digest and the
---- resource types present.
-local function digest(dir)
-  local lines, present, count = { "chef_dir\0" .. dir }, {}, { 0 }
+--- digest is the SHA-256 of sha256sum's lines for every file of the
+--- resources in the work dir, sorted by path in byte order: what
+--- REMOTE_DIGEST computes on the node over what it has. It returns the
+--- digest, the resource types present and the number of files.
+local function digest()
+  local files, present, count = {}, {}, { 0 }
   for _, name in ipairs(RESOURCES) do
     if fs.exists(name) then
       present[#present + 1] = name
-      walk(name, lines, 0, count)
+      walk(name, files, 0, count)
     end
   end
-  table.sort(lines)
-  return crypto.sha256(table.concat(lines, "\n")), present, count[1]
+  table.sort(files, function(a, b) return a[1] < b[1] end)
+  local lines = {}
+  for i, f in ipairs(files) do lines[i] = f[2] end
+  return crypto.sha256(table.concat(lines)), present, count[1]
 end
+
+-- REMOTE_DIGEST is the same digest over the node's copy, in the chef dir
+-- ($dir): sha256sum of every file, sorted by path in byte order.
+local REMOTE_DIGEST = "(cd \"$dir\" && find cookbooks data_bags roles -type f -print0 2>/dev/null"
+  .. " | LC_ALL=C sort -z | xargs -0 -r sha256sum | sha256sum | cut -d ' ' -f 1)"
 
 ------------------------------------------------------------------------
 -- SSH
@@ -230,16 +240,15 @@ end
 ------------------------------------------------------------------------
 
 -- probe returns the path of chef-solo on the node (nil without one) and
--- the digest of the resources shipped last (nil without any).
+-- the digest of the resources the node has (nil when it was never
+-- prepared: no solo.rb). It runs as root: the shipped files are root's.
 function ChefSoloAutomator:probe(input, dir)
-  local q = ssh.quote
   local r = self:remote(input, "looking for chef-solo", "exec", table.concat({
-    "PATH=\"$PATH:" .. PATH_EXTRA .. "\"",
+    "PATH=\"$PATH:" .. PATH_EXTRA .. "\"; dir=" .. ssh.quote(dir),
     "if command -v chef-solo >/dev/null 2>&1; then echo \"chef-solo=$(command -v chef-solo)\"; fi",
-    "if [ -f " .. q(dir .. "/loom-solo.rb") .. " ] && [ -r " .. q(dir .. "/.loom-resources.sha256") .. " ]; then"
-      .. " echo \"digest=$(cat " .. q(dir .. "/.loom-resources.sha256") .. ")\"; fi",
+    "if [ -f \"$dir/loom-solo.rb\" ]; then echo \"digest=$" .. REMOTE_DIGEST .. "\"; fi",
     "true",
-  }, "\n"))
+  }, "\n"), { sudo = self:sudo(input) })
   return r.stdout:match("chef%-solo=([^\n]+)"), r.stdout:match("digest=(%x+)")
 end
 
@@ -303,9 +312,9 @@ end
 
 -- ship copies the resource trees into <dir> in ONE command: one tar stream
 -- into a staging dir, swapped into place by the same shell, which then
--- writes solo.rb and the digest. Resource types without local files get
--- empty dirs (Coopr made them: recipes may fail without data_bags/).
-function ChefSoloAutomator:ship(input, dir, d, present)
+-- writes solo.rb. Resource types without local files get empty dirs
+-- (Coopr made them: recipes may fail without data_bags/).
+function ChefSoloAutomator:ship(input, dir, present)
   local q = ssh.quote
   local sudo = self:sudo(input)
   local token = ("%s.%d.%s"):format((tostring(self.task.taskId):gsub("[^%w%-]", "_")), os.time(), crypto.random(4))
@@ -326,7 +335,6 @@ function ChefSoloAutomator:ship(input, dir, d, present)
     "cat > \"$dir/loom-solo.rb\" <<'LOOM_SOLO_RB'",
     solo_rb(dir) .. "LOOM_SOLO_RB",
     "mkdir -p \"$dir/.loom-run\"; chmod 0700 \"$dir/.loom-run\"",
-    "printf '%s\\n' " .. q(d) .. " > \"$dir/.loom-resources.sha256\"",
   }, "\n")
   if #present == 0 then
     self:remote(input, "preparing " .. dir, "exec", "mkdir -p " .. q(staging) .. "\n" .. finish,
@@ -344,7 +352,7 @@ end
 -- prepare makes the node ready to run chef-solo: Chef installed, the
 -- current resources shipped. It returns what it did, for the result.
 function ChefSoloAutomator:prepare(input, f, dir, force_ship)
-  local d, present, files = self:try(input, "reading the resources in the work dir", digest, dir)
+  local d, present, files = self:try(input, "reading the resources in the work dir", digest)
   local chef, shipped = self:probe(input, dir)
   local did = {}
   if chef == nil then
@@ -359,7 +367,7 @@ function ChefSoloAutomator:prepare(input, f, dir, force_ship)
     log.info("the resources on %s:%s are current (%d files, digest %s)", tostring(input.ipaddress), dir, files, d:sub(1, 12))
     did[#did + 1] = ("resources current (%d files)"):format(files)
   else
-    local what = self:ship(input, dir, d, present)
+    local what = self:ship(input, dir, present)
     log.info("shipped %s to %s:%s", what, tostring(input.ipaddress), dir)
     did[#did + 1] = "shipped " .. what .. " to " .. dir
   end

@@ -16,6 +16,28 @@ local PASSWORD = "ssh-Passw0rd-chef"
 
 local node, chef
 
+local crypto = require("loom.crypto")
+
+-- node_digest is what the plugin's probe computes on a real node: the
+-- SHA-256 of `sha256sum` lines of every file under the three dirs, sorted
+-- by path.
+local function node_digest(dir)
+  local lines = {}
+  for _, d in ipairs({ "cookbooks", "data_bags", "roles" }) do
+    for _, f in ipairs(node:files(dir .. "/" .. d)) do
+      local st = node:stat(f)
+      if st and st.kind == "file" then
+        local rel = f:sub(#dir + 2)
+        lines[#lines + 1] = { rel, crypto.sha256(node:file(f)) .. "  " .. rel .. "\n" }
+      end
+    end
+  end
+  table.sort(lines, function(a, b) return a[1] < b[1] end)
+  local out = {}
+  for i, l in ipairs(lines) do out[i] = l[2] end
+  return crypto.sha256(table.concat(out))
+end
+
 local function words(cmd)
   local out, i, n = {}, 1, #cmd
   while i <= n do
@@ -49,32 +71,31 @@ local function new_node(opts)
   if node then node:close() end
   chef = { installed = opts.installed ~= false, runs = {}, installs = 0, install_errors = opts.install_errors or {} }
   node = loom.test.ssh({ host = HOST, sudo = { password = PASSWORD } })
-  -- The probe: chef-solo's path and the digest of what was shipped.
-  node:on("^PATH=\"%$PATH:/opt/chef/bin:/opt/cinc/bin\"\nif command %-v chef%-solo", function(cmd)
-    local dir = cmd.command:match("%[ %-f (%S+)/loom%-solo%.rb %]")
+  -- The probe: chef-solo's path, and the digest of the node's copy, as
+  -- sha256sum lines of its files sorted by path.
+  node:on("^PATH=\"%$PATH:/opt/chef/bin:/opt/cinc/bin\"; dir=", function(cmd)
+    local dir = cmd.command:match("; dir=(%S+)\n")
     local out = chef.installed and "chef-solo=/usr/bin/chef-solo\n" or ""
-    local d = node:file(dir .. "/.loom-resources.sha256")
-    if node:file(dir .. "/loom-solo.rb") and d then out = out .. "digest=" .. d end
+    if node:file(dir .. "/loom-solo.rb") then out = out .. "digest=" .. node_digest(dir) .. "\n" end
     return { stdout = out }
   end)
   -- The swap after the tar stream: what the shell would do, in the fake's
-  -- filesystem.
-  node:on("^set %-e\ndir=", function(cmd)
-    local dir = cmd.command:match("^set %-e\ndir=(%S+);")
-    local digest = cmd.command:match("printf '%%s\\n' (%x+) >")
+  -- filesystem: each staged tree replaces the node's, solo.rb is written.
+  local function swap(cmd)
+    local dir, staging = cmd.command:match("\ndir=(%S+); new=(%S+)\n")
+    for _, d in ipairs({ "cookbooks", "data_bags", "roles" }) do
+      for _, f in ipairs(node:files(dir .. "/" .. d)) do node:remove(f) end
+      for _, f in ipairs(node:files(staging .. "/" .. d)) do
+        node:write(dir .. "/" .. d .. f:sub(#staging + #d + 2), node:file(f))
+      end
+    end
+    for _, f in ipairs(node:files(staging)) do node:remove(f) end
     node:write(dir .. "/loom-solo.rb", cmd.command:match("<<'LOOM_SOLO_RB'\n(.-)LOOM_SOLO_RB"))
-    node:write(dir .. "/.loom-resources.sha256", digest .. "\n")
     chef.swaps = (chef.swaps or 0) + 1
     return 0
-  end)
-  node:on("^mkdir %-p ", function(cmd)
-    -- a shipping without resources: the same swap, after a mkdir
-    local dir = cmd.command:match("\ndir=(%S+);")
-    local digest = cmd.command:match("printf '%%s\\n' (%x+) >")
-    node:write(dir .. "/loom-solo.rb", cmd.command:match("<<'LOOM_SOLO_RB'\n(.-)LOOM_SOLO_RB"))
-    node:write(dir .. "/.loom-resources.sha256", digest .. "\n")
-    return 0
-  end)
+  end
+  node:on("^set %-e\ndir=", swap)
+  node:on("^mkdir %-p ", swap) -- a shipping without resources: the same swap, after a mkdir
   -- Chef's install (yum, apt, then the installer script).
   node:on("^PATH=\"%$PATH:/opt/chef/bin:/opt/cinc/bin\"\nif command %-v yum", function()
     chef.installs = chef.installs + 1
@@ -159,8 +180,10 @@ describe("BOOTSTRAP", function()
       if r.builtin == "tar" then tar = r end
     end
     assert.matches("^/var/chef/%.incoming%.", tar.path)
-    assert.equals("name 'hello'\nversion '1.0.0'\n", node:file(tar.path .. "/cookbooks/hello/metadata.rb"))
-    assert.truthy(node:file(tar.path .. "/roles/web.json"))
+    -- the swap moved it into place (and the staging dir is gone)
+    assert.equals("name 'hello'\nversion '1.0.0'\n", node:file(DIR .. "/cookbooks/hello/metadata.rb"))
+    assert.truthy(node:file(DIR .. "/roles/web.json"))
+    assert.same({}, node:files(tar.path))
     assert.matches('cookbook_path %["/var/chef/cookbooks"%]', node:file(DIR .. "/loom-solo.rb"))
   end)
 
@@ -171,6 +194,16 @@ describe("BOOTSTRAP", function()
     assert.matches("resources current %(3 files%)", again.stdout)
     assert.equals(1, tar_uploads())
     assert.equals(1, chef.swaps)
+  end)
+
+  it("ships again when the node's copy was changed by hand", function()
+    assert.equals(0, bootstrap().status)
+    node:write(DIR .. "/cookbooks/hello/recipes/default.rb", "log 'edited on the node'\n")
+    local again = bootstrap()
+    assert.equals(0, again.status, again.message)
+    assert.matches("shipped", again.stdout)
+    assert.equals(2, tar_uploads())
+    assert.matches("^file", node:file(DIR .. "/cookbooks/hello/recipes/default.rb"))
   end)
 
   it("ships again when a cookbook changed", function()
@@ -312,7 +345,8 @@ describe("service actions", function()
     assert.equals(0, res.status, res.message)
     assert.equals(1, #chef.runs)
     assert.equals("/opt/app/chef/loom-solo.rb", chef.runs[1].config)
-    assert.truthy(node:file("/opt/app/chef/.loom-resources.sha256"))
+    assert.truthy(node:file("/opt/app/chef/loom-solo.rb"))
+    assert.truthy(node:file("/opt/app/chef/cookbooks/hello/metadata.rb"))
   end)
 end)
 
