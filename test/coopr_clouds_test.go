@@ -4,7 +4,7 @@ package test
 // whose hardware and image types map flavors and images for the
 // openstack, aws and google providers and whose services run the chef-solo
 // and docker automators, comes up through `loomd apply --template` against
-// the fake clouds. The clouds' machines are real sshd hosts on 127.0.0.2,
+// each fake cloud in turn (--provider os-lab, aws-lab, gce-lab). The clouds' machines are real sshd hosts on 127.0.0.2,
 // 127.0.0.3 and 127.0.0.4 (one port, one key pair, as a cloud's machines),
 // each with private /var/chef, /opt/chef and podman state, so the
 // automators really run there: chef-solo (the strict fake of
@@ -25,6 +25,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/ssh"
+
+	"github.com/loomrt/loom/internal/cloudfake/ec2fake"
+	"github.com/loomrt/loom/internal/cloudfake/gcefake"
 	"github.com/loomrt/loom/internal/cloudfake/openstackfake"
 	"github.com/loomrt/loom/internal/podmantest"
 	"github.com/loomrt/loom/internal/sshdtest"
@@ -241,38 +245,151 @@ type stackNode struct {
 	Hostname    string            `json:"hostname"`
 }
 
+// stackCloud is one fake cloud the template runs on: the catalog
+// provider it is, and what it says about its machines.
+type stackCloud struct {
+	provider string
+	// machines are the cloud's live machines: the node each belongs to
+	// (its tag, label or metadata), its name and its address.
+	machines func() []stackMachine
+	// problems are what the fake found wrong in the plugin's requests.
+	problems func() []string
+}
+
+type stackMachine struct{ node, name, addr string }
+
 func TestCooprTemplateOnClouds(t *testing.T) {
 	hosts := startCloudHosts(t, 3)
-	dir := t.TempDir()
-	e := &clusterEnv{t: t, dir: dir, plugins: filepath.Join(dir, "plugins"), work: filepath.Join(dir, "work"),
-		state: filepath.Join(dir, "state"), known: filepath.Join(dir, "known_hosts")}
-	writeFile(t, e.known, "")
-	for _, p := range []string{"openstack", "chef-solo", "docker"} {
-		if err := os.CopyFS(filepath.Join(e.plugins, p), os.DirFS(filepath.Join(repoRoot(), "plugins", p))); err != nil {
-			t.Fatal(err)
+	var hostKeys [][]string
+	for _, srv := range hosts.servers {
+		var lines []string
+		for _, k := range srv.HostKeys {
+			lines = append(lines, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(k))))
 		}
+		sort.Strings(lines)
+		hostKeys = append(hostKeys, lines)
 	}
-	password := "os-" + randToken(t)
-	cloud := openstackfake.Start(openstackfake.Options{Username: "loom", Password: password, Project: "ops",
-		KeyPairs: []string{"loom"}, Machines: hosts.addrs, Flavors: map[string]string{"2": "m1.small"},
-		Images: map[string]string{"6e4b3a4e-0b5e-4c58-9e2b-6d5a1c0f9a10": "debian-12"}})
-	t.Cleanup(cloud.Close)
-	writeFile(t, filepath.Join(e.work, clTenant, "providertypes", "openstack", "ssh_keys", "loom.pem"), string(hosts.keyPEM))
-	os.Chmod(filepath.Join(e.work, clTenant, "providertypes", "openstack", "ssh_keys", "loom.pem"), 0o400)
-	writeChefResources(t, filepath.Join(e.work, clTenant, "automatortypes", "chef-solo"))
-	catalog := filepath.Join(dir, "catalog")
-	writeStackCatalog(t, catalog, hosts, map[string]map[string]any{
-		"os-lab": {"name": "os-lab", "description": "the fake OpenStack", "providertype": "openstack", "provisioner": map[string]any{
-			"openstack_auth_url": cloud.AuthURL(), "api_user": "loom", "api_password": password, "openstack_tenant": "ops",
-			"ssh_keypair": "loom", "ssh_key_resource": "loom.pem", "ssh_port": fmt.Sprint(hosts.port), "poll_interval": "0.2"}},
-	})
+	clouds := []struct {
+		name  string
+		setup func(t *testing.T, e *clusterEnv) (stackCloud, map[string]any)
+	}{
+		{"openstack", func(t *testing.T, e *clusterEnv) (stackCloud, map[string]any) {
+			password := "os-" + randToken(t)
+			cloud := openstackfake.Start(openstackfake.Options{Username: "loom", Password: password, Project: "ops",
+				KeyPairs: []string{"loom"}, Machines: hosts.addrs, Flavors: map[string]string{"2": "m1.small"},
+				Images: map[string]string{"6e4b3a4e-0b5e-4c58-9e2b-6d5a1c0f9a10": "debian-12"}})
+			t.Cleanup(cloud.Close)
+			return stackCloud{provider: "os-lab", problems: cloud.Problems, machines: func() []stackMachine {
+					var out []stackMachine
+					for _, s := range cloud.Servers() {
+						out = append(out, stackMachine{s.Metadata["loom_node"], s.Name, s.Fixed})
+					}
+					return out
+				}}, map[string]any{"name": "os-lab", "description": "the fake OpenStack", "providertype": "openstack", "provisioner": map[string]any{
+					"openstack_auth_url": cloud.AuthURL(), "api_user": "loom", "api_password": password, "openstack_tenant": "ops",
+					"ssh_keypair": "loom", "ssh_key_resource": "loom.pem", "ssh_port": fmt.Sprint(hosts.port), "poll_interval": "0.2"}}
+		}},
+		{"aws", func(t *testing.T, e *clusterEnv) (stackCloud, map[string]any) {
+			var ms []ec2fake.Machine
+			for i, a := range hosts.addrs {
+				ms = append(ms, ec2fake.Machine{PublicIP: a, PrivateIP: a, HostKeys: hostKeys[i]})
+			}
+			cloud := ec2fake.Start(ec2fake.Options{Machines: ms, KeyPairs: []string{"loom"}, ConsoleAfter: 1})
+			t.Cleanup(cloud.Close)
+			allowLoopback(t, filepath.Join(e.plugins, "aws", "aws.json"))
+			return stackCloud{provider: "aws-lab", problems: func() []string { return nil }, machines: func() []stackMachine {
+					var out []stackMachine
+					for _, i := range cloud.Live() {
+						out = append(out, stackMachine{i.Tag("coopr-node"), i.Tag("Name"), i.PublicIP})
+					}
+					return out
+				}}, map[string]any{"name": "aws-lab", "description": "the fake EC2", "providertype": "aws", "provisioner": map[string]any{
+					"api_user": ec2fake.AccessKeyID, "api_password": ec2fake.SecretAccessKey, "aws_region": "us-east-1",
+					"aws_endpoint": cloud.URL(), "ssh_keypair": "loom", "ssh_key_resource": "loom.pem",
+					"ssh_port": fmt.Sprint(hosts.port), "poll_interval": "0.2", "host_key_wait": "20", "ssh_wait": "30"}}
+		}},
+		{"google", func(t *testing.T, e *clusterEnv) (stackCloud, map[string]any) {
+			var ms []gcefake.Machine
+			for i, a := range hosts.addrs {
+				ms = append(ms, gcefake.Machine{NatIP: a, NetworkIP: a, HostKeys: hostKeys[i]})
+			}
+			cloud := gcefake.Start(gcefake.Options{Machines: ms, GuestAfter: 1})
+			t.Cleanup(cloud.Close)
+			allowLoopback(t, filepath.Join(e.plugins, "google", "google.json"))
+			writeFile(t, filepath.Join(e.work, clTenant, "providertypes", "google", "api_keys", "sa.json"), string(cloud.KeyJSON(cloud.URL()+gcefake.TokenPath)))
+			return stackCloud{provider: "gce-lab", problems: cloud.Violations, machines: func() []stackMachine {
+					var out []stackMachine
+					for _, i := range cloud.Instances() {
+						out = append(out, stackMachine{i.Labels["coopr-node"], i.Name, i.NatIP})
+					}
+					return out
+				}}, map[string]any{"name": "gce-lab", "description": "the fake Compute Engine", "providertype": "google", "provisioner": map[string]any{
+					"google_project": "loom-test", "api_key_resource": "sa.json", "zone_name": "us-central1-a",
+					"api_url": cloud.URL(), "token_url": cloud.URL() + gcefake.TokenPath, "ssh_key_resource": "loom.pem",
+					"google_data_disk_size_gb": "0", "ssh_port": fmt.Sprint(hosts.port), "poll_interval": "0.2", "host_key_wait": "20", "ssh_wait": "30"}}
+		}},
+	}
+	for _, c := range clouds {
+		t.Run(c.name, func(t *testing.T) {
+			// Each cloud starts from hosts without an earlier cloud's chef
+			// runs, and publishes its web containers on a port of its own
+			// (podman's port forwards of removed containers may linger).
+			for _, srv := range hosts.servers {
+				os.Remove(srv.HostPath("/var/lib/fakechef/runs.jsonl"))
+			}
+			port, err := sshdtest.FreePort(hosts.addrs...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hosts.appPort = port
+			dir := t.TempDir()
+			e := &clusterEnv{t: t, dir: dir, plugins: filepath.Join(dir, "plugins"), work: filepath.Join(dir, "work"),
+				state: filepath.Join(dir, "state"), known: filepath.Join(dir, "known_hosts")}
+			writeFile(t, e.known, "")
+			for _, p := range []string{c.name, "chef-solo", "docker"} {
+				if err := os.CopyFS(filepath.Join(e.plugins, p), os.DirFS(filepath.Join(repoRoot(), "plugins", p))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			keyFile := filepath.Join(e.work, clTenant, "providertypes", c.name, "ssh_keys", "loom.pem")
+			writeFile(t, keyFile, string(hosts.keyPEM))
+			os.Chmod(keyFile, 0o400)
+			cloud, provider := c.setup(t, e)
+			writeChefResources(t, filepath.Join(e.work, clTenant, "automatortypes", "chef-solo"))
+			catalog := filepath.Join(dir, "catalog")
+			writeStackCatalog(t, catalog, hosts, map[string]map[string]any{cloud.provider: provider})
+			applyStack(t, e, hosts, catalog, cloud)
+		})
+	}
+}
 
-	out, errs := e.loomd(0, "apply", "--template", "web-stack", "--size", "3", "shop", "--catalog", catalog, "--local")
-	if !strings.Contains(out+errs, "Layout: template web-stack, 3 nodes, provider os-lab") {
+// allowLoopback adds 127.0.0.1 to a plugin definition's permissions.http,
+// as an operator adds a private endpoint's host.
+func allowLoopback(t *testing.T, def string) {
+	t.Helper()
+	data, err := os.ReadFile(def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d map[string]any
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatal(err)
+	}
+	perms := d["permissions"].(map[string]any)
+	perms["http"] = append(perms["http"].([]any), "127.0.0.1")
+	writeJSON(t, def, d)
+}
+
+// applyStack applies the web-stack template on a cloud, checks what
+// chef-solo and the containers did on every node, and destroys it.
+func applyStack(t *testing.T, e *clusterEnv, hosts *cloudHosts, catalog string, cloud stackCloud) {
+	t.Helper()
+	out, errs := e.loomd(0, "apply", "--template", "web-stack", "--size", "3", "shop", "--catalog", catalog, "--provider", cloud.provider, "--local")
+	if !strings.Contains(out+errs, "Layout: template web-stack, 3 nodes, provider "+cloud.provider) {
 		t.Fatalf("apply did not show the layout:\n%s\n%s", out, errs)
 	}
 
-	// The cloud made one server per node, each carrying its node id.
+	// The cloud made one machine per node, each carrying its node id.
 	var cl struct {
 		Status string               `json:"status"`
 		Nodes  map[string]stackNode `json:"nodes"`
@@ -284,17 +401,16 @@ func TestCooprTemplateOnClouds(t *testing.T) {
 	if cl.Status != "active" || len(cl.Nodes) != 3 {
 		t.Fatalf("cluster %s with %d nodes:\n%s", cl.Status, len(cl.Nodes), got)
 	}
-	servers := cloud.Servers()
-	if len(servers) != 3 {
-		t.Fatalf("%d servers in the cloud, want 3", len(servers))
+	machines := cloud.machines()
+	if len(machines) != 3 {
+		t.Fatalf("%d machines in the cloud, want 3", len(machines))
 	}
-	for _, s := range servers {
-		n, ok := cl.Nodes[s.Metadata["loom_node"]]
-		if !ok || s.Name != n.Hostname || n.IPAddresses["access_v4"] != s.Fixed {
-			t.Fatalf("server %s (%s, node %s) does not match the cluster's nodes:\n%s", s.ID, s.Name, s.Metadata["loom_node"], got)
+	for _, m := range machines {
+		n, ok := cl.Nodes[m.node]
+		if !ok || !strings.HasPrefix(n.Hostname, m.name) || n.IPAddresses["access_v4"] != m.addr {
+			t.Fatalf("machine %s (%s, node %s) does not match the cluster's nodes:\n%s", m.name, m.addr, m.node, got)
 		}
 	}
-
 	// chef-solo ran on every host with Coopr's attributes; the db node ran
 	// its role, and its configure got the web nodes' addresses.
 	var dbAddr string
@@ -367,12 +483,12 @@ func TestCooprTemplateOnClouds(t *testing.T) {
 		}
 	}
 
-	// Destroy: the cloud has no server left.
+	// Destroy: the cloud has no machine left.
 	e.loomd(0, "destroy", "shop", "--local")
-	if left := cloud.Servers(); len(left) != 0 {
-		t.Fatalf("servers left after destroy: %+v", left)
+	if left := cloud.machines(); len(left) != 0 {
+		t.Fatalf("machines left after destroy: %+v", left)
 	}
-	for _, p := range cloud.Problems() {
+	for _, p := range cloud.problems() {
 		t.Errorf("fake cloud: %s", p)
 	}
 }

@@ -29,6 +29,9 @@ local have_time, time = pcall(require, "loom.time")
 if not have_time then time = nil end
 
 AWS = loom.Provider:extend("AWS")
+-- Coopr's fog_provider.json names the class FogProviderAWS: the same
+-- table serves it, so that definition loads unchanged.
+FogProviderAWS = AWS
 
 -- Instance states that still hold (or will hold) a machine.
 local LIVE = { "pending", "running", "stopping", "stopped" }

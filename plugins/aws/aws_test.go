@@ -93,6 +93,9 @@ type envOptions struct {
 	fake    ec2fake.Options
 	ssh     bool          // the real loom.ssh
 	timeout time.Duration // overrides the definition's hook timeouts
+	// coopr serves the plugin's Lua with Coopr's own fog_provider.json,
+	// unchanged, in Coopr's folder layout (coopr_test.go).
+	coopr bool
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -116,7 +119,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		bs = append(bs, sshb.New(sshb.Options{}))
 	}
 	e.rt = luatest.NewRuntime(t, runtime.Options{
-		PluginsDir: copyPlugin(t),
+		PluginsDir: pluginsDir(t, o.coopr),
 		WorkDir:    e.workDir,
 		Bindings:   bindings.NewRegistry(bs...),
 		Logger:     e.logs.Logger(),

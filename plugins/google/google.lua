@@ -29,6 +29,9 @@ local have_time, time = pcall(require, "loom.time")
 if not have_time then time = nil end
 
 Google = loom.Provider:extend("Google")
+-- Coopr's fog_provider.json names the class FogProviderGoogle: the same
+-- table serves it, so that definition loads unchanged.
+FogProviderGoogle = Google
 
 -- How many deleted instances one node's requestId chain may pass (one per
 -- DELETE and CREATE of the node within the hour Compute Engine remembers
@@ -139,7 +142,10 @@ local function client(self, f)
   end
   return gce.new({
     project = f.google_project, zone = zone, key = key, email = email,
-    api_url = f.api_url, token_url = f.token_url, timeout = f.api_timeout, poll_interval = f.poll_interval,
+    -- Coopr's definition has no api_url or token_url: Google's own then.
+    api_url = f.api_url ~= "" and f.api_url or nil,
+    token_url = (f.token_url ~= nil and f.token_url ~= "") and f.token_url or "https://oauth2.googleapis.com/token",
+    timeout = f.api_timeout, poll_interval = f.poll_interval,
   })
 end
 

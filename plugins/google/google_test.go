@@ -99,6 +99,9 @@ type envOptions struct {
 	fake    gcefake.Options
 	ssh     bool
 	timeout time.Duration
+	// coopr serves the plugin's Lua with Coopr's own fog_provider.json,
+	// unchanged, in Coopr's folder layout (coopr_test.go).
+	coopr bool
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -117,7 +120,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		bs = append(bs, sshb.New(sshb.Options{}))
 	}
 	e.rt = luatest.NewRuntime(t, runtime.Options{
-		PluginsDir: copyPlugin(t), WorkDir: e.workDir, Bindings: bindings.NewRegistry(bs...), Logger: e.logs.Logger(), Timeout: o.timeout,
+		PluginsDir: pluginsDir(t, o.coopr), WorkDir: e.workDir, Bindings: bindings.NewRegistry(bs...), Logger: e.logs.Logger(), Timeout: o.timeout,
 	})
 	t.Cleanup(func() {
 		for _, v := range fake.Violations() {
