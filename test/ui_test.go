@@ -413,6 +413,37 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.check("cluster")
 	b.screenshot("cluster")
 
+	// A service action: restart web, after its plan; the web nodes stop
+	// and start it, the db node does not.
+	e.effects() // clears the hosts' logs
+	b.run("restart web: the plan", 60*time.Second,
+		chromedp.SetValue(`select[name="verb"]`, "restart", chromedp.ByQuery),
+		chromedp.SetValue(`select[name="services"]`, "web", chromedp.ByQuery),
+		chromedp.Click(`form[aria-label="Service action"] button[type=submit]`, chromedp.ByQuery),
+		chromedp.WaitVisible("ol.steps", chromedp.ByQuery))
+	b.check("service action plan")
+	b.run("restart web", 60*time.Second,
+		chromedp.Click("form.actions button[type=submit]", chromedp.ByQuery),
+		chromedp.WaitVisible("p.flash", chromedp.ByQuery))
+	b.waitJS("the restart complete", `(() => {
+		const h = document.querySelector("#job");
+		return h !== null && h.textContent.includes("restart") && h.querySelector(".state.st-complete") !== null;
+	})()`, 3*time.Minute)
+	got := map[string]bool{}
+	for _, fx := range e.effects() {
+		got[fx.key()] = true
+	}
+	for _, want := range []string{"STOP web@shop-web-1", "START web@shop-web-1", "STOP web@shop-web-2", "START web@shop-web-2"} {
+		if !got[want] {
+			t.Errorf("the restart did not run %s (ran %v)", want, got)
+		}
+	}
+	for k := range got {
+		if strings.Contains(k, "db") {
+			t.Errorf("the restart of web ran %s", k)
+		}
+	}
+
 	// The overview, in dark mode and on a phone: readable, nothing wider
 	// than the screen.
 	b.open("/ui/")

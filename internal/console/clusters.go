@@ -234,6 +234,9 @@ type nodeRow struct {
 }
 
 type clusterData struct {
+	// Services are the services the nodes carry, for the service
+	// action form.
+	Services []string
 	// Record is the daemon's record of the cluster's current or last
 	// job (nil when none ran through a daemon).
 	Record   *runner.Record
@@ -291,10 +294,18 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
 	now := c.cfg.Now()
 	red := cl.Redacted()
 	d := clusterData{Cluster: red}
+	seen := map[string]bool{}
 	for _, id := range red.NodeIDs() {
 		n := red.Nodes[id]
 		d.Nodes = append(d.Nodes, nodeRow{Node: n, Address: n.Address()})
+		for _, svc := range n.Services {
+			if !seen[svc] {
+				seen[svc] = true
+				d.Services = append(d.Services, svc)
+			}
+		}
 	}
+	sort.Strings(d.Services)
 	if j := cl.LastJob(); j != nil {
 		v := buildStages(cl, j, now)
 		d.Current = &v
@@ -327,7 +338,7 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
 	d.Commands = []command{
 		{"Show the plan of the spec against this cluster", "loomd plan " + shellQuote(spec) + srv},
 		{"Apply the spec (create, change, or resume a failed job)", "loomd apply " + shellQuote(spec) + srv},
-		{"Plan a service action (restart, stop, start...) on the nodes carrying it", "loomd plan --action restart --services SERVICE " + shellQuote(spec) + srv},
+		{"Restart a service on every node carrying it (or start, stop)", "loomd apply " + shellQuote(spec) + " --action restart --services SERVICE" + srv},
 		{"Destroy the cluster (delete every node)", "loomd destroy " + shellQuote(cl.Name) + srv},
 		{"The job history", "loomd cluster history " + shellQuote(cl.Name) + srv},
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loomrt/loom/internal/api"
+	"github.com/loomrt/loom/internal/cluster/apply"
 	"github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/coopr"
@@ -105,6 +106,7 @@ type Config struct {
 
 // ClusterJobs runs cluster jobs (*runner.Runner has it).
 type ClusterJobs interface {
+	PlanJob(ctx context.Context, cluster string, req runner.Request) (*apply.Change, *state.Cluster, error)
 	Submit(ctx context.Context, cluster string, req runner.Request) (runner.Accepted, error)
 	Job(ctx context.Context, cluster string) (runner.Record, error)
 	Cancel(ctx context.Context, cluster, who string) (runner.Record, error)
