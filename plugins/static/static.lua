@@ -9,7 +9,10 @@
 --            (the inventory's pinned ones when it has them) under
 --            result.ssh_host_keys for the automators to enforce, and
 --            returns ipaddresses and hostname;
---   DELETE   releases the host. The machine itself is left as it is.
+--   DELETE   releases the host (the one its providerid names, else the one
+--            the node's claim holds: a CREATE may have claimed a host and
+--            failed before it returned providerid). The machine itself is
+--            left as it is.
 --
 -- Claims live in claims.json in the provider's work dir and change only
 -- under an exclusive lock (fs.with_lock), so concurrent tasks and loomd
@@ -365,15 +368,36 @@ function StaticProvider:confirm(input)
   self.result.status = 0
 end
 
+-- claim_of finds the host a node holds, for a DELETE without providerid:
+-- a CREATE that claimed a host and then failed, or whose result was lost
+-- (the process died), left a claim no providerid names. The claim records
+-- the node and cluster that made it, which is the provider's own lookup.
+local function claim_of(node, cluster)
+  return with_claims(function(claims)
+    for hid, c in pairs(claims) do
+      if c.node_id == node and (cluster == nil or c.cluster_id == nil or c.cluster_id == cluster) then
+        return false, hid
+      end
+    end
+    return false, nil
+  end)
+end
+
 function StaticProvider:delete(input)
   local id = input.providerid
+  local node = self.task.nodeId
+  if (id == nil or id == "") and node ~= nil and node ~= "" then
+    id = claim_of(node, self.task.clusterId)
+    if id ~= nil then
+      log.info("no providerid: node %s holds host %s (its claim): releasing it", node, id)
+    end
+  end
   if id == nil or id == "" then
     -- A CREATE that never claimed anything; Coopr still sends DELETE.
-    log.info("no providerid: nothing to release")
+    log.info("no providerid, and node %s holds no host: nothing to release", tostring(node))
     self.result.status = 0
     return
   end
-  local node = self.task.nodeId
   local released, holder = with_claims(function(claims)
     local c = claims[id]
     if c == nil then return false, false end

@@ -106,6 +106,16 @@ describe("DELETE", function()
 
   it("succeeds with nothing to do when CREATE claimed nothing", function()
     assert.equals(0, loom.test.run("DELETE", { fields = fields }).status)
+    assert.equals(0, loom.test.run("DELETE", { fields = fields, node = "n9" }).status)
+  end)
+
+  it("releases the node's claim when no providerid came back", function()
+    loom.test.run("CREATE", { fields = fields, node = "n1" })
+    local d, logs = loom.test.run("DELETE", { fields = fields, node = "n1" })
+    assert.equals(0, d.status)
+    assert.contains("holds host a (its claim): releasing it", table.concat(logs, "\n"))
+    assert.equals("a", loom.test.run("CREATE", { fields = fields, node = "n2" }).result.providerid)
+    fs.remove("claims.json")
   end)
 end)
 
