@@ -76,6 +76,9 @@ type Hook struct {
 	Result *Shape `json:"result,omitempty"`
 	// Absent says what the host does when an optional hook is not defined.
 	Absent string `json:"absent,omitempty"`
+	// Optional (Coopr kinds) marks a hook a type need not define: its
+	// absence is no warning (a task of it still fails "unimplemented").
+	Optional bool `json:"optional,omitempty"`
 	// Partial hooks may return a result together with an error, which the
 	// caller keeps (a Rancher create that failed half way keeps its
 	// metadata for the retry).

@@ -79,6 +79,9 @@ func automatorKind() *Kind {
 			hook("start", "START", "start a service", withFields),
 			hook("stop", "STOP", "stop a service", withFields),
 			hook("remove", "REMOVE", "remove a service", withFields),
+			{Name: "check", TaskName: "CHECK", Input: withFields, Result: cooprResult, Optional: true,
+				Absent: "the task fails with \"unimplemented check in <classname>\"; no warning: a type need not define it",
+				Doc: "say whether a service still runs (status 0) or not (non-zero, with a message): loomd plan --refresh runs a service's check action"},
 		},
 	}
 }

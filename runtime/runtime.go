@@ -490,7 +490,9 @@ func (v *vm) inspectHooks() (defined, missing []string) {
 		fn := lookupChain(v.entry, h)
 		_, isFn := fn.(*lua.LFunction)
 		if !isFn || (defaults != nil && defaults.RawGet(fn) != lua.LNil) {
-			missing = append(missing, h)
+			if !v.pt.kind().Hook(h).Optional {
+				missing = append(missing, h)
+			}
 			continue
 		}
 		defined = append(defined, h)

@@ -89,17 +89,18 @@ var hookByTask = map[string]struct {
 	"START":      {"start", Automator},
 	"STOP":       {"stop", Automator},
 	"REMOVE":     {"remove", Automator},
+	"CHECK":      {"check", Automator},
 }
 
 // ProviderHooks and AutomatorHooks are the hooks of each family, in the
 // order Coopr runs them.
 var (
 	ProviderHooks  = []string{"create", "confirm", "delete"}
-	AutomatorHooks = []string{"bootstrap", "install", "configure", "init", "start", "stop", "remove"}
+	AutomatorHooks = []string{"bootstrap", "install", "configure", "init", "start", "stop", "remove", "check"}
 )
 
 // TaskNames lists the task names Loom accepts, in lifecycle order.
-var TaskNames = []string{"CREATE", "CONFIRM", "BOOTSTRAP", "INSTALL", "CONFIGURE", "INITIALIZE", "START", "STOP", "REMOVE", "DELETE"}
+var TaskNames = []string{"CREATE", "CONFIRM", "BOOTSTRAP", "INSTALL", "CONFIGURE", "INITIALIZE", "START", "STOP", "REMOVE", "DELETE", "CHECK"}
 
 // ErrInvalidTask is wrapped by every error ParseTask returns, so callers
 // (the CLI's exit code, the API's 400) can tell bad input from failures.

@@ -118,6 +118,7 @@ type applyOptions struct {
 	noRestart bool
 	onFailure string
 	yes       bool
+	refresh   bool
 	action    string
 	services  []string
 	nodes     []string
@@ -187,6 +188,7 @@ flags, or a saved plan the cluster no longer matches; 130 after Ctrl-C.`,
 	cmd.Flags().BoolVar(&o.noRestart, "no-restart", false, "reconfigure without stopping and starting services")
 	cmd.Flags().StringVar(&o.onFailure, "on-failure", "keep", "when a step that creates nodes fails: keep what exists (and report it), or rollback (destroy the nodes it created)")
 	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "apply without showing the plan and asking for confirmation")
+	cmd.Flags().BoolVar(&o.refresh, "refresh", false, "first confirm every node with its provider and run the services' check actions; the plan repairs what drifted")
 	cmd.Flags().StringVar(&o.action, "action", "", "run a service action instead of the spec's changes: start, stop or restart")
 	cmd.Flags().StringSliceVar(&o.services, "service", nil, "with --action: the services (comma-separated; default all)")
 	cmd.Flags().StringSliceVar(&o.nodes, "node", nil, "with --action: the node ids (comma-separated; default every node carrying the services)")
@@ -199,7 +201,7 @@ func (o *applyOptions) request() (runner.Request, error) {
 	if o.onFailure != "keep" && o.onFailure != "rollback" {
 		return runner.Request{}, usageErr(fmt.Errorf("--on-failure %q: want keep or rollback", o.onFailure))
 	}
-	req := runner.Request{Verb: runner.VerbApply, SpecFile: o.file, NoRestart: o.noRestart, OnFailure: o.onFailure}
+	req := runner.Request{Verb: runner.VerbApply, SpecFile: o.file, NoRestart: o.noRestart, OnFailure: o.onFailure, Refresh: o.refresh}
 	switch {
 	case o.action != "":
 		if _, err := plan.ParseServiceAction(o.action); err != nil {
@@ -245,8 +247,8 @@ func (a *App) runApply(ctx context.Context, o *applyOptions, sp *spec.Spec) erro
 // (from the plan's own spec, options and drift, against the cluster as it
 // is now) gives that plan exactly.
 func (a *App) runApplyDocument(ctx context.Context, o *applyOptions, data []byte) error {
-	if o.action != "" || o.noRestart || o.services != nil || o.nodes != nil {
-		return usageErr(errors.New("a saved plan carries its own options: --action, --service, --node and --no-restart go to 'loomd plan'"))
+	if o.action != "" || o.noRestart || o.refresh || o.services != nil || o.nodes != nil {
+		return usageErr(errors.New("a saved plan carries its own options: --action, --service, --node, --refresh and --no-restart go to 'loomd plan'"))
 	}
 	if o.onFailure != "keep" && o.onFailure != "rollback" {
 		return usageErr(fmt.Errorf("--on-failure %q: want keep or rollback", o.onFailure))
@@ -362,6 +364,9 @@ func (a *App) runHere(ctx context.Context, g *globalOptions, o *clusterOptions, 
 		return err
 	}
 	defer closeTasks()
+	if err := refreshHere(ctx, cl, &req, env, tasks, logger); err != nil {
+		return err
+	}
 	ch, err := runner.Plan(cl, req, env)
 	if err != nil {
 		return usageErr(err)
@@ -527,7 +532,7 @@ type localRunner struct {
 }
 
 func (r localRunner) Run(ctx context.Context, id string, task []byte) (*runtime.Result, error) {
-	if t, err := runtime.ParseTask(task); err == nil && t.JobID != "" {
+	if t, err := runtime.ParseTask(task); err == nil && t.JobID != "" && r.tee != nil {
 		defer r.tee.Track(id, r.cluster, t.JobID)()
 	}
 	return r.rt.Run(ctx, task)
@@ -567,4 +572,26 @@ func (r *apiRunner) Run(ctx context.Context, id string, task []byte) (*runtime.R
 		res.Message = fmt.Sprintf("task %s %s: %s", id, t.State, t.Error)
 	}
 	return &res, nil
+}
+
+// refreshHere runs a request's refresh in this process: the drift goes
+// into the request, which then plans it.
+func refreshHere(ctx context.Context, cl *state.Cluster, req *runner.Request, env runner.Env, tasks apply.Runner, logger *slog.Logger) error {
+	if !req.Refresh || cl == nil {
+		return nil
+	}
+	text, file := req.Spec, req.SpecFile
+	if text == "" {
+		text, file = cl.Spec, cl.SpecFile
+	}
+	sp, err := spec.ParseWith(file, []byte(text), spec.Options{Plugins: env.Plugins})
+	if err != nil {
+		return usageErr(err)
+	}
+	drift, err := apply.Refresh(ctx, cl, sp, tasks, apply.RefreshOptions{Parallelism: req.Parallelism, Logger: logger})
+	if err != nil {
+		return err
+	}
+	req.Drift, req.Refresh = drift, false
+	return nil
 }

@@ -61,7 +61,9 @@ func (a *App) submitJob(ctx context.Context, g *globalOptions, o *clusterOptions
 		if err := a.confirm(doc, cf); err != nil {
 			return err
 		}
-		req.Expect = doc.Expect()
+		// Run what was shown: the drift the daemon's refresh found, not a
+		// new refresh.
+		req.Expect, req.Drift, req.Refresh = doc.Expect(), doc.Drift, false
 	}
 	body, err := json.Marshal(req)
 	if err != nil {

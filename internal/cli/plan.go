@@ -34,6 +34,7 @@ type planOptions struct {
 	noRestart bool
 	noRemove  bool
 	force     bool
+	refresh   bool
 	cluster   clusterOptions
 	tmpl      templateOptions
 }
@@ -54,6 +55,11 @@ same document (without the spec's text); its "format" and "version" identify it.
 
 --destroy plans the cluster's destruction (NAME or SPEC); --action start|stop|restart
 (with --service, --node) plans a service action, as 'loomd apply --action' runs it.
+--refresh first asks the provider to CONFIRM every node and runs each started
+service's check action where the spec defines one: what no longer matches (a node the
+provider lost, addresses that changed, a service that stopped) is drift, shown in the
+plan, which repairs it (the refresh runs tasks: on the loomd at --server, or here with
+--local).
 
 A template spec (template: T, size: N; or --template T --size N) is laid out by
 Coopr's solver first, around the cluster's existing nodes; the plan then starts
@@ -91,6 +97,7 @@ A spec error is reported as file:line with exit status 2.`,
 	f.BoolVar(&o.noRestart, "no-restart", false, "plan a reconfigure without restarting services (as 'apply --no-restart')")
 	f.BoolVar(&o.noRemove, "no-remove", false, "with --destroy, or when services go away: plan no REMOVE")
 	f.BoolVar(&o.force, "force", false, "with --destroy: abandon what fails for good (as 'destroy --force')")
+	f.BoolVar(&o.refresh, "refresh", false, "first confirm every node with its provider and run the services' check actions; plan what drifted")
 	o.cluster.addFlags(f, false)
 	f.StringVarP(&o.out, "out", "o", "", "save the plan to this file, for 'loomd apply FILE'")
 	f.BoolVar(&o.json, "json", false, "print the plan as JSON")
@@ -103,7 +110,7 @@ func (a *App) runPlan(ctx context.Context, o *planOptions, sp *spec.Spec) error 
 	if o.json && o.dot {
 		return usageErr(errors.New("--json and --dot exclude each other"))
 	}
-	req := runner.Request{Verb: runner.VerbApply, NoRestart: o.noRestart, NoRemove: o.noRemove, Force: o.force}
+	req := runner.Request{Verb: runner.VerbApply, NoRestart: o.noRestart, NoRemove: o.noRemove, Force: o.force, Refresh: o.refresh}
 	switch {
 	case o.action != "":
 		if _, err := plan.ParseServiceAction(o.action); err != nil {
@@ -206,7 +213,20 @@ func (a *App) planHere(ctx context.Context, o *planOptions, name string, req *ru
 	if err != nil {
 		return nil, err
 	}
-	if rt, err := a.newRuntime(ctx, o.g, runtimeConfig{logger: logger}); err != nil {
+	if req.Refresh {
+		// The refresh runs tasks: here (--local) or on the daemon
+		// (--state-dir alone), as apply would.
+		o.cluster.parallelism = 16
+		tasks, renv, closeTasks, err := a.clusterRunner(ctx, o.g, &o.cluster, logger, nil, name)
+		if err != nil {
+			return nil, err
+		}
+		defer closeTasks()
+		env = renv
+		if err := refreshHere(ctx, cl, req, env, tasks, logger); err != nil {
+			return nil, err
+		}
+	} else if rt, err := a.newRuntime(ctx, o.g, runtimeConfig{logger: logger}); err != nil {
 		fmt.Fprintf(a.Err, "loomd: the spec's plugin types are not checked: %v\n", err)
 	} else {
 		env, err = localEnv(o.g, rt.Types())

@@ -463,3 +463,6 @@ ShellAutomator.init = ShellAutomator.run_script
 ShellAutomator.start = ShellAutomator.run_script
 ShellAutomator.stop = ShellAutomator.run_script
 ShellAutomator.remove = ShellAutomator.run_script
+-- CHECK (loomd plan --refresh): the script's exit status says whether the
+-- service still runs.
+ShellAutomator.check = ShellAutomator.run_script

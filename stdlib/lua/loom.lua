@@ -51,7 +51,7 @@ for _, hook in ipairs({ "create", "confirm", "delete" }) do
 end
 
 local Automator = Base:extend("Automator")
-for _, hook in ipairs({ "bootstrap", "install", "configure", "init", "start", "stop", "remove" }) do
+for _, hook in ipairs({ "bootstrap", "install", "configure", "init", "start", "stop", "remove", "check" }) do
   Automator[hook] = unimplemented(hook)
 end
 

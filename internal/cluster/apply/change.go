@@ -412,24 +412,58 @@ type builder struct {
 	// drift, by node and "node/service".
 	lost    map[string]string
 	stopped map[string]string
+	// view holds the nodes as the drift leaves them (planning sees them
+	// so; Begin applies the drift to the state).
+	view map[string]*state.Node
 }
 
 func (b *builder) init(cl *state.Cluster, sp *spec.Spec, ch *Change, o PlanOptions) {
 	b.cl, b.sp, b.ch, b.o = cl, sp, ch, o
 	b.target = map[string]*state.Node{}
 	b.lost, b.stopped = map[string]string{}, map[string]string{}
+	moved := map[string]map[string]any{}
+	stoppedOn := map[string]bool{}
 	for _, d := range ch.Drift {
-		if d.Service == "" {
+		switch d.Kind {
+		case state.DriftLost:
 			b.lost[d.Node] = d.What
-		} else {
+		case state.DriftAddresses:
+			moved[d.Node] = d.IPAddresses
+		case state.DriftStopped:
 			b.stopped[d.Node+"/"+d.Service] = d.What
+			stoppedOn[d.Node] = true
 		}
 	}
 	if cl != nil {
 		for _, id := range cl.NodeIDs() {
-			if n := cl.Nodes[id]; n.State != state.NodeDeleted {
-				b.live = append(b.live, n)
+			n := cl.Nodes[id]
+			if n.State == state.NodeDeleted {
+				continue
 			}
+			if ip := moved[id]; ip != nil || stoppedOn[id] {
+				// Plan as the drift leaves the node: Begin applies it.
+				cp := *n
+				if ip != nil {
+					cp.IPAddresses = ip
+				}
+				cp.Svc = map[string]*state.Service{}
+				for name, ss := range n.Svc {
+					x := *ss
+					if b.stopped[id+"/"+name] != "" {
+						x.Started = false
+					}
+					cp.Svc[name] = &x
+				}
+				if len(cp.Svc) == 0 {
+					cp.Svc = nil
+				}
+				n = &cp
+				if b.view == nil {
+					b.view = map[string]*state.Node{}
+				}
+				b.view[id] = n
+			}
+			b.live = append(b.live, n)
 		}
 	}
 }
@@ -452,6 +486,9 @@ func (b *builder) layout() {
 		var n *state.Node
 		if b.cl != nil {
 			n = b.cl.Nodes[sn.ID]
+			if v := b.view[sn.ID]; v != nil {
+				n = v
+			}
 		}
 		if n == nil || n.State == state.NodeDeleted {
 			nodeNum := num
@@ -615,6 +652,9 @@ func (b *builder) node(id string) *state.Node {
 	if n := b.target[id]; n != nil {
 		return n
 	}
+	if n := b.view[id]; n != nil {
+		return n
+	}
 	return b.cl.Nodes[id]
 }
 
@@ -669,6 +709,8 @@ func (b *builder) apply() error {
 	w = newWork()
 	var created, completed []string
 	added := map[string]bool{}
+	started := map[string]bool{}
+	unfinished := false
 	for _, id := range b.order {
 		n := b.target[id]
 		lost := b.lost[id] != ""
@@ -694,6 +736,16 @@ func (b *builder) apply() error {
 				continue
 			}
 			need := b.missing(name, ss)
+			if len(need) > 0 && !fresh {
+				unfinished = true
+			}
+			if len(need) == 0 && ss != nil && !ss.Started && b.defines(name, "start") {
+				// Installed and configured, not running (stopped, or its
+				// check failed): started here, so what depends on it at
+				// runtime, if new, starts after it.
+				need = []string{"START"}
+				started[name] = true
+			}
 			for _, t := range need {
 				w.add(t, name, id)
 			}
@@ -726,7 +778,11 @@ func (b *builder) apply() error {
 			}
 		}
 		if len(completed) > 0 && len(what) == 0 {
-			what = append(what, fmt.Sprintf("finish %d node(s) a job left incomplete", len(completed)))
+			if len(started) > 0 && !unfinished {
+				what = append(what, "start "+strings.Join(slices.Sorted(maps.Keys(started)), ", ")+", which should run")
+			} else {
+				what = append(what, fmt.Sprintf("finish %d node(s) a job left incomplete", len(completed)))
+			}
 		}
 		action := plan.Create
 		if len(created) == 0 {
@@ -857,10 +913,7 @@ func (b *builder) reconfigure(created *work) *Step {
 				w.add("CONFIGURE", svc, n.ID)
 				configured = append(configured, svc+"@"+n.ID)
 			}
-			if !ss.Started && !ss.Held && b.defines(svc, "start") {
-				w.add("START", svc, n.ID)
-				started = append(started, svc+"@"+n.ID)
-			} else if ss.Held && !w.has("START", svc, n.ID) {
+			if ss.Held && !w.has("START", svc, n.ID) {
 				b.ch.Notes = append(b.ch.Notes, fmt.Sprintf("%s on %s was stopped by a stop action: left stopped ('loomd apply --action start --service %s' starts it)", svc, n.ID, svc))
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -419,5 +420,76 @@ func TestMacroNeverComplete(t *testing.T) {
 	}
 	if count(f.log, "CONFIRM@t-web-2") != 1 || count(f.log, "BOOTSTRAP@t-web-2") != 0 {
 		t.Errorf("ran: %v", f.log)
+	}
+}
+
+// TestRefresh: a CONFIRM that fails is a lost node (destroyed and made
+// again), a failing check a stopped service (started again, and what
+// depends on it left alone), changed addresses reconfigure what uses them.
+func TestRefresh(t *testing.T) {
+	src := strings.Replace(testSpec, "      start:   {type: sh, fields: {script: db}}", "      start:   {type: sh, fields: {script: db}}\n      check:   {type: sh, fields: {script: db}}", 1)
+	sp := parse(t, src)
+	f := &fakeRunner{}
+	cl, _, _ := run(t, nil, sp, f, PlanOptions{}, Options{})
+	f.fail = map[string][]int{"CHECK@t-db-1": {1}, "CONFIRM@t-web-2": {1}}
+	drift, err := Refresh(context.Background(), cl, sp, f, RefreshOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(drift) != 2 || drift[0].Node != "t-db-1" || drift[0].Kind != state.DriftStopped || drift[1].Node != "t-web-2" || drift[1].Kind != state.DriftLost {
+		t.Fatalf("drift: %+v", drift)
+	}
+	ch, err := Plan(Input{Cluster: cl, Spec: sp, Drift: drift})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "destroy: DELETE@web-2 | create: START db@db-1, CREATE@web-2, CONFIRM@web-2, BOOTSTRAP@web-2, INSTALL web@web-2, START web@web-2"
+	if got := describe(ch); got != want {
+		t.Fatalf("plan with drift:\n got %s\nwant %s", got, want)
+	}
+	f.fail = nil
+	before := len(f.log)
+	cl, job := Begin(cl, ch, time.Now())
+	if err := Run(context.Background(), cl, job, Options{Runner: f}); err != nil || job.Status != state.JobComplete {
+		t.Fatalf("running the drift's plan: %v %s", err, job.Message)
+	}
+	if got := strings.Join(f.log[before:], " "); !strings.Contains(got, "DELETE@t-web-2") || !strings.Contains(got, "START@t-db-1") {
+		t.Errorf("ran %s", got)
+	}
+	if ss := cl.Nodes["t-db-1"].Svc["db"]; !ss.Started || ss.Drift != "" {
+		t.Errorf("db after its start: %+v", ss)
+	}
+	if n := cl.Nodes["t-web-2"]; n.State != state.NodeActive || n.Lost != "" || n.ProviderID() == "" {
+		t.Errorf("web-2 made again: %+v", n)
+	}
+	if ch := planChange(t, cl, sp, PlanOptions{}); !ch.Empty() {
+		t.Errorf("after the repair: %s", describe(ch))
+	}
+}
+
+// TestStartOrder: a dependency found not running is started before a
+// dependent that is new (one step: their START edge holds).
+func TestStartOrder(t *testing.T) {
+	src := strings.Replace(testSpec, "      start:   {type: sh, fields: {script: db}}", "      start:   {type: sh, fields: {script: db}}\n      check:   {type: sh, fields: {script: db}}", 1)
+	sp := parse(t, src)
+	f := &fakeRunner{}
+	cl, _, _ := run(t, nil, sp, f, PlanOptions{}, Options{})
+	grown := parse(t, strings.Replace(src, "count: 2", "count: 3", 1))
+	ch, err := Plan(Input{Cluster: cl, Spec: grown, Drift: []state.Drift{{Node: "t-db-1", Service: "db", Kind: state.DriftStopped, What: "check failed"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ch.Steps[0].Plan
+	var startDB, startWeb3 int = -1, -1
+	for i, tk := range p.Tasks {
+		switch {
+		case tk.Name == "START" && tk.Node == "t-db-1":
+			startDB = i
+		case tk.Name == "START" && tk.Node == "t-web-3":
+			startWeb3 = i
+		}
+	}
+	if startDB < 0 || startWeb3 < 0 || !slices.Contains(p.Prereqs(startWeb3), startDB) {
+		t.Errorf("START web on the new node does not wait for START db: %s", describe(ch))
 	}
 }

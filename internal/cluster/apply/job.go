@@ -39,12 +39,15 @@ func Begin(cl *state.Cluster, ch *Change, now time.Time) (*state.Cluster, *state
 		if n == nil {
 			continue
 		}
-		if d.Service == "" {
+		switch d.Kind {
+		case state.DriftLost:
 			n.Lost = d.What
-			continue
+		case state.DriftAddresses:
+			n.IPAddresses = d.IPAddresses
+		case state.DriftStopped:
+			ss := n.ServiceState(d.Service)
+			ss.Started, ss.Drift = false, d.What
 		}
-		ss := n.ServiceState(d.Service)
-		ss.Started, ss.Drift = false, d.What
 	}
 	for tid, t := range ch.target {
 		n := cl.Nodes[tid]

@@ -66,7 +66,10 @@ type Request struct {
 	// OnFailure is keep (default) or rollback: after a failed create,
 	// destroy the nodes it made.
 	OnFailure string `json:"onFailure,omitempty"`
-	// Drift is what plan --refresh found (the plan acts on it).
+	// Refresh first confirms every node with its provider and runs the
+	// services' check actions (apply.Refresh); what drifted is planned.
+	Refresh bool `json:"refresh,omitempty"`
+	// Drift is what a refresh found (the plan acts on it).
 	Drift []state.Drift `json:"drift,omitempty"`
 	// Expect, when set, is the plan the client showed (and was
 	// confirmed, or saved): the job runs only if planning again gives

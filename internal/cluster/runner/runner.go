@@ -406,6 +406,19 @@ func (r *Runner) PlanJob(ctx context.Context, cluster string, req Request) (*app
 	if err != nil {
 		return nil, nil, err
 	}
+	if req.Refresh && cl != nil {
+		sp, err := spec.ParseWith(req.SpecFile, []byte(req.Spec), spec.Options{Plugins: env.Plugins})
+		if req.Spec == "" {
+			sp, err = spec.Parse(cl.SpecFile, []byte(cl.Spec))
+		}
+		if err != nil {
+			return nil, nil, &BadRequestError{err}
+		}
+		tasks := &queueTasks{q: r.cfg.Queue, timeout: time.Duration(req.TaskTimeoutMs) * time.Millisecond}
+		if req.Drift, err = apply.Refresh(ctx, cl, sp, tasks, apply.RefreshOptions{Parallelism: req.Parallelism, Logger: r.log}); err != nil {
+			return nil, nil, err
+		}
+	}
 	ch, err := Plan(cl, req, env)
 	var stale *StaleError
 	if errors.As(err, &stale) {

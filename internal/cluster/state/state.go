@@ -315,10 +315,22 @@ type StepWork struct {
 // the machines.
 type Drift struct {
 	Node string `json:"node"`
-	// Service is "" when the node itself is lost.
+	// Service is the service a check found not running ("" for the node).
 	Service string `json:"service,omitempty"`
-	What    string `json:"what"`
+	// Kind is lost (the provider no longer confirms the node), addresses
+	// (its addresses changed: IPAddresses) or stopped (a service's check
+	// failed).
+	Kind        string         `json:"kind"`
+	What        string         `json:"what"`
+	IPAddresses map[string]any `json:"ipaddresses,omitempty"`
 }
+
+// Drift kinds.
+const (
+	DriftLost      = "lost"
+	DriftAddresses = "addresses"
+	DriftStopped   = "stopped"
+)
 
 // Abandoned is what a forced destroy gave up on.
 type Abandoned struct {
