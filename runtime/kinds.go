@@ -81,7 +81,7 @@ func automatorKind() *Kind {
 			hook("remove", "REMOVE", "remove a service", withFields),
 			{Name: "check", TaskName: "CHECK", Input: withFields, Result: cooprResult, Optional: true,
 				Absent: "the task fails with \"unimplemented check in <classname>\"; no warning: a type need not define it",
-				Doc: "say whether a service still runs (status 0) or not (non-zero, with a message): loomd plan --refresh runs a service's check action"},
+				Doc:    "say whether a service still runs (status 0) or not (non-zero, with a message): loomd plan --refresh runs a service's check action"},
 		},
 	}
 }
