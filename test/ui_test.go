@@ -413,6 +413,18 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.check("cluster")
 	b.screenshot("cluster")
 
+	// A cluster task's page has its plugin's log lines (from the job
+	// log): the shell automator says which script it ran.
+	var taskLink string
+	b.eval(`(() => { const a = [...document.querySelectorAll(".stage li.task")].find(li => li.querySelector(".tname").textContent.startsWith("INSTALL")); return a ? a.querySelector("a").getAttribute("href") : ""; })()`, &taskLink)
+	if taskLink == "" {
+		t.Fatal("no INSTALL task linked from the stages")
+	}
+	b.open(taskLink)
+	b.waitJS("the task's log lines", `document.querySelector("table.logs") !== null && document.querySelector("table.logs").textContent.includes("running effect.sh")`, 30*time.Second)
+	b.check("cluster task")
+	b.open("/ui/clusters/shop")
+
 	// A service action: restart web, after its plan; the web nodes stop
 	// and start it, the db node does not.
 	e.effects() // clears the hosts' logs

@@ -433,7 +433,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 	if o.ui {
 		deps := uiDeps{token: o.token, readOnly: o.uiReadOnly, queue: q, plugins: plugins, metrics: metrics, coopr: cooprStatus,
-			tenant: o.g.tenant, store: cj.store, jobs: cj.jobs, reload: reloadAll, logger: logger.With("component", "console")}
+			tenant: o.g.tenant, store: cj.store, jobs: cj.jobs, jobLog: cj.log, reload: reloadAll, logger: logger.With("component", "console")}
 		if sup != nil {
 			deps.workers = sup.Workers
 		}

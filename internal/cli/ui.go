@@ -20,6 +20,9 @@ func startUI(d uiDeps) (webConsole, error) {
 			rep, err := d.reload(ctx)
 			return consoleReload(rep), err
 		}}
+	if d.jobLog != nil {
+		cfg.JobLog = d.jobLog
+	}
 	c, err := console.New(cfg)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/loomrt/loom/internal/api"
+	"github.com/loomrt/loom/internal/cluster/joblog"
 	clusterrunner "github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/coopr"
@@ -25,6 +26,7 @@ type uiDeps struct {
 	tenant   string
 	store    *state.KVStore
 	jobs     *clusterrunner.Runner
+	jobLog   *joblog.Stream
 	workers  func() []worker.Info
 	reload   func(ctx context.Context) (runtime.ReloadReport, error)
 	logger   *slog.Logger

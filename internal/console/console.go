@@ -37,6 +37,7 @@ import (
 
 	"github.com/loomrt/loom/internal/api"
 	"github.com/loomrt/loom/internal/cluster/apply"
+	"github.com/loomrt/loom/internal/cluster/joblog"
 	"github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/coopr"
@@ -79,6 +80,12 @@ type Config struct {
 	// Jobs runs cluster jobs in the daemon (apply, destroy); nil hides
 	// the cluster actions.
 	Jobs ClusterJobs
+	// JobLog is the cluster jobs' log (*joblog.Stream has it): a cluster
+	// task's page shows its plugin's log lines from it. Nil: none.
+	JobLog interface {
+		Read(ctx context.Context, cluster string, after uint64, max int) ([]joblog.Batch, error)
+		Last(ctx context.Context, cluster string) (uint64, error)
+	}
 	// Metrics gathers the task metrics /metrics serves (api.Metrics'
 	// TaskGatherer): the overview reads the same counters and histograms.
 	Metrics prometheus.Gatherer

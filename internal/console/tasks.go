@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/loomrt/loom/internal/api"
+	"github.com/loomrt/loom/internal/cluster/joblog"
 	"github.com/loomrt/loom/internal/queue"
 	"github.com/loomrt/loom/runtime"
 )
@@ -243,6 +244,10 @@ type taskData struct {
 	InputNote  string
 	Timeline   []event
 	Actions    []taskAction
+	// Logs are the plugin's log lines of a cluster task (from the job
+	// log); LogNote says where they are otherwise.
+	Logs    []logLine
+	LogNote string
 	// ClusterHint: a failed task of a cluster runs again when the
 	// cluster's job is resumed, not on its own.
 	ClusterHint bool
@@ -339,6 +344,7 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request) {
 		d.ClusterHint = true
 	}
 	d.Timeline = timeline(rec)
+	d.Logs, d.LogNote = c.taskLogs(r.Context(), rec)
 	c.render(w, r, http.StatusOK, "task", &view{Title: "Task " + rec.TaskID, Nav: "tasks", Topics: []string{"task:" + rec.TaskID}, Data: d})
 }
 
@@ -513,4 +519,69 @@ func (c *Console) taskAction(w http.ResponseWriter, r *http.Request) {
 	default:
 		c.refuse(w, r, http.StatusNotFound, "No such action.", actionHelp("", false))
 	}
+}
+
+// logLine is one plugin log line on a task's page.
+type logLine struct {
+	Time  time.Time
+	Level string
+	Msg   string
+	Attrs string
+}
+
+// Bounds of the job log read for one task's page: the newest batches of
+// its cluster's log within logWindow stream messages, at most logBatches
+// of them, at most maxTaskLines lines shown.
+const (
+	logWindow    = 50_000
+	logBatches   = 2_000
+	maxTaskLines = 500
+)
+
+// taskLogs reads a cluster task's plugin log lines from the job log.
+func (c *Console) taskLogs(ctx context.Context, rec queue.Record) ([]logLine, string) {
+	const elsewhere = "A task's plugin log lines go to the daemon's log (stderr, with task=%s); a cluster job's tasks' also to its job log (loomd cluster logs NAME)."
+	if rec.ClusterID == "" || c.cfg.JobLog == nil {
+		return nil, fmt.Sprintf(elsewhere, rec.TaskID)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	last, err := c.cfg.JobLog.Last(ctx, rec.ClusterID)
+	if err != nil {
+		return nil, "The job log could not be read: " + err.Error()
+	}
+	after := uint64(0)
+	if last > logWindow {
+		after = last - logWindow
+	}
+	batches, err := c.cfg.JobLog.Read(ctx, rec.ClusterID, after, logBatches)
+	if err != nil {
+		return nil, "The job log could not be read: " + err.Error()
+	}
+	var out []logLine
+	for _, b := range batches {
+		for _, e := range b.Entries {
+			if e.Kind != joblog.KindLog || e.Attr("task") != rec.TaskID {
+				continue
+			}
+			var attrs []string
+			for _, a := range e.Attrs {
+				switch a.K {
+				case "task", "type", "family", "cluster", "job":
+					continue
+				}
+				attrs = append(attrs, a.K+"="+a.V)
+			}
+			out = append(out, logLine{Time: e.Time, Level: e.Level, Msg: e.Msg, Attrs: strings.Join(attrs, " ")})
+		}
+	}
+	note := ""
+	if len(out) > maxTaskLines {
+		note = fmt.Sprintf("The last %d of %d lines (loomd cluster logs %s has them all).", maxTaskLines, len(out), rec.ClusterID)
+		out = out[len(out)-maxTaskLines:]
+	}
+	if len(out) == 0 {
+		note = fmt.Sprintf("No plugin log line of this task in the job log of cluster %s.", rec.ClusterID)
+	}
+	return out, note
 }
