@@ -52,22 +52,15 @@ func ReadResources(workRoot, tenant string, folders map[string][]string) (*Resou
 		base := filepath.Join(workRoot, tenant, "automatortypes", typ)
 		for _, folder := range fl {
 			root := filepath.Join(base, folder)
-			err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-				if errors.Is(err, fs.ErrNotExist) && p == root {
-					return filepath.SkipDir
-				}
-				if err != nil {
-					return err
-				}
-				if d.IsDir() {
-					return nil
-				}
-				rel, _ := filepath.Rel(base, p)
+			if _, err := os.Stat(root); errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			err := walkFiles(root, folder, 0, func(p, rel string) error {
 				sum, err := fileDigest(p)
 				if err != nil {
 					return err
 				}
-				tf.Files[filepath.ToSlash(rel)] = sum
+				tf.Files[rel] = sum
 				return nil
 			})
 			if err != nil {
@@ -78,6 +71,40 @@ func ReadResources(workRoot, tenant string, folders map[string][]string) (*Resou
 		r.Types[typ] = tf
 	}
 	return r, nil
+}
+
+// walkFiles calls fn for every regular file under dir, rel being its path
+// below the type's dir ("cookbooks/hello/recipes/default.rb"). Links are
+// followed: a Coopr server's resource sync activates each resource by a
+// link into its versioned store (cookbooks/hello -> .resources/...), and
+// the automators ship what links point to (tar -h), so that is what the
+// nodes get and what the digest covers.
+func walkFiles(dir, rel string, depth int, fn func(p, rel string) error) error {
+	if depth > 64 {
+		return fmt.Errorf("%s: nested more than 64 levels (a link loop?)", dir)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, en := range entries {
+		p, r := filepath.Join(dir, en.Name()), path.Join(rel, en.Name())
+		st, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		switch {
+		case st.IsDir():
+			if err := walkFiles(p, r, depth+1, fn); err != nil {
+				return err
+			}
+		case st.Mode().IsRegular():
+			if err := fn(p, r); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func fileDigest(p string) (string, error) {
