@@ -1,6 +1,9 @@
 package runtime
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"unicode/utf8"
+)
 
 // scanTask is ParseTask's fast path: one allocation-free pass over the
 // task JSON that validates its syntax and picks out the handful of keys
@@ -255,10 +258,12 @@ func (s *scanner) stringInto(dst *string) bool {
 	if !ok {
 		return false
 	}
-	if !escaped {
-		*dst = string(s.data[start+1 : s.pos-1])
+	if raw := s.data[start+1 : s.pos-1]; !escaped && utf8.Valid(raw) {
+		*dst = string(raw)
 		return true
 	}
+	// Escapes, or bytes that are not UTF-8 (which encoding/json, and so
+	// every other reader of the task, turns into U+FFFD).
 	return json.Unmarshal(s.data[start:s.pos], dst) == nil
 }
 
@@ -276,8 +281,23 @@ func (s *scanner) skipStringEsc() (escaped, ok bool) {
 			s.pos++
 			return escaped, true
 		case c == '\\':
+			// Only JSON's escapes: a scanner that let "\0" through would
+			// accept a task every later decoder refuses.
 			escaped = true
-			s.pos += 2
+			if s.pos+1 >= len(s.data) {
+				return false, false
+			}
+			switch s.data[s.pos+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				s.pos += 2
+			case 'u':
+				if s.pos+6 > len(s.data) || !isHex4(s.data[s.pos+2:s.pos+6]) {
+					return false, false
+				}
+				s.pos += 6
+			default:
+				return false, false
+			}
 		case c < 0x20:
 			return false, false
 		default:
@@ -285,6 +305,15 @@ func (s *scanner) skipStringEsc() (escaped, ok bool) {
 		}
 	}
 	return false, false
+}
+
+func isHex4(b []byte) bool {
+	for _, c := range b {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // skip validates and skips any value.

@@ -234,6 +234,10 @@ func (d *decoder) number() (lua.LValue, error) {
 		break
 	}
 	s := d.data[start:d.pos]
+	if !jsonNumber(s) {
+		d.pos = start
+		return lua.LNil, d.errorf("invalid number %q", d.data[start:min(len(d.data), start+24)])
+	}
 	if isInt && len(s) < 16 && len(s) > 0 && s[len(s)-1] != '-' {
 		// Fast path: small integers without strconv.
 		neg := s[0] == '-'
@@ -354,15 +358,25 @@ func (d *decoder) str() (string, error) {
 				return "", d.errorf("invalid \\u escape")
 			}
 			if utf16.IsSurrogate(r) {
-				r2 := rune(-1)
+				// A pair, or U+FFFD; an escape after a lone surrogate is
+				// read on its own (as encoding/json does), not swallowed.
+				pair := false
 				if d.pos+1 < len(d.data) && d.data[d.pos] == '\\' && d.data[d.pos+1] == 'u' {
+					save := d.pos
 					d.pos += 2
-					var ok2 bool
-					if r2, ok2 = d.hex4(); !ok2 {
+					r2, ok2 := d.hex4()
+					if !ok2 {
 						return "", d.errorf("invalid \\u escape")
 					}
+					if dr := utf16.DecodeRune(r, r2); dr != utf8.RuneError {
+						r, pair = dr, true
+					} else {
+						d.pos = save
+					}
 				}
-				r = utf16.DecodeRune(r, r2)
+				if !pair {
+					r = utf8.RuneError
+				}
 			}
 			d.buf = utf8.AppendRune(d.buf, r)
 		default:
@@ -392,4 +406,44 @@ func (d *decoder) hex4() (rune, bool) {
 	}
 	d.pos += 4
 	return r, true
+}
+
+// jsonNumber reports whether s is a number as JSON spells it:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? ("01", "1." and ".5" are
+// not, though strconv would take them).
+func jsonNumber(s []byte) bool {
+	i := 0
+	digits := func() int {
+		n := 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(s) && s[i] == '0':
+		i++
+	case digits() == 0:
+		return false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(s)
 }

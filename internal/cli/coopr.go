@@ -42,12 +42,7 @@ explained on stderr. Add --plugins, --data and whatever else loomd needs.`,
 			if err != nil {
 				return usageErr(fmt.Errorf("%s: %w", strings.Join(args, ", "), err))
 			}
-			var b strings.Builder
-			b.WriteString("loomd serve")
-			for _, f := range flags {
-				fmt.Fprintf(&b, " \\\n    %s %s", f[0], shellWord(f[1]))
-			}
-			fmt.Fprintln(a.Out, b.String())
+			fmt.Fprintln(a.Out, coopr.ServeCommand(flags))
 			for _, n := range notes {
 				fmt.Fprintln(a.Err, "note: "+n)
 			}
@@ -55,12 +50,4 @@ explained on stderr. Add --plugins, --data and whatever else loomd needs.`,
 		},
 	})
 	return cmd
-}
-
-// shellWord quotes s for a POSIX shell when it needs it.
-func shellWord(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=@,+") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

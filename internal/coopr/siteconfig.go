@@ -167,3 +167,23 @@ func (c SiteConfig) Flags() (flags [][2]string, notes []string, err error) {
 	}
 	return flags, notes, nil
 }
+
+// ServeCommand is the loomd serve command line of flags, one flag a line,
+// each value quoted for a POSIX shell when it needs it: the values come
+// from a configuration file, and the operator pastes the line into a shell.
+func ServeCommand(flags [][2]string) string {
+	var b strings.Builder
+	b.WriteString("loomd serve")
+	for _, f := range flags {
+		fmt.Fprintf(&b, " \\\n    %s %s", f[0], shellWord(f[1]))
+	}
+	return b.String()
+}
+
+// shellWord quotes s for a POSIX shell when it needs it.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=@,+") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -170,8 +170,15 @@ func (c *Conn) Recv() (*Frame, error) {
 	if n > MaxFrame {
 		return nil, fmt.Errorf("%w: %d bytes announced (max %d)", ErrFrameTooLarge, n, MaxFrame)
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(c.r, b); err != nil {
+	// Grown as bytes arrive: a peer that announces MaxFrame and sends
+	// nothing more costs nothing.
+	var b []byte
+	if n <= 64<<10 {
+		b = make([]byte, n)
+		if _, err := io.ReadFull(c.r, b); err != nil {
+			return nil, fmt.Errorf("reading a frame of %d bytes: %w", n, io.ErrUnexpectedEOF)
+		}
+	} else if b, _ = io.ReadAll(io.LimitReader(c.r, int64(n))); len(b) < int(n) {
 		return nil, fmt.Errorf("reading a frame of %d bytes: %w", n, io.ErrUnexpectedEOF)
 	}
 	f := &Frame{}
