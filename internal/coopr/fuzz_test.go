@@ -61,7 +61,7 @@ func FuzzSiteConfig(f *testing.F) {
 
 // shellWords splits line as a POSIX shell would, for the only syntax
 // ServeCommand may produce: words of plain characters and single-quoted
-// parts (with '\'' for a quote), separated by spaces, and backslash-newline
+// parts (with '\” for a quote), separated by spaces, and backslash-newline
 // continuations. ok is false for anything else ($, backticks, double
 // quotes, other backslashes...).
 func shellWords(line string) (words []string, ok bool) {

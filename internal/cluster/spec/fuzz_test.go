@@ -3,8 +3,8 @@ package spec
 import (
 	"errors"
 	"os"
-	"time"
 	"testing"
+	"time"
 )
 
 // FuzzParse (issue 20 item 6): any cluster spec or Coopr entity file
