@@ -157,10 +157,21 @@ func spellings(v string) []form {
 	if strings.Contains(v, " ") {
 		text(strings.ReplaceAll(v, " ", "+")) // query escaping, then decoded
 	}
-	// Percent-encoded forms are found in the decoded text; these stay for
-	// a cut that falls inside one (dangling).
+	// Percent-encoded forms are also found in the decoded text; these
+	// stay for a cut that falls inside one (dangling), and for text whose
+	// decoding goes astray (a "%2" just before a secret starting "0").
 	text(url.QueryEscape(v))
 	text(url.PathEscape(v))
+	text((&url.URL{Fragment: v}).EscapedFragment())
+	// v pasted into a URL that was parsed and printed again: each part
+	// escaped as the component it landed in.
+	for _, prefix := range []string{"http://h/", "http://h/?", "http://h/#"} {
+		if u, err := url.Parse(prefix + v); err == nil {
+			if p, ok := strings.CutPrefix(u.String(), prefix); ok {
+				text(p)
+			}
+		}
+	}
 	if b, err := json.Marshal(v); err == nil {
 		text(string(b[1 : len(b)-1]))
 	}
