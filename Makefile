@@ -37,11 +37,11 @@ hostile:
 	LOOM_HOSTILE=1 LOOM_HOSTILE_REPORT=$(CURDIR)/bin/hostile-report.md $(GO) test -count=1 -parallel 4 -timeout 10m ./test/hostile/
 
 # Native Go fuzzing (issue 20 item 6) of every parser of untrusted input, each
-# target for FUZZTIME (CI: 8s; 13 targets and their instrumented builds stay
+# target for FUZZTIME (CI: 6s; 13 targets and their instrumented builds stay
 # under 3 minutes). A failure leaves its input in <package>/testdata/fuzz/<Target>/:
 # fix the bug and commit the file, which plain `go test` (and so `make unit`)
 # then runs as a regression test, as it runs every seed corpus there.
-FUZZTIME ?= 8s
+FUZZTIME ?= 6s
 FUZZ := ./runtime:FuzzTaskScan ./runtime:FuzzParseTask ./runtime:FuzzParseCall \
 	./bindings/luaval:FuzzDecode ./bindings/redact:FuzzRedact ./runtime/internal/lpattern:FuzzPattern \
 	./internal/extract:FuzzTarScript ./internal/extract:FuzzTar ./internal/extract:FuzzZip \
