@@ -228,13 +228,19 @@ func (t *Task) Raw() []byte { return t.raw }
 
 // WithID returns the task JSON with taskId set, for callers (the API) that
 // assign ids to tasks submitted without one.
-func WithID(data []byte, id string) ([]byte, error) {
+func WithID(data []byte, id string) ([]byte, error) { return withKey(data, "taskId", id) }
+
+// WithTenant returns the task JSON with tenantId set, for callers (the API
+// under a tenant's token) that put a task without one in a tenant.
+func WithTenant(data []byte, tenant string) ([]byte, error) { return withKey(data, "tenantId", tenant) }
+
+func withKey(data []byte, key, value string) ([]byte, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(data, &m); err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidTask, describeJSONError(data, err))
 	}
-	b, _ := json.Marshal(id)
-	m["taskId"] = b
+	b, _ := json.Marshal(value)
+	m[key] = b
 	return json.Marshal(m)
 }
 

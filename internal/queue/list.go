@@ -17,6 +17,11 @@ type Filter struct {
 	State   State  // "" for every state
 	Type    string // "" for every plugin type
 	Cluster string // "" for every clusterId
+	// Tenant keeps only the tasks of one tenant ("" for every tenant); a
+	// task without tenantId is DefaultTenant's (the daemon's --tenant).
+	// It is checked on the records, not in the index: a page may read
+	// past other tenants' tasks to fill up.
+	Tenant, DefaultTenant string
 	// Limit is the page size: 0 means DefaultPageSize; at most MaxPageSize.
 	Limit int
 	// After is the Next cursor of the previous page; "" starts from the
@@ -185,7 +190,7 @@ func (q *Queue) List(ctx context.Context, f Filter) (Page, error) {
 		}
 		for i, r := range recs {
 			consumed[cands[i].part] = cands[i].seq
-			if r == nil {
+			if r == nil || f.Tenant != "" && r.TenantOr(f.DefaultTenant) != f.Tenant {
 				continue
 			}
 			page.Records = append(page.Records, *r)

@@ -96,6 +96,15 @@ type Record struct {
 	Revision uint64 `json:"-"`
 }
 
+// TenantOr is the record's tenant: its tenantId, else def (the daemon's
+// --tenant, which a task without tenantId runs as).
+func (r Record) TenantOr(def string) string {
+	if r.TenantID != "" {
+		return r.TenantID
+	}
+	return def
+}
+
 // Duration is how long the last attempt ran, or zero when it has not
 // finished.
 func (r Record) Duration() time.Duration {

@@ -212,7 +212,11 @@ func (b *taskBuilder) build(id, name string, n *state.Node, svc string) ([]byte,
 	// task.
 	out := make([]byte, 0, len(cfgJSON)+len(nodes)+256)
 	out = append(out, '{')
-	for _, kv := range [][2]string{{"taskId", id}, {"jobId", b.jobID}, {"clusterId", b.cluster.Name}, {"taskName", name}, {"nodeId", n.ID}} {
+	fields := [][2]string{{"taskId", id}, {"jobId", b.jobID}, {"clusterId", b.cluster.Name}, {"taskName", name}, {"nodeId", n.ID}}
+	if b.cluster.Tenant != "" {
+		fields = append(fields, [2]string{"tenantId", b.cluster.Tenant})
+	}
+	for _, kv := range fields {
 		v, _ := json.Marshal(kv[1])
 		out = append(out, '"')
 		out = append(out, kv[0]...)

@@ -32,6 +32,7 @@ import (
 	"github.com/loomrt/loom/internal/cluster/plan"
 	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
+	"github.com/loomrt/loom/runtime"
 )
 
 // Verbs of a Request: apply a spec, destroy the cluster, or run a
@@ -82,6 +83,10 @@ type Request struct {
 	TaskTimeoutMs int64 `json:"taskTimeoutMs,omitempty"`
 	// Requester says who asked ("ops@laptop pid 4242"), for the history.
 	Requester string `json:"requester,omitempty"`
+	// Tenant is the tenant a new cluster belongs to (state.Cluster.Tenant:
+	// its tasks' tenantId); the API sets it from a tenant token. It never
+	// changes an existing cluster's. Empty: the daemon's --tenant.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // Check validates a request's fields (not its spec).
@@ -111,6 +116,9 @@ func (r *Request) Check() error {
 	}
 	if r.TaskTimeoutMs < 0 {
 		return fmt.Errorf("taskTimeoutMs %d: must not be negative", r.TaskTimeoutMs)
+	}
+	if r.Tenant != "" && !runtime.ValidTenant(r.Tenant) {
+		return fmt.Errorf("tenant %q: want 1 to 64 letters, digits, '.', '_' or '-'", r.Tenant)
 	}
 	return nil
 }

@@ -495,7 +495,11 @@ func (r *Runner) Submit(ctx context.Context, cluster string, req Request) (Accep
 		req.Parallelism = 16
 	}
 	now := time.Now()
+	isNew := cl == nil
 	cl, job := apply.Begin(cl, ch, now)
+	if isNew {
+		cl.Tenant = req.Tenant // its tasks run as this tenant from now on
+	}
 	if err := r.cfg.Store.Put(cl); err != nil {
 		return Accepted{}, fmt.Errorf("cluster %s: recording job %s: %w", cluster, job.ID, err)
 	}

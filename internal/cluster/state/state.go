@@ -27,6 +27,10 @@ const (
 type Cluster struct {
 	Name   string `json:"name"`
 	Status string `json:"status"`
+	// Tenant is the tenant the cluster belongs to: its tasks run with
+	// this tenantId, and only tokens of this tenant (or admin tokens)
+	// reach it. Empty means the daemon's --tenant.
+	Tenant string `json:"tenant,omitempty"`
 	// Spec is the spec file's text as last applied (the base of the next
 	// plan's diff); SpecFile where it was read from.
 	Spec     string    `json:"spec"`
