@@ -7,7 +7,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,6 +28,7 @@ import (
 	"github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/queue"
+	"github.com/loomrt/loom/internal/tokens"
 	"github.com/loomrt/loom/runtime"
 )
 
@@ -60,10 +59,16 @@ var _ Queue = (*queue.Queue)(nil)
 // Config configures the API server.
 type Config struct {
 	// Addr is the listen address; default 127.0.0.1:7070. Any address but
-	// a loopback one requires Token.
+	// a loopback one requires a token.
 	Addr string
-	// Token, when set, is the bearer token every request must carry.
-	Token string
+	// Token, when set, is an admin bearer token (--token); Tokens, when
+	// set, replaces it with the daemon's whole set of tokens (--token and
+	// --tokens-file). With neither, the API asks for no token.
+	Token  string
+	Tokens *tokens.Set
+	// DefaultTenant is the tenant of tasks without tenantId (loomd's
+	// --tenant): a tenant token of that tenant reaches them.
+	DefaultTenant string
 	// Queue and Plugins serve the data. Plugins may be nil.
 	Queue   Queue
 	Plugins Plugins
@@ -143,6 +148,7 @@ type Server struct {
 
 	clusters clusterBucket // /v1/clusters (clusters.go)
 	inflight bodyBudget    // bytes of request bodies held now
+	tokens   *tokens.Set   // who may call it (scope.go)
 }
 
 // New checks the configuration and builds the server. It refuses an
@@ -154,7 +160,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Queue == nil {
 		return nil, errors.New("api: no queue to serve")
 	}
-	if err := CheckAddr(cfg.Addr, cfg.Token); err != nil {
+	if cfg.Tokens == nil {
+		cfg.Tokens = tokens.New(cfg.Token)
+	}
+	if err := CheckAddr(cfg.Addr, !cfg.Tokens.Open()); err != nil {
 		return nil, err
 	}
 	if cfg.MaxWait <= 0 {
@@ -186,20 +195,21 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.Metrics.watchSources(cfg.Queue, cfg.Plugins)
-	s := &Server{cfg: cfg, log: cfg.Logger, inflight: bodyBudget{max: cfg.MaxInflight}}
+	s := &Server{cfg: cfg, log: cfg.Logger, inflight: bodyBudget{max: cfg.MaxInflight}, tokens: cfg.Tokens}
 	s.handler = s.routes()
 	return s, nil
 }
 
 // CheckAddr applies the auth rule to a listen address: loopback needs no
-// token, anything else does. Callers use it to fail before doing work.
-func CheckAddr(addr, token string) error {
+// token, anything else does (hasTokens: --token or --tokens-file is set).
+// Callers use it to fail before doing work.
+func CheckAddr(addr string, hasTokens bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("api listen address %q: %w (want host:port, e.g. 127.0.0.1:7070)", addr, err)
 	}
-	if !queue.IsLoopback(host) && token == "" {
-		return fmt.Errorf("api listen address %q is reachable from other machines: set a bearer token (--token or LOOM_TOKEN), or listen on 127.0.0.1", addr)
+	if !queue.IsLoopback(host) && !hasTokens {
+		return fmt.Errorf("api listen address %q is reachable from other machines: set a bearer token (--token or LOOM_TOKEN) or a --tokens-file, or listen on 127.0.0.1", addr)
 	}
 	return nil
 }
@@ -292,8 +302,8 @@ func (s *Server) routes() http.Handler {
 	s.clusterJobRoutes(mux)
 	mux.Handle("/healthz", s.route("healthz", map[string]http.HandlerFunc{"GET": s.health}))
 	metrics := promhttp.HandlerFor(s.cfg.Metrics.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)})
-	mux.Handle("/metrics", s.route("metrics", map[string]http.HandlerFunc{"GET": metrics.ServeHTTP}))
-	mux.Handle("/debug/pprof/", s.route("pprof", map[string]http.HandlerFunc{"*": s.pprof()}))
+	mux.Handle("/metrics", s.route("metrics", map[string]http.HandlerFunc{"GET": adminOnly("/metrics", metrics.ServeHTTP)}))
+	mux.Handle("/debug/pprof/", s.route("pprof", map[string]http.HandlerFunc{"*": adminOnly("/debug/pprof/", s.pprof())}))
 	if s.cfg.UI != nil {
 		ui := s.route("ui", map[string]http.HandlerFunc{"*": s.cfg.UI.ServeHTTP})
 		mux.Handle("/ui", ui)
@@ -348,33 +358,6 @@ func (r *statusRecorder) WriteHeader(code int) {
 
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-// auth checks the bearer token on every request when one is configured.
-func (s *Server) auth(next http.Handler) http.Handler {
-	if s.cfg.Token == "" {
-		return next
-	}
-	want := []byte(s.cfg.Token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p := path.Clean(r.URL.Path); s.cfg.UI != nil && (p == "/ui" || strings.HasPrefix(p, "/ui/")) {
-			// The console signs people in with the same token and keeps
-			// them in a session cookie; it checks that itself.
-			next.ServeHTTP(w, r)
-			return
-		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="loomd"`)
-			msg := "missing bearer token: send the header \"Authorization: Bearer <token>\" (loomd --token / LOOM_TOKEN)"
-			if ok {
-				msg = "wrong bearer token: use the token loomd was started with (--token / LOOM_TOKEN)"
-			}
-			writeError(w, http.StatusUnauthorized, msg)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
 // Task is a task record as the API shows it.
 type Task struct {
 	TaskID string `json:"taskId"`
@@ -423,6 +406,9 @@ type SubmitResponse struct {
 func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 	body, ok := s.readBody(w, r, "task")
 	if !ok {
+		return
+	}
+	if body, ok = s.scopeTask(w, r, body); !ok {
 		return
 	}
 	s.enqueue(w, r, body)
@@ -583,6 +569,9 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("wait=%q is not a duration: use e.g. wait=30s", ws))
 			return
 		}
+		if !s.taskOK(w, r, id) {
+			return // another tenant's task: no waiting for it
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), min(d, s.cfg.MaxWait))
 		rec, err = s.cfg.Queue.Wait(ctx, id)
 		cancel()
@@ -594,6 +583,9 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		s.queueError(w, err, id)
+		return
+	}
+	if !s.tenantOK(w, r, rec) {
 		return
 	}
 	writeJSON(w, http.StatusOK, TaskOf(rec))
@@ -624,7 +616,8 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 			strings.Join(unknown, ", "), strings.Join(listParams, ", ")))
 		return
 	}
-	f := queue.Filter{Type: q.Get("type"), Cluster: q.Get("cluster"), After: q.Get("after"), Limit: queue.DefaultPageSize}
+	f := queue.Filter{Type: q.Get("type"), Cluster: q.Get("cluster"), After: q.Get("after"), Limit: queue.DefaultPageSize,
+		Tenant: tokenOf(r).Tenant, DefaultTenant: s.cfg.DefaultTenant}
 	if st := q.Get("state"); st != "" {
 		state, err := queue.ParseState(st)
 		if err != nil {
@@ -667,6 +660,9 @@ type DeleteResponse struct {
 
 func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if !s.taskOK(w, r, id) {
+		return
+	}
 	rec, err := s.cfg.Queue.Delete(r.Context(), id)
 	if errors.Is(err, queue.ErrNotFinished) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("task %q is %s: only finished tasks can be deleted; cancel it first (POST /v1/tasks/%s/cancel, or loomd task cancel %s), then delete it", id, rec.State, id, id))
@@ -689,6 +685,9 @@ type CancelResponse struct {
 
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if !s.taskOK(w, r, id) {
+		return
+	}
 	rec, err := s.cfg.Queue.Cancel(r.Context(), id)
 	if errors.Is(err, queue.ErrFinished) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("task %q already finished (%s): there is nothing to cancel; delete it with DELETE /v1/tasks/%s", id, rec.State, id))

@@ -23,6 +23,9 @@ func (s *Server) submitCall(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if c.TenantID, ok = s.submitTenant(w, r, c.TenantID, "calls"); !ok {
+		return
+	}
 	kind := c.Kind
 	if s.cfg.Plugins != nil {
 		for _, t := range s.cfg.Plugins.Types() {

@@ -135,6 +135,12 @@ func (s *Server) submitClusterJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("name")
+	if !s.clusterOK(w, r, name) {
+		return
+	}
+	if req.Tenant, ok = s.submitTenant(w, r, req.Tenant, "cluster jobs"); !ok {
+		return
+	}
 	seq, _ := s.cfg.ClusterLog.Last(r.Context(), name)
 	acc, err := s.cfg.ClusterJobs.Submit(r.Context(), name, req)
 	if s.jobError(w, err) {
@@ -219,6 +225,9 @@ func (s *Server) jobError(w http.ResponseWriter, err error) bool {
 }
 
 func (s *Server) getClusterJob(w http.ResponseWriter, r *http.Request) {
+	if !s.clusterOK(w, r, r.PathValue("name")) {
+		return
+	}
 	if !s.jobsReady(w) {
 		return
 	}
@@ -230,6 +239,9 @@ func (s *Server) getClusterJob(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) cancelClusterJob(w http.ResponseWriter, r *http.Request) {
+	if !s.clusterOK(w, r, r.PathValue("name")) {
+		return
+	}
 	if !s.jobsReady(w) {
 		return
 	}
@@ -249,6 +261,9 @@ func (s *Server) cancelClusterJob(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getClusterJobStep(w http.ResponseWriter, r *http.Request) {
+	if !s.clusterOK(w, r, r.PathValue("name")) {
+		return
+	}
 	if !s.jobsReady(w) {
 		return
 	}
@@ -318,6 +333,9 @@ func (s *Server) getClusterJobStep(w http.ResponseWriter, r *http.Request) {
 const maxLogBatches = 256
 
 func (s *Server) getClusterLog(w http.ResponseWriter, r *http.Request) {
+	if !s.clusterOK(w, r, r.PathValue("name")) {
+		return
+	}
 	if !s.jobsReady(w) {
 		return
 	}

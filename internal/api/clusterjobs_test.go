@@ -19,7 +19,11 @@ import (
 // newJobsFixture is newFixture with cluster jobs: a runner and a job log
 // over the queue's JetStream, and a worker serving the provider type p
 // as well as the automator shell.
-func newJobsFixture(t *testing.T) *fixture {
+func newJobsFixture(t *testing.T) *fixture { return newJobsFixtureWith(t, nil) }
+
+// newJobsFixtureWith is newJobsFixture with the API's Config changed by
+// edit first.
+func newJobsFixtureWith(t *testing.T, edit func(*Config)) *fixture {
 	t.Helper()
 	m := NewMetrics()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -60,7 +64,11 @@ func newJobsFixture(t *testing.T) *fixture {
 		jobs.Stop(sctx)
 		cancel()
 	})
-	s, err := New(Config{Addr: "127.0.0.1:0", Queue: q, Plugins: fakePlugins{}, Metrics: m, ClusterStore: st, ClusterJobs: jobs, ClusterLog: jl})
+	cfg := Config{Addr: "127.0.0.1:0", Queue: q, Plugins: fakePlugins{}, Metrics: m, ClusterStore: st, ClusterJobs: jobs, ClusterLog: jl}
+	if edit != nil {
+		edit(&cfg)
+	}
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

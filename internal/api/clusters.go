@@ -288,6 +288,9 @@ func (s *Server) listClusters(w http.ResponseWriter, r *http.Request) {
 			clusterErr(w, err)
 			return
 		}
+		if !tokenOf(r).SeesTenant(c.Tenant, s.cfg.DefaultTenant) {
+			continue
+		}
 		sum := summary(c, now)
 		s.liveJob(r.Context(), st, c, sum.LastJob)
 		out.Clusters = append(out.Clusters, sum)
@@ -302,6 +305,9 @@ func (s *Server) loadCluster(w http.ResponseWriter, r *http.Request) (*state.Clu
 		return nil, false
 	}
 	c, err := st.Get(r.PathValue("name"))
+	if err == nil && !tokenOf(r).SeesTenant(c.Tenant, s.cfg.DefaultTenant) {
+		err = fmt.Errorf("cluster %s: %w", c.Name, state.ErrNotFound) // another tenant's
+	}
 	if err != nil {
 		clusterErr(w, err)
 		return nil, false
@@ -388,6 +394,12 @@ func (s *Server) putClusterState(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, err.Error())
 		return
 	}
+	if !s.clusterOK(w, r, name) {
+		return
+	}
+	if c.Tenant, ok = s.submitTenant(w, r, c.Tenant, "clusters"); !ok {
+		return
+	}
 	if err := st.Put(c); err != nil {
 		clusterErr(w, err)
 		return
@@ -396,6 +408,9 @@ func (s *Server) putClusterState(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteClusterState(w http.ResponseWriter, r *http.Request) {
+	if !s.clusterOK(w, r, r.PathValue("name")) {
+		return
+	}
 	st, err := s.clusterStore(r.Context())
 	if err != nil {
 		clusterErr(w, err)
@@ -425,6 +440,9 @@ type ClusterChanges struct {
 }
 
 func (s *Server) appendClusterChanges(w http.ResponseWriter, r *http.Request) {
+	if !s.clusterOK(w, r, r.PathValue("name")) {
+		return
+	}
 	st, err := s.clusterStore(r.Context())
 	if err != nil {
 		clusterErr(w, err)
@@ -463,6 +481,9 @@ type LockConflict struct {
 }
 
 func (s *Server) lockCluster(w http.ResponseWriter, r *http.Request) {
+	if !s.clusterOK(w, r, r.PathValue("name")) {
+		return
+	}
 	st, err := s.clusterStore(r.Context())
 	if err != nil {
 		clusterErr(w, err)
@@ -496,6 +517,9 @@ func (s *Server) lockCluster(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) unlockCluster(w http.ResponseWriter, r *http.Request) {
+	if !s.clusterOK(w, r, r.PathValue("name")) {
+		return
+	}
 	st, err := s.clusterStore(r.Context())
 	if err != nil {
 		clusterErr(w, err)

@@ -27,6 +27,7 @@ import (
 	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/coopr"
 	"github.com/loomrt/loom/internal/queue"
+	"github.com/loomrt/loom/internal/tokens"
 	"github.com/loomrt/loom/internal/worker"
 	"github.com/loomrt/loom/runtime"
 )
@@ -37,6 +38,7 @@ type serveOptions struct {
 	data            string
 	listen          string
 	token           string
+	tokensFile      string
 	apiReadTimeout  time.Duration
 	apiMaxConns     int
 	apiMaxBody      string
@@ -123,7 +125,8 @@ running, interrupts them and exits 1; the interrupted tasks run again later.`,
 	f := cmd.Flags()
 	f.StringVar(&o.data, "data", "loom-data", "data directory: the embedded NATS JetStream store (fsync on every write)")
 	f.StringVar(&o.listen, "listen", api.DefaultAddr, "HTTP API address; anything but loopback requires --token")
-	f.StringVar(&o.token, "token", "", "bearer token the HTTP API requires (required off loopback)")
+	f.StringVar(&o.token, "token", "", "admin bearer token the HTTP API requires (this or --tokens-file is required off loopback)")
+	f.StringVar(&o.tokensFile, "tokens-file", "", "JSON file of the API's tokens, each for one tenant or all (admin), optionally read-only; read again when it changes (docs/api.md, Authentication)")
 	f.DurationVar(&o.apiReadTimeout, "api-read-timeout", 30*time.Second, "time a client has to send a request's headers and body; slower clients are cut off")
 	f.IntVar(&o.apiMaxConns, "api-max-conns", 512, "HTTP API connections served at once; more wait in the backlog")
 	f.DurationVar(&o.clusterLease, "cluster-lease", 15*time.Second, "lease of a cluster job (loomd apply, destroy) this daemon runs, renewed every third of it; when the daemon dies, another daemon sharing the queue takes the job over once the lease ran out and the daemon stopped announcing itself (at once when it was on the same host and its process is gone)")
@@ -224,9 +227,21 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	sigs, stopSignals := a.signals(2)
 	defer stopSignals()
 
-	if err := api.CheckAddr(o.listen, o.token); err != nil {
+	if err := api.CheckAddr(o.listen, o.token != "" || o.tokensFile != ""); err != nil {
 		return usageErr(err)
 	}
+	apiTokens, err := tokens.Load(o.tokensFile, o.token)
+	if err != nil {
+		return usageErr(err)
+	}
+	if o.token != "" && len(o.token) < tokens.MinLength {
+		logger.Warn("--token is short enough to guess over the network: use at least 16 random characters (openssl rand -hex 32)", "length", len(o.token))
+	}
+	stopTokens, err := apiTokens.Watch(logger.With("component", "api"))
+	if err != nil {
+		return err
+	}
+	defer stopTokens()
 	cooprTenants, err := o.coopr.parse()
 	if err != nil {
 		return usageErr(err)
@@ -418,7 +433,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		}
 		return rep, err
 	}
-	acfg := api.Config{Addr: o.listen, Token: o.token, Queue: q, Plugins: plugins, Metrics: metrics,
+	acfg := api.Config{Addr: o.listen, Tokens: apiTokens, DefaultTenant: o.g.tenant, Queue: q, Plugins: plugins, Metrics: metrics,
 		ReadTimeout: o.apiReadTimeout, MaxConns: o.apiMaxConns, MaxBody: apiMaxBody, MaxInflight: apiMaxInflight, SpecMax: specMax, Pprof: o.pprof, Listeners: o.g.listeners, Logger: logger.With("component", "api"),
 		ClusterStore: cj.store, ClusterJobs: cj.jobs, ClusterLog: cj.log}
 	var cooprStatus func() coopr.Status
@@ -430,6 +445,12 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 			}
 			return p.Status()
 		}
+	}
+	if o.ui && o.tokensFile != "" && o.token == "" {
+		// The console signs in with --token alone for now: without it
+		// it would be open to anyone who reaches the API.
+		logger.Warn("the web console is off: it signs people in with --token, and only --tokens-file is set; set --token (an admin token) to use it, or --ui=false to silence this")
+		o.ui = false
 	}
 	if o.ui {
 		deps := uiDeps{token: o.token, readOnly: o.uiReadOnly, queue: q, plugins: plugins, metrics: metrics, coopr: cooprStatus,
