@@ -141,6 +141,7 @@ func boundsCases() []hcase {
 						end := time.Now().Add(bound)
 						for {
 							req, _ := http.NewRequest("POST", s.d.url()+"/v1/tasks", strings.NewReader(body))
+							req.Header.Set("Authorization", "Bearer "+adminToken)
 							resp, err := client.Do(req)
 							if err != nil {
 								t.Errorf("POST a maximal task: %v", err)

@@ -167,6 +167,7 @@ func (d *daemon) call(method, path, body string, hdr http.Header) (int, []byte) 
 	if err != nil {
 		return 0, []byte(err.Error())
 	}
+	req.Header.Set("Authorization", "Bearer "+adminToken) // the suite's admin token (tokens_test.go)
 	for k, v := range hdr {
 		req.Header[k] = v
 	}

@@ -201,7 +201,7 @@ func (s *suite) slowConns(t *testing.T, body bool) string {
 		}
 		conns = append(conns, c)
 		if body {
-			fmt.Fprintf(c, "POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+			fmt.Fprintf(c, "POST /v1/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", adminToken)
 		} else {
 			fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
 		}

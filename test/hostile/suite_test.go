@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -181,7 +182,7 @@ func TestHostile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.d = startDaemon(t, dir, append(daemonArgs(), s.ownListenerArgs(t)...)...)
+	s.d = startDaemon(t, dir, slices.Concat(daemonArgs(), s.ownListenerArgs(t), s.tokenArgs(t))...)
 	d := s.d
 	s.checkPluginsLoaded(t, cases)
 

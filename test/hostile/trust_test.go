@@ -19,6 +19,7 @@ func allCases() []hcase {
 	cases = append(cases, requestCases()...)
 	cases = append(cases, ownListenerCases()...)
 	cases = append(cases, boundsCases()...)
+	cases = append(cases, tokenCases()...)
 	return append(cases, trustCases()...)
 }
 
