@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,15 +75,19 @@ func Setup(t testing.TB, srv *sshdtest.Server) *Host {
 	t.Helper()
 	h := &Host{t: t, srv: srv}
 	n := 1 + int((time.Now().UnixNano()/1000+seq.Add(1))%250)
-	netConf, _ := json.Marshal(map[string]any{"name": "podman", "id": fmt.Sprintf("%064x", time.Now().UnixNano()+int64(n)),
+	// netavark names its firewall chains after the network's name: a name
+	// of the host's own keeps hosts' rules apart, and the host's last
+	// container's teardown removes its chains.
+	name := fmt.Sprintf("loom%d-%d", n, time.Now().UnixNano()%100000)
+	netConf, _ := json.Marshal(map[string]any{"name": name, "id": fmt.Sprintf("%064x", time.Now().UnixNano()+int64(n)),
 		"driver": "bridge", "network_interface": fmt.Sprintf("loomp%d", n), "created": "2024-01-01T00:00:00Z",
 		"subnets":      []any{map[string]any{"subnet": fmt.Sprintf("10.89.%d.0/24", n), "gateway": fmt.Sprintf("10.89.%d.1", n)}},
 		"ipv6_enabled": false, "internal": false, "dns_enabled": false, "ipam_options": map[string]any{"driver": "host-local"}})
 	for path, content := range map[string]string{
-		"/etc/containers/containers.conf":      Conf,
-		"/etc/containers/policy.json":          `{"default":[{"type":"insecureAcceptAnything"}]}`,
-		"/etc/containers/registries.conf":      "unqualified-search-registries = []\n",
-		"/etc/containers/networks/podman.json": string(netConf),
+		"/etc/containers/containers.conf":            strings.Replace(Conf, "[network]\n", "[network]\ndefault_network = \""+name+"\"\n", 1),
+		"/etc/containers/policy.json":                `{"default":[{"type":"insecureAcceptAnything"}]}`,
+		"/etc/containers/registries.conf":            "unqualified-search-registries = []\n",
+		"/etc/containers/networks/" + name + ".json": string(netConf),
 	} {
 		p := srv.HostPath(path)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
