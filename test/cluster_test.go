@@ -146,7 +146,7 @@ services:
 
 func (e *clusterEnv) cmd(ctx context.Context, args ...string) *exec.Cmd {
 	full := append(args, "--plugins", e.plugins, "--work-dir", e.work, "--tenant", clTenant, "--known-hosts", e.known)
-	if (args[0] == "apply" || args[0] == "destroy") && !slices.Contains(args, "--yes") {
+	if (args[0] == "apply" || args[0] == "destroy") && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--yes") }) {
 		full = append(full, "--yes")
 	}
 	if e.server == "" || slices.Contains(args, "--local") {

@@ -178,6 +178,9 @@ flags, or a saved plan the cluster no longer matches; 130 after Ctrl-C.`,
 			}
 			sp, file, err := a.loadSpec(cmd, args, &o.tmpl, &o.cluster)
 			if err != nil {
+				if len(args) == 1 && o.tmpl.template == "" {
+					return a.specErrors(cmd.Context(), o.g, &o.cluster, args[0], err)
+				}
 				return err
 			}
 			o.file = file

@@ -75,7 +75,7 @@ func (a *App) runDestroy(ctx context.Context, o *destroyOptions) error {
 	if st, err := os.Stat(o.target); err == nil && st.Mode().IsRegular() {
 		sp, err := o.cluster.loadSpecFile(o.target)
 		if err != nil {
-			return usageErr(err)
+			return a.specErrors(ctx, o.g, &o.cluster, o.target, usageErr(err))
 		}
 		name, req.SpecFile = sp.Name, o.target
 		// The spec's definitions stop and remove the services (a fixed

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -199,4 +201,48 @@ func (a *App) printFailures(job *state.Job, indent string) {
 		last := rec.Runs[len(rec.Runs)-1]
 		fmt.Fprintf(a.Out, "%sfailed: %s on %s (task %s, %s, %d runs): %s\n", indent, what, rec.Node, last.ID, last.Name, len(rec.Runs), last.Message)
 	}
+}
+
+// specErrors completes the problems of a spec that failed to load with
+// those only the plugins show (an unknown provider or automator type), so
+// every problem is reported at once: the plugins are read as the command
+// would (--local: from --plugins; else from the loomd at --server).
+func (a *App) specErrors(ctx context.Context, g *globalOptions, o *clusterOptions, file string, err error) error {
+	var se *spec.Error
+	if !errors.As(err, &se) || file == "" {
+		return err
+	}
+	var plugins *spec.Plugins
+	if o.local || o.stateDir != "" {
+		logger, lerr := a.newLogger(g.log)
+		if lerr != nil {
+			return err
+		}
+		rt, rerr := a.newRuntime(ctx, g, runtimeConfig{logger: logger})
+		if rerr != nil {
+			return err
+		}
+		plugins = pluginsOf(rt.Types(), "the plugins in "+g.pluginsDir)
+		rt.Close()
+	} else if c, cerr := o.client.client(); cerr == nil {
+		plugins = a.remoteEnv(ctx, c).Plugins
+	}
+	if plugins == nil {
+		return err
+	}
+	max, merr := o.specMaxBytes()
+	if merr != nil {
+		return err
+	}
+	if st, serr := os.Stat(file); serr != nil || st.Size() > max {
+		return err
+	}
+	data, rerr := os.ReadFile(file)
+	if rerr != nil {
+		return err
+	}
+	if _, perr := spec.ParseWith(file, data, spec.Options{Plugins: plugins}); perr != nil {
+		return usageErr(perr)
+	}
+	return err
 }

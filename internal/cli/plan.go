@@ -83,6 +83,9 @@ A spec error is reported as file:line with exit status 2.`,
 			}
 			sp, file, err := a.loadSpec(cmd, args, &o.tmpl, &o.cluster)
 			if err != nil {
+				if len(args) == 1 && o.tmpl.template == "" {
+					return a.specErrors(cmd.Context(), o.g, &o.cluster, args[0], err)
+				}
 				return err
 			}
 			o.target = file

@@ -209,7 +209,7 @@ func Plan(in Input) (*Change, error) {
 	switch {
 	case o.Destroy:
 		ch.Reason = "destroy"
-		if s := b.destroyStep(b.ids(b.live), plan.Destroy, "destroy every node"); s != nil {
+		if s := b.destroyStep(cl.NodeIDs(), plan.Destroy, "destroy every node"); s != nil {
 			ch.Steps = append(ch.Steps, s)
 		}
 	case o.Action != "":
@@ -635,7 +635,10 @@ func (b *builder) destroyStep(ids []string, action plan.Action, reason string) *
 	w := newWork()
 	for _, id := range ids {
 		n := b.cl.Nodes[id]
-		w.nodes[id] = true // a node never created is dropped from the state
+		w.nodes[id] = true // a node never created (or deleted) is dropped from the state
+		if n.State == state.NodeDeleted {
+			continue
+		}
 		if b.lost[id] == "" {
 			b.teardown(w, n, nil)
 		}
@@ -665,6 +668,15 @@ func (b *builder) apply() error {
 	for _, n := range b.live {
 		if b.target[n.ID] == nil || b.lost[n.ID] != "" {
 			removed = append(removed, n.ID)
+		}
+	}
+	if b.cl != nil {
+		// Nodes deleted for good (a CREATE that failed, then its DELETE)
+		// leave the state with the destroy step, if there is one.
+		for _, id := range b.cl.NodeIDs() {
+			if n := b.cl.Nodes[id]; n.State == state.NodeDeleted && b.target[id] == nil && len(removed) > 0 {
+				removed = append(removed, id)
+			}
 		}
 	}
 	var parts []string

@@ -361,8 +361,13 @@ func (e *executor) start(ctx context.Context, i int) {
 	// What a run may leave behind is on record before it starts: a
 	// machine (CREATE), files (INSTALL), a process (START).
 	switch {
-	case name == "CREATE" && !node.CreateRan:
+	case name == "CREATE" && (!node.CreateRan || node.State == state.NodeDeleted):
+		// A CREATE retried after the DELETE of what the failed one may
+		// have made: the node is being made again.
 		node.CreateRan = true
+		if node.State == state.NodeDeleted {
+			node.State = state.NodeNew
+		}
 		e.dirtyNodes[node.ID] = true
 	case name == "INSTALL" && svc != "":
 		if ss := node.ServiceState(svc); !ss.Installed {
