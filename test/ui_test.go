@@ -201,6 +201,19 @@ func (b *browser) check(name string) {
 	b.mu.Unlock()
 }
 
+// shot saves a screenshot of the element sel.
+func (b *browser) shot(name, sel string) {
+	b.t.Helper()
+	if b.shots == "" {
+		return
+	}
+	var png []byte
+	b.run("screenshot of "+sel, 30*time.Second, chromedp.Screenshot(sel, &png, chromedp.ByQuery))
+	if err := os.WriteFile(filepath.Join(b.shots, name+".png"), png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
 func (b *browser) screenshot(name string) {
 	b.t.Helper()
 	if b.shots == "" {
@@ -283,6 +296,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	if s := b.text("#input-text"); !strings.Contains(s, `"taskId": "fail-1"`) {
 		t.Fatalf("the failed task's input reads %q", s)
+	}
+	// Times are in the viewer's zone (the browser runs in New York).
+	var when string
+	b.eval(`document.querySelector("ol.timeline time").textContent`, &when)
+	if !strings.Contains(when, "EST") && !strings.Contains(when, "EDT") && !strings.Contains(when, "GMT-") {
+		t.Errorf("a time reads %q, not in the viewer's zone", when)
 	}
 	b.check("failed task")
 	b.screenshot("task-failed")
@@ -393,6 +412,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.eval(`document.body.dataset.mark = "same-page"`, &mark)
 	b.waitJS("a running stage", `document.querySelector(".stage.stage-running, .stage.stage-done") !== null`, 2*time.Minute)
 	b.screenshot("cluster-running")
+	b.shot("cluster-stages", `section[aria-labelledby="job"]`)
 	b.waitJS("every node active", `(() => {
 		const rows = [...document.querySelectorAll("table.nodes tr[data-node]")];
 		return rows.length === 3 && rows.every(r => r.dataset.state === "active");

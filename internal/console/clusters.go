@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loomrt/loom/internal/cluster/apply"
+	"github.com/loomrt/loom/internal/cluster/plan"
 	"github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/state"
 )
@@ -140,6 +142,10 @@ type stage struct {
 }
 
 type stageTask struct {
+	// Waits names the unfinished tasks a waiting task waits for (its
+	// node's previous task, and every task of a service action it needs
+	// across the nodes), the first few of them.
+	Waits   string
 	Index   int
 	Name    string
 	Node    string
@@ -183,8 +189,13 @@ func buildStages(cl *state.Cluster, job *state.Job, now time.Time) stageView {
 	if whole {
 		base := 0
 		for k, p := range plans {
+			off := job.Steps[k].Offset
 			for i, t := range p.Tasks {
-				row(job.Steps[k].Offset+i, t.Name, t.Node, t.Service, base+t.Stage)
+				row(off+i, t.Name, t.Node, t.Service, base+t.Stage)
+				st := &byStage[base+t.Stage][len(byStage[base+t.Stage])-1]
+				if st.Status == state.TaskPending {
+					st.Waits = waitsFor(job, p, off, i)
+				}
 			}
 			base += len(p.Stages)
 		}
@@ -370,4 +381,51 @@ func (c *Console) jobStarting(ctx context.Context, name string) bool {
 	}
 	rec, err := c.cfg.Jobs.Job(ctx, name)
 	return err == nil && !rec.Done()
+}
+
+// waitsFor names the unfinished prerequisites of task i of a step's plan
+// (job-wide index off+i): its direct dependencies and the members of the
+// barrier groups it waits on.
+func waitsFor(job *state.Job, p *plan.Plan, off, i int) string {
+	done := func(j int) bool {
+		t := job.Tasks[off+j]
+		return t != nil && (t.Status == state.TaskDone || t.Status == state.TaskSkipped)
+	}
+	seen := map[int]bool{}
+	var names []string
+	n := 0
+	add := func(j int) {
+		if seen[j] || done(j) || j == i {
+			return
+		}
+		seen[j] = true
+		n++
+		if len(names) < 3 {
+			t := p.Tasks[j]
+			name := t.Name
+			if t.Service != "" {
+				name += " " + t.Service
+			}
+			names = append(names, name+" on "+t.Node)
+		}
+	}
+	t := p.Tasks[i]
+	for _, d := range t.Deps {
+		add(d)
+	}
+	for _, g := range t.Groups {
+		if g >= 0 && g < len(p.Groups) {
+			for _, m := range p.Groups[g] {
+				add(m)
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	out := strings.Join(names, ", ")
+	if n > len(names) {
+		out += fmt.Sprintf(" and %d more", n-len(names))
+	}
+	return out
 }

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/loomrt/loom/internal/api"
+	"github.com/loomrt/loom/internal/coopr"
 	"github.com/loomrt/loom/internal/queue"
 	"github.com/loomrt/loom/runtime"
 )
@@ -770,5 +771,35 @@ func TestRetry(t *testing.T) {
 	_ = rec
 	if resp, _ := h.do(cl, "POST", "/ui/tasks/c1/retry", url.Values{"csrf": {csrfOf(t, confirm)}}); resp.StatusCode != http.StatusConflict {
 		t.Fatalf("retry of a cluster's task: %d, want 409", resp.StatusCode)
+	}
+}
+
+func TestCooprPage(t *testing.T) {
+	since := time.Now().Add(-time.Hour)
+	h := newHarness(t, Config{Token: testToken, Coopr: func() coopr.Status {
+		return coopr.Status{Server: "https://coopr:55055", ID: "loom-h1", API: "127.0.0.1:55056", Capacity: 4, Registered: false,
+			RegError: "take: 403", Tenants: []coopr.TenantStatus{{ID: "acme", Workers: 2, Slots: []string{"w1", "w2"}, SyncError: "resource x: " + hostile}},
+			Pending: []coopr.PendingFinish{{TaskID: "00000042-001-001", Since: since}}}
+	}})
+	cl := h.client()
+	h.login(cl)
+	resp, body := h.do(cl, "GET", "/ui/coopr", nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("coopr page: %d", resp.StatusCode)
+	}
+	for _, want := range []string{"https://coopr:55055", "not registered", "take: 403", "acme", "w1, w2", "00000042-001-001", `href="/ui/coopr"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the Coopr page lacks %q", want)
+		}
+	}
+	if bad := inlineCode(body); bad != "" || strings.Contains(body, "<script>alert") {
+		t.Errorf("the Coopr page is unsafe: %s", bad)
+	}
+	// Without a Coopr link there is no page and no menu entry.
+	h2 := newHarness(t, Config{Token: testToken})
+	cl2 := h2.client()
+	h2.login(cl2)
+	if resp, body := h2.do(cl2, "GET", "/ui/coopr", nil); resp.StatusCode != http.StatusNotFound || strings.Contains(body, `href="/ui/coopr"`) {
+		t.Errorf("coopr page without a link: %d", resp.StatusCode)
 	}
 }
