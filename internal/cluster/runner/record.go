@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loomrt/loom/internal/cluster/state"
@@ -92,6 +94,9 @@ func (r *Record) clone() Record {
 type records struct {
 	kv      jetstream.KeyValue
 	timeout time.Duration
+	// cutOff, in tests, makes this daemon's writes fail as if it had
+	// lost its connection to the store.
+	cutOff atomic.Bool
 }
 
 func openRecords(ctx context.Context, js jetstream.JetStream, replicas int) (*records, error) {
@@ -142,6 +147,9 @@ func (s *records) put(ctx context.Context, r Record, rev uint64) (uint64, error)
 	data, err := json.Marshal(r)
 	if err != nil {
 		return 0, err
+	}
+	if s.cutOff.Load() {
+		return 0, fmt.Errorf("cluster %s: writing its job to bucket %s: %w", r.Cluster, Bucket, nats.ErrConnectionClosed)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/loomrt/loom/internal/cluster/joblog"
 	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/queue"
@@ -391,4 +393,96 @@ func TestCancel(t *testing.T) {
 	} else if !errors.As(err, new(*BadRequestError)) {
 		t.Errorf("a bad spec: %v", err)
 	}
+}
+
+// TestLapse: a daemon cut off from the store while its job runs stops
+// writing the cluster's state before its lease runs out (the fence) and
+// interrupts its job; another daemon takes the job over once the lease
+// ran out and finishes it; when the first one reaches the store again it
+// finds the job taken and stops without writing anything. No task ran
+// twice; the history has no resume by the cut-off daemon.
+func TestLapse(t *testing.T) {
+	e := newEnv(t)
+	release := e.tasks.holdTask("START")
+	a := e.runner("a")
+	if _, err := a.Submit(context.Background(), "c", Request{Verb: VerbApply, Spec: spec3, SpecFile: "c.yaml"}); err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now().Add(30 * time.Second)
+	for {
+		e.tasks.mu.Lock()
+		n := 0
+		for _, ft := range e.tasks.tasks {
+			if ft.rec.TaskName == "START" {
+				n++
+			}
+		}
+		e.tasks.mu.Unlock()
+		if n == 3 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the START tasks were never submitted")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	a.recs.cutOff.Store(true)
+	e.mu.Lock()
+	e.live["a"] = false // it cannot announce itself either
+	e.mu.Unlock()
+	// The fence holds before anyone may take the job over.
+	a.mu.Lock()
+	o := a.owned["c"]
+	a.mu.Unlock()
+	if o == nil {
+		t.Fatal("a does not run the job")
+	}
+	for o.holds() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	rec, err := a.Job(context.Background(), "c")
+	if err != nil || rec.Owner != "a" || time.Now().After(rec.Lease) {
+		t.Fatalf("the fence came after the lease ran out: %+v %v", rec, err)
+	}
+	if err := (fenced{Journal: e.store, o: o}).Put(&state.Cluster{Name: "c"}); err == nil {
+		t.Fatal("a fenced daemon wrote the cluster's state")
+	}
+	b := e.runner("b")
+	release()
+	rec = e.waitJob(b, "b finishes the job", func(r Record) bool { return r.State == StateComplete })
+	if rec.Owner != "b" {
+		t.Errorf("owner: %+v", rec)
+	}
+	a.recs.cutOff.Store(false)
+	end = time.Now().Add(30 * time.Second)
+	for a.metrics.lostCount() == 0 && time.Now().Before(end) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if a.metrics.lostCount() != 1 {
+		t.Errorf("a did not find its job taken over (leases lost %v)", a.metrics.lostCount())
+	}
+	if tw := e.tasks.twice(); len(tw) > 0 {
+		t.Errorf("tasks ran twice: %v", tw)
+	}
+	cl, err := e.store.Get("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range cl.Jobs[0].Events {
+		if ev.By == "loomd a" && ev.Kind == state.EventResumed {
+			t.Errorf("the cut-off daemon resumed the job: %+v", cl.Jobs[0].Events)
+		}
+	}
+	if rec, _ := b.Job(context.Background(), "c"); rec.State != StateComplete || rec.Owner != "b" {
+		t.Errorf("the cut-off daemon changed the record after the takeover: %+v", rec)
+	}
+}
+
+// lostCount is the leases lost so far.
+func (m *metrics) lostCount() float64 {
+	var d dto.Metric
+	if err := m.lost.Write(&d); err != nil {
+		return 0
+	}
+	return d.GetCounter().GetValue()
 }
