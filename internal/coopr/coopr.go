@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -98,6 +99,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, when set, counts takes, finishes, heartbeats and syncs.
 	Metrics *Metrics
+	// Sleep waits d or until ctx ends and reports whether d passed; the
+	// registration loop's waits go through it. Nil: a timer. Tests
+	// record the waits with it.
+	Sleep func(ctx context.Context, d time.Duration) bool
 	// Listeners, when set, registers the provisioner API's socket as one
 	// of the daemon's own (plugins never reach it).
 	Listeners *listeners.Registry
@@ -115,6 +120,10 @@ type Provisioner struct {
 	registered bool
 	regErr     string
 	seq        int // worker slot numbers
+	// sentTypes is what the server accepted of each plugin type (family
+	// dir/name -> the body sent): a type is sent again only when it
+	// changed or was refused.
+	sentTypes map[string]string
 
 	stopTaking context.CancelFunc // ends every slot's next take
 	takeCtx    context.Context
@@ -294,8 +303,17 @@ func (p *Provisioner) Stop(grace time.Duration) (forced bool) {
 
 // registerLoop registers, then registers the plugin types, then
 // heartbeats; a 404 heartbeat (the server forgot us) registers again.
+// Failed registrations and repeated 404s back off, jittered, from Poll
+// to MaxBackoff (a server that keeps answering 404 once got 541 requests
+// in 6 s); a heartbeat the server takes resets the backoff.
 func (p *Provisioner) registerLoop(ctx context.Context) {
 	backoff := p.cfg.Poll
+	wait := func(why string, err error) bool {
+		d := jitter(backoff)
+		p.log.Warn(why, "err", err, "retry_in", d.Round(time.Millisecond))
+		backoff = min(backoff*2, max(p.cfg.MaxBackoff, p.cfg.Poll))
+		return p.sleep(ctx, d)
+	}
 	for {
 		if err := p.register(ctx); err != nil {
 			if ctx.Err() != nil {
@@ -303,14 +321,11 @@ func (p *Provisioner) registerLoop(ctx context.Context) {
 			}
 			p.cfg.Metrics.registration(false)
 			p.setRegistered(false, err.Error())
-			p.log.Warn("coopr: registering with the server failed; retrying", "err", err, "retry_in", backoff)
-			if !sleep(ctx, backoff) {
+			if !wait("coopr: registering with the server failed; retrying", err) {
 				return
 			}
-			backoff = min(backoff*2, p.cfg.MaxBackoff)
 			continue
 		}
-		backoff = p.cfg.Poll
 		p.cfg.Metrics.registration(true)
 		p.setRegistered(true, "")
 		host, port := p.advertised()
@@ -322,13 +337,33 @@ func (p *Provisioner) registerLoop(ctx context.Context) {
 				return
 			}
 			if !p.isRegistered() {
-				break // 404: register again
+				break // 404: register again, after the backoff
 			}
-			if !sleep(ctx, p.cfg.Heartbeat) {
+			backoff = p.cfg.Poll // the server knows us
+			if !p.sleep(ctx, jitter(p.cfg.Heartbeat)) {
 				return
 			}
 		}
+		if !wait("coopr: the server does not know this provisioner (heartbeat 404); registering again", errors.New("heartbeat: HTTP 404")) {
+			return
+		}
 	}
+}
+
+// jitter spreads a wait over [d/2, 3d/2), so provisioners that lost their
+// server together do not come back in step.
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return d
+	}
+	return d/2 + rand.N(d)
+}
+
+func (p *Provisioner) sleep(ctx context.Context, d time.Duration) bool {
+	if p.cfg.Sleep != nil {
+		return p.cfg.Sleep(ctx, d)
+	}
+	return sleep(ctx, d)
 }
 
 func (p *Provisioner) setRegistered(ok bool, why string) {
@@ -387,7 +422,9 @@ func adminHeaders(tenant string) http.Header {
 }
 
 // registerTypes PUTs each plugin type's object (Coopr's --register), with
-// its name filled in when the definition left it out.
+// its name filled in when the definition left it out. A type the server
+// already took, unchanged, is not sent again (a registration after a 404
+// heartbeat once re-sent every type each time).
 func (p *Provisioner) registerTypes(ctx context.Context) {
 	p.mu.Lock()
 	types := p.cfg.Types
@@ -401,11 +438,25 @@ func (p *Provisioner) registerTypes(ctx context.Context) {
 		if _, ok := obj["name"]; !ok {
 			obj["name"], _ = json.Marshal(t.Name)
 		}
+		body, _ := json.Marshal(obj)
 		path := "/v2/plugins/" + t.Family.Dir() + "/" + t.Name
-		if err := p.do(ctx, http.MethodPut, path, obj, adminHeaders("superadmin"), nil); err != nil {
+		p.mu.Lock()
+		sent := p.sentTypes[path] == string(body)
+		p.mu.Unlock()
+		if sent {
+			continue
+		}
+		if err := p.do(ctx, http.MethodPut, path, json.RawMessage(body), adminHeaders("superadmin"), nil); err != nil {
 			p.log.Error("coopr: the server refused a plugin type; tasks for it will not be planned (loomd plugins check shows what a Coopr server refuses)",
 				"type", t.Name, "err", err)
+			continue
 		}
+		p.mu.Lock()
+		if p.sentTypes == nil {
+			p.sentTypes = map[string]string{}
+		}
+		p.sentTypes[path] = string(body)
+		p.mu.Unlock()
 	}
 }
 
@@ -442,8 +493,7 @@ func (p *Provisioner) heartbeat(ctx context.Context) {
 		p.cfg.Metrics.heartbeat("ok")
 	case errors.As(err, &se) && se.code == http.StatusNotFound:
 		p.cfg.Metrics.heartbeat("unknown")
-		p.log.Warn("coopr: the server does not know this provisioner (it timed us out or lost its state): registering again")
-		p.setRegistered(false, "heartbeat: 404")
+		p.setRegistered(false, "heartbeat: 404 (the server timed this provisioner out or lost its state)")
 	case ctx.Err() == nil:
 		p.cfg.Metrics.heartbeat("failed")
 		p.log.Warn("coopr: heartbeat failed; the server drops a provisioner silent for 120 s", "err", err)

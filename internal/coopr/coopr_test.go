@@ -469,3 +469,134 @@ func TestWorkerCountsCappedAtCapacity(t *testing.T) {
 		t.Errorf("tenants over the capacity at start: %v", err)
 	}
 }
+
+// TestReRegisterBacksOff: against a server that keeps answering 404 to
+// heartbeats, each registration waits longer than the last (jittered,
+// doubling to MaxBackoff), and the plugin types go to the server once,
+// not at every registration; a heartbeat the server takes resets the
+// backoff. Waits are recorded, not slept.
+func TestReRegisterBacksOff(t *testing.T) {
+	srv, err := coopfake.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	srv.AddFault(coopfake.Fault{Path: "/v2/provisioners/loom-test/heartbeat", Status: http.StatusNotFound, Times: 1 << 30})
+	var mu sync.Mutex
+	var waits []time.Duration
+	registrations := make(chan struct{}, 100)
+	types := []coopr.PluginType{
+		{Name: "shell", Family: runtime.Automator, Raw: []byte(`{"name":"shell","classname":"S","parameters":{}}`)},
+		{Name: "static", Family: runtime.Provider, Raw: []byte(`{"classname":"Static"}`)},
+	}
+	p, err := coopr.New(coopr.Config{ServerURL: srv.URL(), ID: "loom-test", Listen: "127.0.0.1:0", Runner: &runner{}, Types: types,
+		Heartbeat: time.Second, Poll: time.Second, MaxBackoff: 16 * time.Second,
+		Sleep: func(ctx context.Context, d time.Duration) bool {
+			mu.Lock()
+			waits = append(waits, d)
+			n := len(waits)
+			mu.Unlock()
+			if n >= 12 {
+				<-ctx.Done() // enough: hold the loop until Stop
+				return false
+			}
+			registrations <- struct{}{}
+			return true
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(time.Second)
+	for range 11 {
+		select {
+		case <-registrations:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the registration loop stopped")
+		}
+	}
+	mu.Lock()
+	got := append([]time.Duration(nil), waits[:11]...)
+	mu.Unlock()
+	// Wait i is jittered around min(1s*2^i, 16s): within [half, 1.5x).
+	for i, d := range got {
+		want := min(time.Second<<i, 16*time.Second)
+		if d < want/2 || d >= want*3/2 {
+			t.Errorf("wait %d after a 404: %v, want within [%v, %v)", i+1, d, want/2, want*3/2)
+		}
+	}
+	var regs, beats, typePuts int
+	for _, l := range srv.Log() {
+		switch {
+		case strings.HasPrefix(l, "PUT /v2/provisioners/loom-test "):
+			regs++
+		case strings.HasPrefix(l, "POST /v2/provisioners/loom-test/heartbeat"):
+			beats++
+		case strings.HasPrefix(l, "PUT /v2/plugins/"):
+			typePuts++
+		}
+	}
+	if typePuts != len(types) {
+		t.Errorf("%d plugin type PUTs over %d registrations, want each of the %d types once:\n%s", typePuts, regs, len(types), strings.Join(srv.Log(), "\n"))
+	}
+	if regs < 11 || regs > 13 || beats < regs-1 || beats > regs {
+		t.Errorf("%d registrations and %d heartbeats for 11 waits, want one of each per wait", regs, beats)
+	}
+}
+
+// TestReRegisterBackoffResets: once a heartbeat is taken, the provisioner
+// waits the heartbeat interval again, and a later 404 starts the backoff
+// from the beginning.
+func TestReRegisterBackoffResets(t *testing.T) {
+	srv, err := coopfake.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	const hb = "/v2/provisioners/loom-test/heartbeat"
+	srv.AddFault(coopfake.Fault{Path: hb, Status: http.StatusNotFound, Times: 3})
+	var mu sync.Mutex
+	var waits []time.Duration
+	done := make(chan struct{})
+	p, err := coopr.New(coopr.Config{ServerURL: srv.URL(), ID: "loom-test", Listen: "127.0.0.1:0", Runner: &runner{},
+		Heartbeat: 8 * time.Second, Poll: time.Second, MaxBackoff: 16 * time.Second,
+		Sleep: func(ctx context.Context, d time.Duration) bool {
+			mu.Lock()
+			waits = append(waits, d)
+			n := len(waits)
+			mu.Unlock()
+			switch {
+			case n == 5:
+				srv.AddFault(coopfake.Fault{Path: hb, Status: http.StatusNotFound, Times: 1})
+			case n == 7:
+				close(done)
+				<-ctx.Done()
+				return false
+			}
+			return true
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(time.Second)
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the registration loop stopped")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// 3 backoffs (1s, 2s, 4s), 2 heartbeat waits (8s), the backoff again
+	// from 1s after the new 404, then a heartbeat wait.
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 8 * time.Second, time.Second, 8 * time.Second}
+	for i, d := range waits[:7] {
+		if d < want[i]/2 || d >= want[i]*3/2 {
+			t.Errorf("wait %d: %v, want about %v (waits %v)", i+1, d, want[i], waits)
+		}
+	}
+}
