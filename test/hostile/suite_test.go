@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loomrt/loom/internal/sshdtest"
 )
 
 // plugin is an attack plugin: an automator type whose INSTALL hook runs
@@ -26,6 +28,8 @@ type plugin struct {
 	memory string
 	// top is Lua run at load time, before the class is defined.
 	top string
+	// params is the definition's parameters (JSON; default {}).
+	params string
 }
 
 // want is the secure outcome of a plugin attack.
@@ -72,6 +76,9 @@ type suite struct {
 
 	// own is what the daemon listens on besides its API (listeners_test.go).
 	own *ownSetup
+	// sshd is a real sshd the resource cases connect to (nil when none
+	// can run here: those cases skip).
+	sshd *sshdtest.Server
 }
 
 // logMark is the daemon log's size when the running serial case began.
@@ -126,10 +133,10 @@ func writePlugin(t *testing.T, pluginsDir, typ, classname, lua, extra string) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if extra != "" {
-		extra = ", " + extra
+	if !strings.HasPrefix(extra, `"parameters"`) {
+		extra = strings.TrimSuffix(`"parameters": {}, `+extra, ", ")
 	}
-	def := fmt.Sprintf(`{"name": %q, "main": "main.lua", "automatortypes": [%q], %q: {"name": %q, "classname": %q, "parameters": {}%s}}`,
+	def := fmt.Sprintf(`{"name": %q, "main": "main.lua", "automatortypes": [%q], %q: {"name": %q, "classname": %q, %s}}`,
 		typ, typ, typ, typ, classname, extra)
 	if err := os.WriteFile(filepath.Join(dir, "plugin.json"), []byte(def), 0o644); err != nil {
 		t.Fatal(err)
@@ -147,6 +154,9 @@ func (p *plugin) definitionExtra() string {
 	extra := fmt.Sprintf(`"timeouts": {"default": %q}`, timeout)
 	if p.memory != "" {
 		extra += fmt.Sprintf(`, "limits": {"memory": %q}`, p.memory)
+	}
+	if p.params != "" {
+		extra = `"parameters": ` + p.params + ", " + extra
 	}
 	return extra
 }
@@ -182,6 +192,7 @@ func TestHostile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	s.startSSHD(t)
 	s.d = startDaemon(t, dir, slices.Concat(daemonArgs(), s.ownListenerArgs(t), s.tokenArgs(t))...)
 	d := s.d
 	s.checkPluginsLoaded(t, cases)

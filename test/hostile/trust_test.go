@@ -20,6 +20,7 @@ func allCases() []hcase {
 	cases = append(cases, ownListenerCases()...)
 	cases = append(cases, boundsCases()...)
 	cases = append(cases, tokenCases()...)
+	cases = append(cases, ioCases()...)
 	return append(cases, trustCases()...)
 }
 
