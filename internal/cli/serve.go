@@ -446,14 +446,8 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 			return p.Status()
 		}
 	}
-	if o.ui && o.tokensFile != "" && o.token == "" {
-		// The console signs in with --token alone for now: without it
-		// it would be open to anyone who reaches the API.
-		logger.Warn("the web console is off: it signs people in with --token, and only --tokens-file is set; set --token (an admin token) to use it, or --ui=false to silence this")
-		o.ui = false
-	}
 	if o.ui {
-		deps := uiDeps{token: o.token, readOnly: o.uiReadOnly, queue: q, plugins: plugins, metrics: metrics, coopr: cooprStatus,
+		deps := uiDeps{token: o.token, tokens: apiTokens, readOnly: o.uiReadOnly, queue: q, plugins: plugins, metrics: metrics, coopr: cooprStatus,
 			tenant: o.g.tenant, store: cj.store, jobs: cj.jobs, jobLog: cj.log, reload: reloadAll, logger: logger.With("component", "console")}
 		if sup != nil {
 			deps.workers = sup.Workers

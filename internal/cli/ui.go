@@ -13,7 +13,7 @@ import (
 // startUI builds the web console (internal/console) on the daemon's
 // parts. `go build -tags noui` leaves it out of the binary (ui_off.go).
 func startUI(d uiDeps) (webConsole, error) {
-	cfg := console.Config{Token: d.token, ReadOnly: d.readOnly, Queue: d.queue, Plugins: d.plugins, Changes: d.queue,
+	cfg := console.Config{Token: d.token, Tokens: d.tokens, ReadOnly: d.readOnly, Queue: d.queue, Plugins: d.plugins, Changes: d.queue,
 		Metrics: d.metrics.TaskGatherer(), Coopr: d.coopr, DefaultTenant: d.tenant, Clusters: d.store, Jobs: d.jobs,
 		Workers: d.workers, Logger: d.logger,
 		Reload: func(ctx context.Context) (console.ReloadResult, error) {

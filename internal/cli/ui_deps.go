@@ -11,6 +11,7 @@ import (
 	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/coopr"
 	"github.com/loomrt/loom/internal/queue"
+	"github.com/loomrt/loom/internal/tokens"
 	"github.com/loomrt/loom/internal/worker"
 	"github.com/loomrt/loom/runtime"
 )
@@ -18,6 +19,7 @@ import (
 // uiDeps are the daemon's parts the web console reads and acts on.
 type uiDeps struct {
 	token    string
+	tokens   *tokens.Set
 	readOnly bool
 	queue    *queue.Queue
 	plugins  api.Plugins

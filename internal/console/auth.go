@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/loomrt/loom/internal/tokens"
 )
 
 // The session cookie. Its value is payload.mac, both base64url; the
@@ -33,23 +35,30 @@ type sessionKeys struct {
 	open bool // no token: anyone who reaches the API may use the console
 }
 
-func newSessionKeys(token string) sessionKeys {
-	if token == "" {
+func newSessionKeys(admin string, set *tokens.Set) sessionKeys {
+	open := set == nil || set.Open()
+	if admin == "" {
 		k := make([]byte, 32)
 		_, _ = rand.Read(k)
-		return sessionKeys{mac: k, open: true}
+		return sessionKeys{mac: k, open: open}
 	}
-	m := hmac.New(sha256.New, []byte(token))
+	m := hmac.New(sha256.New, []byte(admin))
 	m.Write([]byte("loomd console session v1"))
-	return sessionKeys{mac: m.Sum(nil)}
+	return sessionKeys{mac: m.Sum(nil), open: open}
 }
 
 // session is a signed-in (or, without a token, anonymous) viewer.
 type session struct {
-	Nonce   string
+	Nonce string
+	// Subject names the token signed in with (its name, never its
+	// secret).
 	Subject string
 	Expires time.Time
 	csrf    string
+	// token is the token's scope as the tokens say now (a token removed
+	// from the tokens file ends its sessions; a changed scope applies at
+	// once).
+	token tokens.Token
 }
 
 type sessionKey struct{}
@@ -140,9 +149,17 @@ func (c *Console) authed(next http.Handler) http.Handler {
 		if ck, err := r.Cookie(cookieName); err == nil {
 			s = c.keys.parse(ck.Value, now)
 		}
+		if s != nil {
+			if tok, ok := c.tokenNamed(s.Subject); ok {
+				s.token = tok
+			} else {
+				s = nil // the token was removed, or the console was opened up or locked
+			}
+		}
 		if s == nil && c.keys.open && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 			var v string
-			s, v = c.keys.newSession("anonymous", now)
+			s, v = c.keys.newSession(tokens.Anonymous.Name, now)
+			s.token = tokens.Anonymous
 			c.setCookie(w, r, v, s.Expires)
 		}
 		if s == nil {
@@ -164,6 +181,10 @@ func (c *Console) acting(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c.cfg.ReadOnly {
 			c.refuse(w, r, http.StatusForbidden, "This console is read-only.", "loomd runs with --ui-readonly: use the API or the CLI for actions.")
+			return
+		}
+		if s := sessionOf(r); s != nil && !s.token.CanWrite() {
+			c.refuse(w, r, http.StatusForbidden, "Your token is read-only.", fmt.Sprintf("You signed in with %s: it may look, not act.", s.token))
 			return
 		}
 		if !sameOrigin(r) {
@@ -232,17 +253,19 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.refuse(w, r, http.StatusForbidden, "Refused: the sign-in came from another site.", "Sign in from this console's own page.")
 		return
 	}
-	token := strings.TrimSpace(r.PostForm.Get("token"))
-	if token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(c.cfg.Token)) != 1 {
+	secret := strings.TrimSpace(r.PostForm.Get("token"))
+	tok, ok := c.cfg.Tokens.Check(secret)
+	if secret == "" || !ok {
 		// A wrong token costs the guesser time; the token itself should be
 		// long and random (docs/ui.md).
 		time.Sleep(300 * time.Millisecond)
 		c.log.Warn("console: sign-in with a wrong token", "remote", r.RemoteAddr)
 		c.render(w, r, http.StatusUnauthorized, "login", &view{Title: "Sign in", Data: map[string]any{"Next": next,
-			"Error": "That is not the token this loomd was started with (--token or LOOM_TOKEN)."}})
+			"Error": "That is not one of this loomd's tokens (--token, LOOM_TOKEN or --tokens-file)."}})
 		return
 	}
-	s, v := c.keys.newSession("token", c.cfg.Now())
+	c.log.Info("console: signed in", "token", tok.Name, "remote", r.RemoteAddr)
+	s, v := c.keys.newSession(tok.Name, c.cfg.Now())
 	c.setCookie(w, r, v, s.Expires)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
@@ -276,4 +299,26 @@ func (c *Console) notFound(w http.ResponseWriter, r *http.Request, detail string
 func (c *Console) unavailable(w http.ResponseWriter, r *http.Request, what string, err error) {
 	c.log.Warn("console: "+what, "err", err)
 	c.refuse(w, r, http.StatusServiceUnavailable, "loomd could not answer", fmt.Sprintf("%s: %v. Reload the page to try again.", what, err))
+}
+
+// tokenNamed is the current scope of the token a session signed in with.
+// An open console (no token at all) has one anonymous admin.
+func (c *Console) tokenNamed(name string) (tokens.Token, bool) {
+	if c.keys.open {
+		return tokens.Anonymous, name == tokens.Anonymous.Name
+	}
+	for _, t := range c.cfg.Tokens.Tokens() {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return tokens.Token{}, false
+}
+
+// tokenOf is the request's token (an anonymous admin outside a session).
+func tokenOf(r *http.Request) tokens.Token {
+	if s := sessionOf(r); s != nil {
+		return s.token
+	}
+	return tokens.Anonymous
 }

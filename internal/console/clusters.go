@@ -104,6 +104,9 @@ func (c *Console) clusters(w http.ResponseWriter, r *http.Request) {
 			err = gerr
 			break
 		}
+		if !c.scope(r).allows(cl.Tenant) {
+			continue
+		}
 		row := clusterRow{Name: cl.Name, Status: cl.Status, Nodes: len(cl.Nodes), Updated: cl.Updated, Job: cl.LastJob()}
 		for _, node := range cl.Nodes {
 			if node.State == state.NodeActive {
@@ -293,6 +296,9 @@ func (c *Console) loadCluster(w http.ResponseWriter, r *http.Request) (*state.Cl
 	case err != nil:
 		c.unavailable(w, r, "reading cluster "+name, err)
 		return nil, false
+	case !c.scope(r).allows(cl.Tenant):
+		c.notFound(w, r, fmt.Sprintf("loomd's store holds no cluster %q.", name))
+		return nil, false
 	}
 	return cl, true
 }
@@ -339,7 +345,7 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		cancel()
-		d.Actions = !c.cfg.ReadOnly
+		d.Actions = !c.readOnly(r)
 	}
 	srv := c.cliServer(r)
 	spec := cl.SpecFile

@@ -42,6 +42,7 @@ import (
 	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/coopr"
 	"github.com/loomrt/loom/internal/queue"
+	"github.com/loomrt/loom/internal/tokens"
 	"github.com/loomrt/loom/internal/worker"
 )
 
@@ -56,10 +57,15 @@ const Prefix = "/ui"
 
 // Config configures the console.
 type Config struct {
-	// Token is the API's bearer token; "" means the API is open (loopback
-	// without --token), and so is the console: no login, but actions
-	// still need the CSRF token of the session cookie the first page
-	// sets.
+	// Tokens are the API's tokens (internal/tokens): a person signs in
+	// with one, and sees and does what it allows (its tenant, read-only).
+	// Nil or open (no token at all: a loopback daemon) makes the console
+	// open too: no sign-in, but actions still need the CSRF token of the
+	// session cookie the first page sets.
+	Tokens *tokens.Set
+	// Token is the admin token (--token), when there is one: the session
+	// cookies' key derives from it, so daemons sharing it share sessions.
+	// Without it the key is random per process.
 	Token string
 	// DefaultTenant is the daemon's --tenant: tasks without a tenantId run
 	// for it.
@@ -179,7 +185,7 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: static assets: %w", err)
 	}
-	c := &Console{cfg: cfg, log: cfg.Logger, pages: pages, keys: newSessionKeys(cfg.Token), stopped: make(chan struct{}),
+	c := &Console{cfg: cfg, log: cfg.Logger, pages: pages, keys: newSessionKeys(cfg.Token, cfg.Tokens), stopped: make(chan struct{}),
 		assetV: assetVersion()}
 	c.static = http.StripPrefix(Prefix+"/static/", http.FileServer(http.FS(sub)))
 	c.hub = newHub(cfg.MaxStreams)

@@ -12,6 +12,8 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -24,6 +26,7 @@ import (
 	"github.com/loomrt/loom/internal/api"
 	"github.com/loomrt/loom/internal/coopr"
 	"github.com/loomrt/loom/internal/queue"
+	"github.com/loomrt/loom/internal/tokens"
 	"github.com/loomrt/loom/runtime"
 )
 
@@ -193,6 +196,9 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	t.Helper()
 	q := newFakeQueue()
 	cfg.Queue, cfg.Changes = q, q
+	if cfg.Tokens == nil {
+		cfg.Tokens = tokens.New(cfg.Token)
+	}
 	if cfg.Plugins == nil {
 		cfg.Plugins = fakePlugins{}
 	}
@@ -203,7 +209,7 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := api.New(api.Config{Addr: "127.0.0.1:0", Token: cfg.Token, Queue: q, UI: c.Handler()})
+	a, err := api.New(api.Config{Addr: "127.0.0.1:0", Tokens: cfg.Tokens, Queue: q, UI: c.Handler()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +282,7 @@ func TestLogin(t *testing.T) {
 		t.Fatalf("unauthenticated GET: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	resp, body := h.do(cl, "POST", "/ui/login", url.Values{"token": {"wrong"}})
-	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "not the token") {
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "not one of this loomd") {
 		t.Fatalf("wrong token: %d\n%s", resp.StatusCode, body)
 	}
 	// The API's bearer token is not a console session, and a console
@@ -329,7 +335,7 @@ func TestLogin(t *testing.T) {
 }
 
 func TestSessionsSurviveARestartWithTheSameToken(t *testing.T) {
-	k1, k2, k3 := newSessionKeys("a"), newSessionKeys("a"), newSessionKeys("b")
+	k1, k2, k3 := newSessionKeys("a", tokens.New("a")), newSessionKeys("a", tokens.New("a")), newSessionKeys("b", tokens.New("b"))
 	now := time.Now()
 	_, v := k1.newSession("token", now)
 	if k2.parse(v, now) == nil {
@@ -801,5 +807,84 @@ func TestCooprPage(t *testing.T) {
 	h2.login(cl2)
 	if resp, body := h2.do(cl2, "GET", "/ui/coopr", nil); resp.StatusCode != http.StatusNotFound || strings.Contains(body, `href="/ui/coopr"`) {
 		t.Errorf("coopr page without a link: %d", resp.StatusCode)
+	}
+}
+
+// TestScopedTokens: a tenant token signs in and sees its tenant's tasks
+// only; a read-only token looks and cannot act; a token removed from the
+// file ends its sessions.
+func TestScopedTokens(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tokens.json")
+	write := func(body string) {
+		if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`{"tokens": [{"name": "acme-ops", "token": "acme-secret-0123456789", "tenant": "acme"},
+		{"name": "acme-view", "token": "view-secret-0123456789", "tenant": "acme", "readOnly": true}]}`)
+	set, err := tokens.Load(file, testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, Config{Token: testToken, Tokens: set, DefaultTenant: "default"})
+	h.q.add(queue.Record{TaskID: "mine", TenantID: "acme", State: queue.Queued, Family: "automator", Type: "shell"}, `{}`)
+	h.q.add(queue.Record{TaskID: "theirs", TenantID: "globex", State: queue.Queued, Family: "automator", Type: "shell"}, `{}`)
+	h.q.add(queue.Record{TaskID: "dflt", State: queue.Queued, Family: "automator", Type: "shell"}, `{}`)
+	login := func(secret string) *http.Client {
+		cl := h.client()
+		resp, _ := h.do(cl, "POST", "/ui/login", url.Values{"token": {secret}})
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("login with %s: %d", secret, resp.StatusCode)
+		}
+		return cl
+	}
+	ops := login("acme-secret-0123456789")
+	_, list := h.do(ops, "GET", "/ui/tasks", nil)
+	if !strings.Contains(list, "/ui/tasks/mine") || strings.Contains(list, "/ui/tasks/theirs") || strings.Contains(list, "/ui/tasks/dflt") {
+		t.Fatalf("a tenant token's task list:\n%.3000s", list)
+	}
+	if !strings.Contains(list, "tenant acme") {
+		t.Errorf("the header does not say which token is signed in")
+	}
+	if resp, _ := h.do(ops, "GET", "/ui/tasks/theirs", nil); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("another tenant's task: %d, want 404", resp.StatusCode)
+	}
+	if resp, _ := h.do(ops, "GET", "/ui/events?topic=task:theirs", nil); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("another tenant's task's events: %d, want 404", resp.StatusCode)
+	}
+	_, overview := h.do(ops, "GET", "/ui/", nil)
+	if strings.Contains(overview, "Queue depth by plugin type") || strings.Contains(overview, "Worker processes") {
+		t.Errorf("a tenant token sees the daemon-wide figures")
+	}
+	_, page := h.do(ops, "GET", "/ui/tasks/mine/cancel", nil)
+	if resp, _ := h.do(ops, "POST", "/ui/tasks/mine/cancel", url.Values{"csrf": {csrfOf(t, page)}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("the tenant cancels its task: %d", resp.StatusCode)
+	}
+	if resp, _ := h.do(ops, "POST", "/ui/plugins/reload", url.Values{"csrf": {csrfOf(t, page)}}); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a tenant token reloads the plugins: %d", resp.StatusCode)
+	}
+	view := login("view-secret-0123456789")
+	h.q.add(queue.Record{TaskID: "mine2", TenantID: "acme", State: queue.Queued, Family: "automator", Type: "shell"}, `{}`)
+	_, vpage := h.do(view, "GET", "/ui/tasks/mine2", nil)
+	if strings.Contains(vpage, "/ui/tasks/mine2/cancel") || !strings.Contains(vpage, "read-only") {
+		t.Fatalf("a read-only token is offered actions")
+	}
+	if resp, _ := h.do(view, "POST", "/ui/tasks/mine2/cancel", url.Values{"csrf": {csrfOf(t, vpage)}}); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a read-only token cancels: %d", resp.StatusCode)
+	}
+	// The ops token is removed from the file: its session ends.
+	write(`{"tokens": [{"name": "acme-view", "token": "view-secret-0123456789", "tenant": "acme", "readOnly": true}]}`)
+	if err := set.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := h.do(ops, "GET", "/ui/tasks", nil); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("a removed token's session still works: %d", resp.StatusCode)
+	}
+	// The admin token sees every tenant.
+	admin := login(testToken)
+	_, all := h.do(admin, "GET", "/ui/tasks", nil)
+	if !strings.Contains(all, "/ui/tasks/theirs") || !strings.Contains(all, "/ui/tasks/dflt") {
+		t.Fatalf("the admin token does not see every tenant")
 	}
 }

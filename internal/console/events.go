@@ -169,6 +169,10 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		}
 		clusters = clusters || t == topicClusters || strings.HasPrefix(t, "cluster:")
 	}
+	if !c.mayFollow(r, topics) {
+		http.Error(w, "a topic names a task or cluster this session does not see", http.StatusNotFound)
+		return
+	}
 	if clusters {
 		c.watchClusters(r.Context())
 	}
@@ -236,6 +240,36 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 			heartbeat.Reset(c.cfg.Heartbeat)
 		}
 	}
+}
+
+// mayFollow checks that a tenant's session follows only its own tasks
+// and clusters (an event only says "changed", but when is information).
+func (c *Console) mayFollow(r *http.Request, topics []string) bool {
+	sc := c.scope(r)
+	if sc.all {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	for _, t := range topics {
+		kind, arg, _ := strings.Cut(t, ":")
+		switch kind {
+		case "task":
+			rec, err := c.cfg.Queue.Get(ctx, arg)
+			if err != nil || !sc.allows(rec.TenantID) {
+				return false
+			}
+		case "cluster":
+			st, err := c.clusterState(ctx)
+			if err != nil {
+				return false
+			}
+			if cl, err := st.Get(arg); err == nil && !sc.allows(cl.Tenant) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // watchClusters starts the cluster bucket's watch once a page follows a

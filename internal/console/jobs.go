@@ -53,6 +53,9 @@ func (c *Console) planRequest(ctx context.Context, d *planData, cluster string, 
 	if err != nil {
 		return err
 	}
+	if cl != nil && !c.scopeOf(ctx).allows(cl.Tenant) {
+		return fmt.Errorf("cluster %q belongs to another tenant", cluster)
+	}
 	d.Exists = cl != nil
 	d.Steps = runner.StepsOfChange(ch)
 	b, err := json.Marshal(ch.Document(req.Options(), false).Expect())
@@ -90,8 +93,8 @@ func splitList(s string) []string {
 // when they are not.
 func (c *Console) jobsOn(w http.ResponseWriter, r *http.Request) bool {
 	switch {
-	case c.cfg.ReadOnly:
-		c.refuse(w, r, http.StatusForbidden, "This console is read-only.", "loomd runs with --ui-readonly: use the CLI for cluster actions.")
+	case c.readOnly(r):
+		c.refuse(w, r, http.StatusForbidden, "This console is read-only for you.", "loomd runs with --ui-readonly, or your token is read-only: use the CLI for cluster actions.")
 	case c.cfg.Jobs == nil:
 		c.refuse(w, r, http.StatusConflict, "This loomd runs no cluster jobs.", "Its queue keeps no cluster state.")
 	default:
@@ -148,11 +151,20 @@ func (c *Console) apply(w http.ResponseWriter, r *http.Request) {
 		c.refuse(w, r, http.StatusBadRequest, "Nothing was run.", err.Error())
 		return
 	}
+	if st, err := c.clusterState(r.Context()); err == nil {
+		if cl, err := st.Get(sp.Name); err == nil && !c.scope(r).allows(cl.Tenant) {
+			c.refuse(w, r, http.StatusForbidden, "Nothing was run.", fmt.Sprintf("Cluster %q belongs to another tenant.", sp.Name))
+			return
+		}
+	}
 	c.submit(w, r, sp.Name, runner.Request{Verb: runner.VerbApply, Spec: text, SpecFile: "the console", Expect: exp})
 }
 
 func (c *Console) submit(w http.ResponseWriter, r *http.Request, cluster string, req runner.Request) {
 	req.Requester = "the console (" + sessionOf(r).Subject + ", " + r.RemoteAddr + ")"
+	if tok := tokenOf(r); !tok.Admin() {
+		req.Tenant = tok.Tenant // a new cluster is the token's tenant's; others' are refused below
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
 	acc, err := c.cfg.Jobs.Submit(ctx, cluster, req)

@@ -19,6 +19,8 @@ type depthRow struct {
 }
 
 type overviewData struct {
+	// Admin: the daemon-wide figures are shown (an admin token).
+	Admin       bool
 	Healthy     bool
 	HealthError string
 	Depth       []depthRow
@@ -37,9 +39,22 @@ type overviewData struct {
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	d := overviewData{Healthy: true}
+	d := overviewData{Healthy: true, Admin: tokenOf(r).Admin()}
 	if err := c.cfg.Queue.Health(ctx); err != nil {
 		d.Healthy, d.HealthError = false, err.Error()
+	}
+	if !d.Admin {
+		// The queue's depth, the metrics and the workers are the
+		// daemon's, every tenant's: an admin token's, as /metrics is.
+		page, err := c.listScoped(ctx, queue.Filter{State: queue.Failed, Limit: 10}, c.scope(r), "", 10)
+		if err != nil {
+			d.FailError = err.Error()
+		}
+		for _, rec := range page.Records {
+			d.Failures = append(d.Failures, api.TaskOf(rec))
+		}
+		c.render(w, r, http.StatusOK, "overview", &view{Title: "Overview", Nav: "overview", Topics: []string{topicOverview}, Data: d})
+		return
 	}
 	depth, err := c.cfg.Queue.Depth(ctx)
 	if err != nil {

@@ -79,7 +79,7 @@ func fieldsOf(raw []byte) []paramGroup {
 }
 
 func (c *Console) plugins(w http.ResponseWriter, r *http.Request) {
-	d := pluginsData{CanReload: c.cfg.Reload != nil && !c.cfg.ReadOnly, CLI: "loomd plugins --plugins DIR"}
+	d := pluginsData{CanReload: c.cfg.Reload != nil && !c.readOnly(r) && tokenOf(r).Admin(), CLI: "loomd plugins --plugins DIR"}
 	if c.cfg.Plugins != nil {
 		byKey := map[string]*pluginKind{}
 		for _, t := range c.cfg.Plugins.Types() {
@@ -124,8 +124,8 @@ func (c *Console) Reloaded(res ReloadResult, err error) {
 }
 
 func (c *Console) reloadConfirm(w http.ResponseWriter, r *http.Request) {
-	if c.cfg.Reload == nil || c.cfg.ReadOnly {
-		c.refuse(w, r, http.StatusConflict, "Reloading from the console is off.", actionHelp("", c.cfg.ReadOnly))
+	if c.cfg.Reload == nil || c.readOnly(r) || !tokenOf(r).Admin() {
+		c.refuse(w, r, http.StatusForbidden, "Reloading from the console is not yours to do.", "A reload changes what every tenant runs: it takes an admin token that may write, and a console without --ui-readonly.")
 		return
 	}
 	c.render(w, r, http.StatusOK, "confirm", &view{Title: "Reload the plugins?", Nav: "plugins", Data: map[string]any{
@@ -137,8 +137,8 @@ func (c *Console) reloadConfirm(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) reload(w http.ResponseWriter, r *http.Request) {
-	if c.cfg.Reload == nil {
-		c.refuse(w, r, http.StatusConflict, "Reloading from the console is off.", "")
+	if c.cfg.Reload == nil || !tokenOf(r).Admin() {
+		c.refuse(w, r, http.StatusForbidden, "Reloading from the console is not yours to do.", "A reload changes what every tenant runs: it takes an admin token that may write.")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)

@@ -31,7 +31,8 @@ type view struct {
 	// Filled in by render.
 	CSRF     string
 	ReadOnly bool
-	Open     bool // no token: no sign-out
+	Open     bool   // no token: no sign-out
+	Who      string // the token signed in with, for the header
 	Coopr    bool
 	AssetV   string
 	Path     string
@@ -85,7 +86,11 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, code int, page 
 	if f := flashes[r.URL.Query().Get("done")]; f != "" {
 		v.Flash = f
 	}
-	v.ReadOnly, v.Open, v.Coopr, v.AssetV, v.Path = c.cfg.ReadOnly, c.keys.open, c.cfg.Coopr != nil, c.assetV, r.URL.Path
+	tok := tokenOf(r)
+	v.ReadOnly, v.Open, v.Coopr, v.AssetV, v.Path = c.readOnly(r), c.keys.open, c.cfg.Coopr != nil && tok.Admin(), c.assetV, r.URL.Path
+	if !c.keys.open {
+		v.Who = tok.String()
+	}
 	var buf bytes.Buffer
 	if err := t.ExecuteTemplate(&buf, "layout", v); err != nil {
 		c.log.Error("console: rendering a page failed", "page", page, "err", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/loomrt/loom/internal/api"
 	"github.com/loomrt/loom/internal/cluster/joblog"
 	"github.com/loomrt/loom/internal/queue"
+	"github.com/loomrt/loom/internal/tokens"
 	"github.com/loomrt/loom/runtime"
 )
 
@@ -25,8 +26,24 @@ type scope struct {
 	def string
 }
 
-func (c *Console) scope(r *http.Request) scope {
-	return scope{all: true, def: c.cfg.DefaultTenant}
+func (c *Console) scope(r *http.Request) scope { return c.scopeOf(r.Context()) }
+
+// scopeOf is the scope of the session a request's context carries.
+func (c *Console) scopeOf(ctx context.Context) scope {
+	tok := tokens.Anonymous
+	if s, ok := ctx.Value(sessionKey{}).(*session); ok && s != nil {
+		tok = s.token
+	}
+	if tok.Admin() {
+		return scope{all: true, def: c.cfg.DefaultTenant}
+	}
+	return scope{tenants: map[string]bool{tok.Tenant: true}, def: c.cfg.DefaultTenant}
+}
+
+// readOnly reports whether the request may not act: --ui-readonly, or a
+// read-only token.
+func (c *Console) readOnly(r *http.Request) bool {
+	return c.cfg.ReadOnly || !tokenOf(r).CanWrite()
 }
 
 func (s scope) allows(tenant string) bool {
@@ -285,8 +302,8 @@ func (c *Console) loadTask(w http.ResponseWriter, r *http.Request) (queue.Record
 }
 
 // actionsFor lists what may be done with a task in its state.
-func (c *Console) actionsFor(rec queue.Record, srv string) []taskAction {
-	if c.cfg.ReadOnly {
+func (c *Console) actionsFor(r *http.Request, rec queue.Record, srv string) []taskAction {
+	if c.readOnly(r) {
 		return nil
 	}
 	id := shellQuote(rec.TaskID)
@@ -306,7 +323,7 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	srv := c.cliServer(r)
-	d := taskData{Task: api.TaskOf(rec), Actions: c.actionsFor(rec, srv), CLI: "loomd task get " + shellQuote(rec.TaskID) + srv}
+	d := taskData{Task: api.TaskOf(rec), Actions: c.actionsFor(r, rec, srv), CLI: "loomd task get " + shellQuote(rec.TaskID) + srv}
 	d.Task.Result = nil
 	if len(rec.Result) > 0 {
 		red := c.redact(rec.Result)
@@ -392,14 +409,14 @@ func (c *Console) taskConfirm(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.PathValue("action")
 	var act *taskAction
-	for _, a := range c.actionsFor(rec, c.cliServer(r)) {
+	for _, a := range c.actionsFor(r, rec, c.cliServer(r)) {
 		if a.Name == name {
 			act = &a
 		}
 	}
 	if act == nil {
 		c.refuse(w, r, http.StatusConflict, fmt.Sprintf("Task %s cannot be %s now.", rec.TaskID, pastTense(name)),
-			fmt.Sprintf("It is %s. %s", rec.State, actionHelp(name, c.cfg.ReadOnly)))
+			fmt.Sprintf("It is %s. %s", rec.State, actionHelp(name, c.readOnly(r))))
 		return
 	}
 	c.render(w, r, http.StatusOK, "confirm", &view{Title: act.Label + " task " + rec.TaskID + "?", Nav: "tasks", Data: map[string]any{
