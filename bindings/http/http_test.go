@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	lua "github.com/yuin/gopher-lua"
@@ -382,4 +383,29 @@ func TestSpecMatchesModule(t *testing.T) {
 		}
 	})
 	var _ bindings.Binding = b
+}
+
+// TestDescriptorGuard (issue 20 item 7): with the process's descriptors
+// nearly used up, a request that needs a new connection fails with kind
+// limit and says why, instead of "too many open files".
+func TestDescriptorGuard(t *testing.T) {
+	srv := httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) { w.Write([]byte("ok")) }))
+	defer srv.Close()
+	e := newEnv(t, loomhttp.Options{})
+	e.set(map[string]string{"URL": srv.URL})
+	e.run(t, `assert(http.get(URL).status == 200)`)
+	open, _ := bindings.Descriptors()
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Skip(err)
+	}
+	lim := syscall.Rlimit{Cur: uint64(open + 10), Max: old.Max} // under the reserve of 32
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Skip(err)
+	}
+	defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
+	le := e.runErr(t, `http.get(URL, {headers = {Connection = "close"}}); http.get(URL)`)
+	if le.Kind != "limit" || !strings.Contains(le.Message, "file descriptors open (RLIMIT_NOFILE") {
+		t.Errorf("got %s: %s", le.Kind, le.Message)
+	}
 }

@@ -96,7 +96,7 @@ func newBaseTransport(proxy func(*nethttp.Request) (*url.URL, error), own *liste
 	}
 	return &nethttp.Transport{
 		Proxy:                 proxy,
-		DialContext:           d.DialContext,
+		DialContext:           guardDescriptors(d.DialContext),
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          256,
 		MaxIdleConnsPerHost:   32, // many tasks call the same cloud API
@@ -104,6 +104,18 @@ func newBaseTransport(proxy func(*nethttp.Request) (*url.URL, error), own *liste
 		TLSHandshakeTimeout:   15 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
+	}
+}
+
+// guardDescriptors refuses a new connection, with kind "limit", when the
+// process is short of file descriptors, rather than letting it fail with
+// "too many open files" later, in another tenant's task (issue 20 item 7).
+func guardDescriptors(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if err := bindings.CheckDescriptors(""); err != nil {
+			return nil, err
+		}
+		return dial(ctx, network, addr)
 	}
 }
 
@@ -206,12 +218,12 @@ func (b *Binding) transportFor(r *request) (nethttp.RoundTripper, error) {
 				d.Control = ownControl(b.opts.Listeners)
 			}
 			t.Proxy = nil
-			t.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			t.DialContext = guardDescriptors(func(ctx context.Context, _, _ string) (net.Conn, error) {
 				if err := checkOwn(b.opts.Listeners, "unix", path); err != nil {
 					return nil, err
 				}
 				return d.DialContext(ctx, "unix", path)
-			}
+			})
 			t.DialTLSContext = nil
 		}
 		return t, nil
