@@ -223,7 +223,7 @@ func bucketProvisionerKind() *Kind {
 	return &Kind{
 		Family: BucketProvisioner, Key: "bucketprovisioners", Base: "BucketProvisioner",
 		Title:  "lib-bucket-provisioner provisioner (ObjectBucketClaims)",
-		Caller: "lib-bucket-provisioner's controller (HEAD, generation 3) through the Go adapter of api.Provisioner in adapters/bucketprovisioner ([lib-bucket-provisioner.md](lib-bucket-provisioner.md))",
+		Caller: "lib-bucket-provisioner's controller, any of its three interface generations, through the Go adapter of api.Provisioner in adapters/bucketprovisioner ([lib-bucket-provisioner.md](lib-bucket-provisioner.md))",
 		Hooks: []Hook{
 			{Name: "generate_user_id", Input: sObj(req("claim", objectBucketClaim), opt("object_bucket", objectBucket)),
 				Result: sString("a user id, stable across calls"),
@@ -233,9 +233,9 @@ func bucketProvisionerKind() *Kind {
 					ns, _ := md["namespace"].(string)
 					name, _ := md["name"].(string)
 					return "obc-" + ns + "-" + name, nil
-				}, Doc: "the user the bucket's credentials belong to"},
+				}, Doc: "generation 3 only: the user the bucket's credentials belong to (provision and grant then get it as user_id)"},
 			{Name: "provision", Required: true, Input: request, Result: connection, verify: sameBucket,
-				Doc: "create the bucket (greenfield) and its credentials; called on every reconcile: be idempotent"},
+				Doc: "create the bucket (greenfield) and its credentials; generation 3 calls it on every reconcile: be idempotent"},
 			{Name: "grant", Input: request, Result: connection, verify: sameBucket,
 				Absent: "error terminal/unimplemented \"brownfield (grant) not supported by this provisioner\"",
 				absent: unimplemented("brownfield (grant) not supported by this provisioner"),
@@ -245,7 +245,7 @@ func bucketProvisionerKind() *Kind {
 			{Name: "revoke", Input: ob, Absent: "success (nothing to revoke)", absent: answer(nothing),
 				Doc: "remove the access provision or grant gave (every other deletion)"},
 			{Name: "update", Input: ob, Absent: "success", absent: answer(nothing),
-				Doc: "generation 2 only: the claim's additionalConfig changed"},
+				Doc: "generation 2 only: the claim's additionalConfig changed; object_bucket.spec.endpoint.additionalConfig holds the new config (the previous one when the library reverts)"},
 		},
 		Errors: []ErrorClass{
 			{Class: ClassRetry, Reasons: []string{"bucket_exists"},

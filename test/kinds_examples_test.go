@@ -250,9 +250,13 @@ func exampleBucketProvisioner(t *testing.T, c *kindCaller) {
 	buckets := map[string]string{} // name -> owner
 	users := map[string][2]string{}
 	grants := map[string]bool{}
+	configs := map[string]map[string]any{}
 	url := api.serve(t, func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 		switch {
+		case parts[0] == "buckets" && len(parts) == 3 && r.Method == "PUT": // config
+			configs[parts[1]] = body
+			reply(w, 204, nil)
 		case parts[0] == "buckets" && r.Method == "PUT":
 			if o, ok := buckets[parts[1]]; ok && o != body["owner"] {
 				reply(w, 409, map[string]any{"error": "bucket " + parts[1] + " belongs to " + o})
@@ -325,9 +329,17 @@ func exampleBucketProvisioner(t *testing.T, c *kindCaller) {
 	if len(buckets) != 0 || users["obc-web-photos"] != [2]string{} {
 		t.Fatalf("delete: buckets %v users %v", buckets, users)
 	}
-	c.ok("s3like", "update", ob("obc-web-photos")) // absent (generation 2 only): success
+	// Generation 2: a changed additionalConfig reaches the bucket.
+	upd := ob("obc-web-photos")
+	upd["object_bucket"].(map[string]any)["spec"].(map[string]any)["endpoint"].(map[string]any)["additionalConfig"] = map[string]any{"maxSize": "10G"}
+	c.ok("s3like", "update", upd)
+	if configs["photos-1"]["maxSize"] != "10G" {
+		t.Fatalf("update: configs %v", configs)
+	}
+	// The library has no terminal errors: a foreign ObjectBucket is a
+	// retry whose message says what to fix.
 	bare := map[string]any{"object_bucket": map[string]any{"spec": map[string]any{}}}
-	c.fails("s3like", "delete", bare, "terminal", "", "not provisioned by s3like")
+	c.fails("s3like", "delete", bare, "retry", "", "not provisioned by s3like")
 }
 
 func TestExampleCloudProvider(t *testing.T) { bothWays(t, exampleCloudProvider) }

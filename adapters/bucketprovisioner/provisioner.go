@@ -1,23 +1,34 @@
 // Package bucketprovisioner implements lib-bucket-provisioner's
-// Provisioner interface (github.com/kube-object-storage/lib-bucket-provisioner
-// at v0.0.0-20260420161730-5164e3746489, the generation-3 API:
-// GenerateUserID, Provision, Grant, Delete, Revoke) by calling a Lua plugin
-// of the bucketprovisioners kind through a Loom runtime. The types are the
-// real ones, imported from the library: the package compile-checks against
-// api.Provisioner, and a controller runs it as any provisioner:
+// Provisioner interface (github.com/kube-object-storage/lib-bucket-provisioner)
+// by calling a Lua plugin of the bucketprovisioners kind through a Loom
+// runtime. The library changed its interface twice; one build of the
+// package serves one generation, chosen by build tag, and compile-checks
+// against that generation's api.Provisioner:
+//
+//   - generation 3 (default; v0.0.0-20260420161730-5164e3746489, HEAD):
+//     GenerateUserID, Provision, Grant, Delete, Revoke;
+//   - generation 2 (-tags bucketgen2; v0.0.0-20220811192603-abc54caa34ac,
+//     the last commit before the breaking change): Provision, Grant,
+//     Delete, Revoke, Update;
+//   - generation 1 (-tags bucketgen1; v0.0.0-20191209225510-8423df408133,
+//     the tag kubernetes-v1.14.1): Provision, Grant, Delete, Revoke.
+//
+// The types are the real ones, imported from the library; a controller
+// runs the adapter as any provisioner:
 //
 //	rt, _ := runtime.New(runtime.Options{PluginsDir: "/plugins", Bindings: std.New(std.Options{})})
 //	_ = rt.Load(ctx)
 //	p, err := bucketprovisioner.New(rt, "s3like", bucketprovisioner.Options{Context: ctx})
 //	ctrl, err := provisioner.NewProvisioner(cfg, "s3like.example.com/bucket", p, "")
-//	err = ctrl.RunWithContext(ctx)
+//	err = ctrl.RunWithContext(ctx) // generation 1: ctrl.Run(stopCh)
 //
 // Each method runs one hook (GenerateUserID: generate_user_id, Provision:
-// provision, Grant: grant, Delete: delete, Revoke: revoke). The runtime
-// checks the input and the result against the contract (loomd kinds
-// bucketprovisioner) before the library sees it: a connection without an
-// endpoint or access keys, or whose endpoint names another bucket than the
-// one asked for, is an error, never an ObjectBucket.
+// provision, Grant: grant, Delete: delete, Revoke: revoke, Update:
+// update). The runtime checks the input and the result against the
+// contract (loomd kinds bucketprovisioner) before the library sees it: a
+// connection without an endpoint or access keys, or whose endpoint names
+// another bucket than the one asked for, is an error, never an
+// ObjectBucket.
 package bucketprovisioner
 
 import (
@@ -33,8 +44,6 @@ import (
 	"github.com/loomrt/loom/runtime"
 	"github.com/loomrt/loom/runtime/kindcall"
 )
-
-var _ api.Provisioner = (*Provisioner)(nil)
 
 // Options configure a Provisioner.
 type Options struct {
@@ -69,24 +78,9 @@ func New(rt *runtime.Runtime, name string, opts Options) (*Provisioner, error) {
 	return &Provisioner{t: t, opts: opts}, nil
 }
 
-// GenerateUserID runs generate_user_id with {claim, object_bucket} (the
-// ObjectBucket is absent on the first reconcile). Without the hook the
-// answer is "obc-<namespace>-<name>", stable across calls as the library
-// requires.
-func (p *Provisioner) GenerateUserID(obc *v1alpha1.ObjectBucketClaim, ob *v1alpha1.ObjectBucket) (string, error) {
-	in := map[string]any{"claim": obc}
-	if ob != nil {
-		in["object_bucket"] = ob
-	}
-	var id string
-	if err := p.call("generate_user_id", claimID(obc), in, &id); err != nil {
-		return "", err
-	}
-	return id, nil
-}
-
 // Provision runs provision (greenfield): create the bucket and its
-// credentials. The library calls it on every reconcile.
+// credentials. Generation 3 calls it on every reconcile; generations 1
+// and 2 until the claim is bound.
 func (p *Provisioner) Provision(options *api.BucketOptions) (*v1alpha1.ObjectBucket, error) {
 	return p.connect("provision", options)
 }
@@ -133,8 +127,8 @@ func (p *Provisioner) connect(hook string, o *api.BucketOptions) (*v1alpha1.Obje
 		return nil, errors.New("bucketprovisioner: " + hook + " needs BucketOptions with the ObjectBucketClaim (the library always sets it)")
 	}
 	in := map[string]any{"bucket_name": o.BucketName, "claim": o.ObjectBucketClaim}
-	if o.UserID != "" {
-		in["user_id"] = o.UserID
+	if id := userID(o); id != "" {
+		in["user_id"] = id
 	}
 	if o.ReclaimPolicy != nil {
 		in["reclaim_policy"] = string(*o.ReclaimPolicy)

@@ -9,6 +9,13 @@
 -- Provision and grant run on every reconcile: both are idempotent.
 -- Delete and revoke get the ObjectBucket read back from Kubernetes, which
 -- has no credentials: everything they need is in additional_state.
+-- A claim's spec.additionalConfig (maxSize, versioning ...) is the bucket's
+-- config: provision applies it (the library's current generation calls it
+-- on every reconcile), and update applies a changed one (generation 2
+-- calls update instead).
+--
+-- The library has no terminal errors: every error is retried with backoff
+-- (up to 1000 s apart), so each message says what to fix.
 local loom = require("loom")
 local http = require("loom.http")
 local fs = require("loom.fs")
@@ -41,6 +48,14 @@ local function params(req)
   return p
 end
 
+-- configure applies a claim's additionalConfig to the bucket; it returns
+-- the config applied (the ObjectBucket's endpoint.additional_config).
+local function configure(self, p, bucket, config)
+  if config == nil or next(config) == nil then return nil end
+  admin(self, p, "PUT", "/buckets/" .. bucket .. "/config", config)
+  return config
+end
+
 -- connection grants user on bucket and returns what the library needs.
 local function connection(self, req, p, user)
   local keys = admin(self, p, "POST", "/users", { id = user })
@@ -62,7 +77,9 @@ function S3Like:provision(req)
   local user = req.user_id or self:generate_user_id(req)
   -- 409 from another owner is bucket_exists; our own bucket is a 200.
   admin(self, p, "PUT", "/buckets/" .. req.bucket_name, { owner = user, region = p.region })
-  return connection(self, req, p, user)
+  local c = connection(self, req, p, user)
+  c.endpoint.additional_config = configure(self, p, req.bucket_name, req.claim.spec and req.claim.spec.additionalConfig)
+  return c
 end
 
 function S3Like:grant(req)
@@ -77,7 +94,11 @@ end
 local function state(req)
   local st = req.object_bucket.spec and req.object_bucket.spec.additionalState or {}
   if not st.user or not st.adminUrl then
-    error({ class = "terminal", message = "the ObjectBucket has no additionalState.user/adminUrl: it was not provisioned by s3like" })
+    -- A retry, as every error of this contract: the library keeps the
+    -- claim on its finalizer until the ObjectBucket is fixed or removed.
+    error(("ObjectBucket %s has no additionalState.user/adminUrl: it was not provisioned by s3like "
+      .. "(does its StorageClass name another provisioner?); add them, or remove the ObjectBucket's finalizer"):format(
+      req.object_bucket.metadata and req.object_bucket.metadata.name or "?"))
   end
   return st, req.object_bucket.spec.endpoint.bucketName
 end
@@ -86,6 +107,18 @@ function S3Like:revoke(req)
   local st, bucket = state(req)
   local p = { adminUrl = st.adminUrl }
   admin(self, p, "DELETE", "/users/" .. st.user .. "/grants/" .. bucket) -- 404: already revoked
+end
+
+-- Generation 2 of the library: the claim's additionalConfig changed; the
+-- ObjectBucket carries the new one (or the previous one, when the library
+-- reverts after failing to store the ObjectBucket).
+function S3Like:update(req)
+  local st, bucket = state(req)
+  local config = req.object_bucket.spec.endpoint.additionalConfig or {}
+  local _, status = admin(self, { adminUrl = st.adminUrl }, "PUT", "/buckets/" .. bucket .. "/config", config)
+  if status == 404 then
+    return nil, "bucket " .. bucket .. " does not exist (deleted outside Kubernetes?): its config cannot change"
+  end
 end
 
 function S3Like:delete(req)

@@ -24,6 +24,22 @@ describe("provision", function()
     assert.equals("photos-1", res.result.endpoint.bucket_name)
     assert.equals("obc-web-photos", res.result.additional_state.user)
     assert.equals("Bearer adm", fake:last("PUT", "/buckets/{name}").headers.authorization)
+    fake:assert_not_called("PUT", "/buckets/{name}/config")
+  end)
+
+  it("applies the claim's additionalConfig to the bucket", function()
+    local fake = loom.test.http({ permit = true, routes = {
+      ["PUT /buckets/{name}"] = { json = { name = "photos-1" } },
+      ["PUT /buckets/{name}/config"] = 204,
+      ["POST /users"] = { json = { accessKey = "AK", secretKey = "SK" } },
+      ["PUT /users/{id}/grants/{bucket}"] = 204,
+    } })
+    local req = request(fake)
+    req.claim = { metadata = claim.metadata, spec = { additionalConfig = { maxSize = "5G" } } }
+    local res = loom.test.call("provision", req)
+    assert.equals(0, res.status)
+    assert.equals("5G", res.result.endpoint.additional_config.maxSize)
+    assert.equals("5G", fake:last("PUT", "/buckets/{name}/config").json.maxSize)
   end)
 
   it("turns a 409 into bucket_exists", function()
@@ -107,16 +123,19 @@ describe("revoke and delete", function()
     fake:assert_called("DELETE", "/buckets/{name}", 2)
   end)
 
-  it("refuses an ObjectBucket it did not provision, as terminal", function()
-    local res = loom.test.call("delete", { object_bucket = { spec = {} } })
-    assert.equals("terminal", res.error.class)
+  it("refuses an ObjectBucket it did not provision, with a retry that says what to fix", function()
+    local res = loom.test.call("delete", { object_bucket = { metadata = { name = "obc-web-old" }, spec = {} } })
+    assert.equals("retry", res.error.class) -- the library has no terminal errors
+    assert.matches("ObjectBucket obc%-web%-old has no additionalState", res.message)
     assert.matches("not provisioned by s3like", res.message)
   end)
 
-  it("answers the absent update (generation 2) with success", function()
-    local fake = loom.test.http({ permit = true })
-    local res = loom.test.call("update", ob(fake))
-    assert.equals(0, res.status)
-    assert.is_true(res.defaulted)
+  it("applies a changed additionalConfig on update (generation 2)", function()
+    local fake = loom.test.http({ permit = true, routes = { ["PUT /buckets/{name}/config"] = 204 } })
+    local req = ob(fake)
+    req.object_bucket.spec.endpoint.additionalConfig = { maxSize = "10G" }
+    assert.equals(0, loom.test.call("update", req).status)
+    assert.equals("10G", fake:last("PUT").json.maxSize)
+    assert.equals("photos-1", fake:last("PUT").params.name)
   end)
 end)
