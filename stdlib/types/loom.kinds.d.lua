@@ -241,13 +241,13 @@ function LoomClusterDriver:remove_legacy_service_account(req) end
 ---@class LoomBucketProvisioner: LoomKind
 LoomBucketProvisioner = {}
 
---- The user the bucket's credentials belong to. (optional; absent: "obc-<namespace>-<name>" of the claim)
+--- Generation 3 only: the user the bucket's credentials belong to (provision and grant then get it as user_id). (optional; absent: "obc-<namespace>-<name>" of the claim)
 ---@param req {claim: LoomObjectBucketClaim, object_bucket?: LoomObjectBucket}
 ---@return string? result
 ---@return (string|LoomCallError)? err
 function LoomBucketProvisioner:generate_user_id(req) end
 
---- Required. Create the bucket (greenfield) and its credentials; called on every reconcile: be idempotent.
+--- Required. Create the bucket (greenfield) and its credentials; generation 3 calls it on every reconcile: be idempotent.
 ---@param req {bucket_name: string, user_id?: string, reclaim_policy?: "Delete"|"Retain"|"Recycle", claim: LoomObjectBucketClaim, parameters?: table<string, string>}
 ---@return LoomConnection? result
 ---@return (string|LoomCallError)? err
@@ -271,7 +271,7 @@ function LoomBucketProvisioner:delete(req) end
 ---@return (string|LoomCallError)? err
 function LoomBucketProvisioner:revoke(req) end
 
---- Generation 2 only: the claim's additionalConfig changed. (optional; absent: success)
+--- Generation 2 only: the claim's additionalConfig changed; object_bucket.spec.endpoint.additionalConfig holds the new config (the previous one when the library reverts). (optional; absent: success)
 ---@param req {object_bucket: LoomObjectBucket}
 ---@return nil
 ---@return (string|LoomCallError)? err
