@@ -206,6 +206,10 @@ func TestRunReusesWorkerAndForwardsLogs(t *testing.T) {
 	if st := e.sup.Stats(); st.Started != 1 || st.Live != 1 || st.Idle != 1 {
 		t.Errorf("stats %+v: want one worker started and kept", st)
 	}
+	// The console's list: the one idle worker, its pid, memory and budget.
+	if ws := e.sup.Workers(); len(ws) != 1 || ws[0].PID <= 0 || ws[0].RSS <= 0 || ws[0].Budget <= 0 || ws[0].TaskID != "" || ws[0].IdleSince.IsZero() {
+		t.Errorf("Workers() = %+v: want one idle worker with its pid, RSS and budget", ws)
+	}
 	logs := e.logs.String()
 	if !strings.Contains(logs, `msg="creating host n1.example.com"`) || !strings.Contains(logs, "task=t2") ||
 		!strings.Contains(logs, "type=ok") {
