@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/loomrt/loom/internal/coopr/coopfake"
 )
 
 // rssSampler records the daemon's highest VmRSS while it runs.
@@ -196,6 +198,48 @@ func boundsCases() []hcase {
 				}
 				return fmt.Sprintf("64 accepted after %d retries (refusals by status: %v, %d not the budget's), all ran; RSS peak %s (%s while they were posted)",
 					retried, refusals, len(others), mib(peak), mib(accepted))
+			}},
+		{name: "coopr-heartbeat-404-storm", class: "coopr link", serial: true,
+			attack: "the Coopr server answers every heartbeat 404 for 8 s (it keeps forgetting the provisioner); `--coopr-heartbeat 1s`, `--coopr-poll 2s`, about 100 plugin types",
+			expect: "registrations back off (jittered, from 2 s doubling): at most one a second, and no plugin type is sent again; the provisioner is registered and serving afterwards",
+			run: func(t *testing.T, s *suite) string {
+				srv := s.own.coopr
+				const hb = "/v2/provisioners/hostile/heartbeat"
+				before := len(srv.Log())
+				srv.AddFault(coopfake.Fault{Path: hb, Status: http.StatusNotFound, Times: 1000})
+				const window = 8 * time.Second
+				time.Sleep(window)
+				for srv.ConsumeFault(hb) {
+				}
+				log := srv.Log()[before:]
+				var regs, types, beats int
+				for _, l := range log {
+					switch {
+					case strings.HasPrefix(l, "PUT /v2/provisioners/hostile "):
+						regs++
+					case strings.HasPrefix(l, "PUT /v2/plugins/"):
+						types++
+					case strings.HasPrefix(l, "POST "+hb):
+						beats++
+					}
+				}
+				// Each registration waits at least half of --coopr-poll
+				// after a 404: at most one a second, plus the one under way.
+				if regs > int(window/time.Second)+1 || types != 0 {
+					t.Errorf("during %v of 404 heartbeats: %d registrations, %d plugin type PUTs; want at most %d registrations and no type sent again",
+						window, regs, types, int(window/time.Second)+1)
+				}
+				end := time.Now().Add(bound)
+				for {
+					if p, ok := srv.Provisioner("hostile"); ok && p.Usage["victim"] == 2 {
+						break
+					}
+					if time.Now().After(end) {
+						t.Fatalf("the provisioner did not register again after the 404s")
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				return fmt.Sprintf("%d requests in %v (%d registrations, %d heartbeats, %d plugin type PUTs); registered again afterwards", len(log), window, regs, beats, types)
 			}},
 		{name: "plan-64mib-spec", class: "allocation",
 			attack: "`loomd plan` and `loomd apply --local` on a 64 MiB spec (a valid spec padded with a 64 MiB comment)",

@@ -38,7 +38,8 @@ func (s *suite) ownListenerArgs(t *testing.T) []string {
 	t.Cleanup(srv.Close)
 	s.own = &ownSetup{coopr: srv, cooprAddr: freeAddr(t), natsAddr: freeAddr(t)}
 	return []string{"--coopr-server", srv.URL(), "--coopr-listen", s.own.cooprAddr, "--coopr-capacity", "2",
-		"--coopr-tenants", "victim:2", "--coopr-poll", "2s", "--nats-listen", s.own.natsAddr, "--pprof"}
+		"--coopr-tenants", "victim:2", "--coopr-poll", "2s", "--coopr-heartbeat", "1s", "--coopr-provisioner-id", "hostile",
+		"--nats-listen", s.own.natsAddr, "--pprof"}
 }
 
 // ownDialLua calls every target of the task's config and records what
