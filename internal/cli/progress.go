@@ -30,6 +30,7 @@ type liveView struct {
 	started []time.Time // when the running run started
 	msg     []string
 	lines   int // lines drawn last time, to move back over them
+	last    int // lines of the last frame (lines counts the cleared ones too)
 	stop    chan struct{}
 	done    chan struct{}
 }
@@ -169,6 +170,11 @@ func (v *liveView) loop() {
 		select {
 		case <-v.stop:
 			v.draw(time.Now())
+			if extra := v.lines - v.last; extra > 0 {
+				// The last frame was shorter than the tallest: what
+				// follows goes right under it, over the cleared lines.
+				fmt.Fprintf(v.w, "\x1b[%dA", extra)
+			}
 			return
 		case <-tick.C:
 		}
@@ -196,6 +202,7 @@ func (v *liveView) draw(now time.Time) {
 		b.WriteString("\x1b[2K\n")
 	}
 	v.lines = max(len(lines), v.lines)
+	v.last = len(lines)
 	io.WriteString(v.w, b.String())
 }
 
