@@ -39,12 +39,8 @@ var (
 func natsServerBin(t *testing.T) string {
 	t.Helper()
 	natsBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "loom-nats-server-")
-		if err != nil {
-			natsBinErr = err
-			return
-		}
-		natsBin = filepath.Join(dir, "nats-server")
+		// Beside the loomd binary: TestMain removes the directory.
+		natsBin = filepath.Join(filepath.Dir(loomdBin), "nats-server")
 		out, err := exec.Command("go", "build", "-o", natsBin, "github.com/nats-io/nats-server/v2").CombinedOutput()
 		if err != nil {
 			natsBinErr = fmt.Errorf("%v: %s", err, out)
