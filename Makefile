@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: build test vet unit race hostile faults fuzz bench stubs adapters adapters-ci adapters-check proto rancher-conformance ec2-conformance
+.PHONY: build test vet unit race hostile faults lifecycle fuzz bench stubs adapters adapters-ci adapters-check proto rancher-conformance ec2-conformance
 
 # Statically linked (CGO_ENABLED=0): loomd needs no cgo, and a static
 # binary is what `loomd bundle` copies into a Rancher driver (the jail has
@@ -62,6 +62,16 @@ fuzz:
 # twice-run tasks, which must all be 0.
 faults:
 	LOOM_FAULTS=1 LOOM_FAILOVER_TASKS=1000 $(GO) test -count=1 -timeout 15m -run 'TestFault' -v ./test/ ./internal/queue/
+
+# The randomized cluster lifecycle test (test/cluster_lifecycle_test.go):
+# sequences of random spec edits and service actions on real sshd hosts,
+# with kill -9 of the CLI, failing actions and a host down then back,
+# invariants checked after each step. The seed is printed;
+# LOOM_LIFECYCLE_SEED=<seed> replays it. CI runs 10 sequences (about 4
+# minutes); LOOM_LIFECYCLE_SEQUENCES=300 LOOM_LIFECYCLE_BUDGET=3h is the
+# long run.
+lifecycle:
+	LOOM_LIFECYCLE=1 LOOM_LIFECYCLE_SEQUENCES=$${LOOM_LIFECYCLE_SEQUENCES:-10} $(GO) test -count=1 -timeout 30m -run 'TestClusterLifecycleRandom' -v ./test/
 
 # The Go adapters (adapters/*/go.mod: kloud, machinecontroller,
 # bucketprovisioner), each its own module compiled against its host's

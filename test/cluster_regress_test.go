@@ -52,13 +52,17 @@ CONFIGURE) [ -d $s ] || { echo "$svc is not installed" >&2; exit 3; }; echo "$(l
 INITIALIZE) [ -d $s ] || exit 3; touch $s/initialized ;;
 START)
 	[ -d $s ] || { echo "$svc is not installed" >&2; exit 3; }
+	# One START or STOP at a time: a run the killed apply left going on
+	# the host and its resumed run must not both start a process.
+	exec 9>$s/.lock; flock 9
 	st=$(sed 's/.*) //' /proc/$(cat $s/pid 2>/dev/null || echo 0)/stat 2>/dev/null | cut -d' ' -f1)
 	if [ -n "$st" ] && [ "$st" != Z ]; then exit 0; fi
 	rm -f $s/pid
-	setsid sh -c 'echo $$ > "$1"; while :; do sleep 1; done' loomfx-$(loom_lookup_key config/cluster/token)-$svc-$node $s/pid </dev/null >/dev/null 2>&1 &
+	setsid sh -c 'echo $$ > "$1"; while :; do sleep 1; done' loomfx-$(loom_lookup_key config/cluster/token)-$svc-$node $s/pid </dev/null >/dev/null 2>&1 9>&- &
 	i=0; while [ ! -s $s/pid ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done ;;
 STOP)
 	[ -d $s ] || { echo "$svc was never installed: nothing to stop" >&2; exit 4; }
+	exec 9>$s/.lock; flock 9
 	if [ -s $s/pid ]; then kill "$(cat $s/pid)" 2>/dev/null || true; rm -f $s/pid; fi ;;
 REMOVE) rm -rf $s ;;
 CHECK)

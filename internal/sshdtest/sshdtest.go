@@ -119,6 +119,9 @@ type Server struct {
 	cmd      *exec.Cmd
 	stopOnce sync.Once
 	exited   chan struct{}
+	// holder keeps the private dirs' mount namespace while sshd is down.
+	holder *exec.Cmd
+	mu     sync.Mutex
 }
 
 // Start starts sshd for the test and stops it at cleanup. It skips the
@@ -381,6 +384,12 @@ func (s *Server) launch(cfg Config, port int) error {
 // HostPath is where the test reads path as this sshd's sessions see it:
 // inside Config.PrivateDirs, through the sshd's mount namespace.
 func (s *Server) HostPath(path string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holder != nil {
+		// The sshd may be down: the holder keeps the same namespace.
+		return fmt.Sprintf("/proc/%d/root%s", s.holder.Process.Pid, path)
+	}
 	if s.cmd == nil || s.cmd.Process == nil {
 		return path
 	}
@@ -402,16 +411,80 @@ func bannerOK(addr string) bool {
 // children), then removes its files. It is safe to call more than once.
 func (s *Server) Stop() {
 	s.stopOnce.Do(func() {
-		if s.cmd != nil && s.cmd.Process != nil {
-			pids := Descendants(s.cmd.Process.Pid)
-			syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-			for _, p := range pids {
-				syscall.Kill(p, syscall.SIGKILL)
-			}
-			<-s.exited
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.kill()
+		if s.holder != nil {
+			syscall.Kill(-s.holder.Process.Pid, syscall.SIGKILL)
+			s.holder.Wait()
 		}
 		os.RemoveAll(s.Dir)
 	})
+}
+
+// kill stops sshd and its sessions.
+func (s *Server) kill() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		pids := Descendants(s.cmd.Process.Pid)
+		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		for _, p := range pids {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+		<-s.exited
+	}
+}
+
+// Down takes the host down as a network partition would: sshd and every
+// session stop, so connections are refused, while what runs on the host
+// outside its sessions and its Config.PrivateDirs live on (a process
+// holds their mount namespace). Up brings it back.
+func (s *Server) Down() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holder == nil && s.cmd != nil && s.cmd.Process != nil {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d/ns/mnt", s.cmd.Process.Pid)); err == nil {
+			h := exec.Command("nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", s.cmd.Process.Pid), "sleep", "infinity")
+			h.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := h.Start(); err != nil {
+				return fmt.Errorf("sshdtest: holding the host's private dirs: %w", err)
+			}
+			s.holder = h
+		}
+	}
+	s.kill()
+	return nil
+}
+
+// Up starts sshd again after Down, on the same address, with the same
+// keys and private dirs.
+func (s *Server) Up() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	conf := filepath.Join(s.Dir, "sshd_config")
+	cmd := exec.Command(SshdPath, "-D", "-f", conf, "-E", s.LogPath)
+	if s.holder != nil {
+		cmd = exec.Command("nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", s.holder.Process.Pid), SshdPath, "-D", "-f", conf, "-E", s.LogPath)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("sshdtest: restarting sshd: %w", err)
+	}
+	s.cmd = cmd
+	s.exited = make(chan struct{})
+	go func(exited chan struct{}) { cmd.Wait(); close(exited) }(s.exited)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-s.exited:
+			return fmt.Errorf("sshdtest: sshd exited at restart: %s", s.Logs())
+		default:
+		}
+		if bannerOK(s.Addr) {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("sshdtest: sshd did not answer on %s within 10s of its restart", s.Addr)
 }
 
 // KillConnections SIGKILLs sshd's per-connection processes (and whatever
