@@ -201,16 +201,20 @@ func TestTaskCoroutinesEndWithTheTask(t *testing.T) {
 // TestTaskHTTPBodiesEndWithTheTask: a response whose body never ends is
 // closed when the request times out, whether the hook goes on or not.
 func TestTaskHTTPBodiesEndWithTheTask(t *testing.T) {
-	gone := make(chan struct{}, 4)
+	gone, stop := make(chan struct{}, 4), make(chan struct{})
 	srv := httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
 		w.Header().Set("Content-Length", "1000000")
 		w.WriteHeader(200)
 		w.Write([]byte("first bytes"))
 		w.(nethttp.Flusher).Flush()
-		<-r.Context().Done() // until the client lets go
-		gone <- struct{}{}
+		select {
+		case <-r.Context().Done(): // the client let go
+			gone <- struct{}{}
+		case <-stop: // the test is over (and failed): let Close return
+		}
 	}))
 	defer srv.Close()
+	defer close(stop)
 	rt := holderRuntime(t, t.TempDir())
 	res := luatest.Run(t, rt, holderTask("INSTALL", map[string]any{"mode": "http", "url": srv.URL}))
 	if res.Status != 0 || res.Result["err"] != "timeout" {
