@@ -214,7 +214,7 @@ func TestREPLPipedErrorLocations(t *testing.T) {
 		t.Fatalf("want exit 1:\n%s", p)
 	}
 	p.wantAll(t, "stderr", p.stderr,
-		"error: stdin:6: attempt to index a non-table object(nil) with key 'x'",
+		"error: stdin:6: attempt to index local 't' (a nil value)",
 		"stdin:6: in function 'nested'",
 		"skeleton-provider.lua:51: in function 'SkeletonProvider:confirm'",
 		// self:fail's message and traceback point at the prompt's line 11.

@@ -64,7 +64,7 @@ func TestFailures(t *testing.T) {
 	want := map[string]struct{ at, msg, extra string }{
 		"same":                                   {file + ":3", "values differ at b.c", "b.c: expected 2 (number), got 3 (number)"},
 		"equals":                                 {file + ":7", `the name: expected "x", got "y"`, ""},
-		"error":                                  {file + ":12", "attempt to index a non-table object(nil) with key 'field'", ""},
+		"error":                                  {file + ":12", "attempt to index local 't' (a nil value)", ""},
 		"handler":                                {file + ":18", `expected "POST", got "GET"`, ""},
 		"unmatched":                              {file + ":24", "no route for GET /nothing on the HTTP fake for h.example.com", ""},
 		"with a failing before_each is reported": {file + ":29", "in before_each: setup failed", ""},

@@ -1101,7 +1101,7 @@ func (ls *LState) pushCallFrame(cf callFrame, fn LValue, meta bool) { // +inline
 		ls.reg.Insert(fn, cf.LocalBase)
 	}
 	if cf.Fn == nil {
-		ls.RaiseError("attempt to call a non-function object")
+		ls.loomCallError(fn) // loom: Lua 5.1's message, naming the variable
 	}
 	if ls.stack.IsFull() {
 		ls.RaiseError("stack overflow")
@@ -1155,7 +1155,7 @@ func (ls *LState) getField(obj LValue, key LValue) LValue {
 		metaindex := ls.metaOp1(curobj, "__index")
 		if metaindex == LNil {
 			if !istable {
-				ls.RaiseError("attempt to index a non-table object(%v) with key '%s'", curobj.Type().String(), key.String())
+				ls.loomIndexError(curobj, i == 0) // loom: Lua 5.1's message, naming the variable
 			}
 			return LNil
 		}
@@ -1186,7 +1186,7 @@ func (ls *LState) getFieldString(obj LValue, key string) LValue {
 		metaindex := ls.metaOp1(curobj, "__index")
 		if metaindex == LNil {
 			if !istable {
-				ls.RaiseError("attempt to index a non-table object(%v) with key '%s'", curobj.Type().String(), key)
+				ls.loomIndexError(curobj, i == 0) // loom: Lua 5.1's message, naming the variable
 			}
 			return LNil
 		}
@@ -1217,7 +1217,7 @@ func (ls *LState) setField(obj LValue, key LValue, value LValue) {
 		metaindex := ls.metaOp1(curobj, "__newindex")
 		if metaindex == LNil {
 			if !istable {
-				ls.RaiseError("attempt to index a non-table object(%v) with key '%s'", curobj.Type().String(), key.String())
+				ls.loomIndexError(curobj, i == 0) // loom: Lua 5.1's message, naming the variable
 			}
 			ls.RawSet(tb, key, value)
 			return
@@ -1249,7 +1249,7 @@ func (ls *LState) setFieldString(obj LValue, key string, value LValue) {
 		metaindex := ls.metaOp1(curobj, "__newindex")
 		if metaindex == LNil {
 			if !istable {
-				ls.RaiseError("attempt to index a non-table object(%v) with key '%s'", curobj.Type().String(), key)
+				ls.loomIndexError(curobj, i == 0) // loom: Lua 5.1's message, naming the variable
 			}
 			tb.RawSetString(key, value)
 			return

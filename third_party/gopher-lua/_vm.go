@@ -386,10 +386,10 @@ func init() {
 					if num, err := parseNumber(string(str)); err == nil {
 						// +inline-call reg.Set RA -num
 					} else {
-						L.RaiseError("__unm undefined")
+						L.loomArithError(unaryv, unaryv) // loom: Lua 5.1's message, naming the variable
 					}
 				} else {
-					L.RaiseError("__unm undefined")
+					L.loomArithError(unaryv, unaryv) // loom: Lua 5.1's message, naming the variable
 				}
 			}
 			return 0
@@ -434,7 +434,7 @@ func init() {
 				} else if lv.Type() == LTTable {
 					// +inline-call reg.SetNumber RA LNumber(lv.(*LTable).Len())
 				} else {
-					L.RaiseError("__len undefined")
+					L.loomOperandError(lv, "get length of", B) // loom: Lua 5.1's message, naming the variable
 				}
 			}
 			return 0
@@ -502,11 +502,11 @@ func init() {
 				if v2, ok2 := rhs.(LNumber); ok2 {
 					ret = v1 <= v2
 				} else {
-					L.RaiseError("attempt to compare %v with %v", lhs.Type().String(), rhs.Type().String())
+					L.loomCompareError(lhs, rhs) // loom: Lua 5.1's message, naming the variable
 				}
 			} else {
 				if lhs.Type() != rhs.Type() {
-					L.RaiseError("attempt to compare %v with %v", lhs.Type().String(), rhs.Type().String())
+					L.loomCompareError(lhs, rhs) // loom: Lua 5.1's message, naming the variable
 				}
 				switch lhs.Type() {
 				case LTString:
@@ -608,7 +608,7 @@ func init() {
 				callable, meta = L.metaCall(lv)
 			}
 			if callable == nil {
-				L.RaiseError("attempt to call a non-function object")
+				L.loomCallError(lv) // loom: Lua 5.1's message, naming the variable
 			}
 			// +inline-call L.closeUpvalues lbase
 			if callable.IsG {
@@ -924,8 +924,7 @@ func objectArith(L *LState, opcode int, lhs, rhs LValue) LValue {
 			return numberArith(L, opcode, LNumber(v1), LNumber(v2))
 		}
 	}
-	L.RaiseError(fmt.Sprintf("cannot perform %v operation between %v and %v",
-		strings.TrimLeft(event, "_"), lhs.Type().String(), rhs.Type().String()))
+	L.loomArithError(lhs, rhs) // loom: Lua 5.1's message, naming the variable
 
 	return LNil
 }
@@ -946,7 +945,7 @@ func stringConcat(L *LState, total, last int) LValue {
 				total--
 				i--
 			} else {
-				L.RaiseError("cannot perform concat operation between %v and %v", lhs.Type().String(), rhs.Type().String())
+				L.loomConcatError(lhs, rhs, i) // loom: Lua 5.1's message, naming the variable
 				return LNil
 			}
 		} else {
@@ -984,10 +983,10 @@ func lessThan(L *LState, lhs, rhs LValue) bool {
 		if v2, ok2 := rhs.(LNumber); ok2 {
 			return v1 < v2
 		}
-		L.RaiseError("attempt to compare %v with %v", lhs.Type().String(), rhs.Type().String())
+		L.loomCompareError(lhs, rhs) // loom: Lua 5.1's message, naming the variable
 	}
 	if lhs.Type() != rhs.Type() {
-		L.RaiseError("attempt to compare %v with %v", lhs.Type().String(), rhs.Type().String())
+		L.loomCompareError(lhs, rhs) // loom: Lua 5.1's message, naming the variable
 		return false
 	}
 	ret := false
@@ -1042,7 +1041,7 @@ func objectRationalWithError(L *LState, lhs, rhs LValue, event string) bool {
 	case 0:
 		return false
 	}
-	L.RaiseError("attempt to compare %v with %v", lhs.Type().String(), rhs.Type().String())
+	L.loomCompareError(lhs, rhs) // loom: Lua 5.1's message, naming the variable
 	return false
 }
 

@@ -306,10 +306,11 @@ type varNamePoolValue struct {
 type varNamePool struct {
 	names  []string
 	offset int
+	dbg    []int // loom: each local's DbgLocals entry (see EndScope)
 }
 
 func newVarNamePool(offset int) *varNamePool {
-	return &varNamePool{make([]string, 0, 16), offset}
+	return &varNamePool{names: make([]string, 0, 16), offset: offset} // loom: named fields (dbg)
 }
 
 func (vp *varNamePool) Names() []string {
@@ -543,6 +544,7 @@ func (fc *funcContext) BlockLocalVarsCount() int {
 
 func (fc *funcContext) RegisterLocalVar(name string) int {
 	ret := fc.Block.LocalVars.Register(name)
+	fc.Block.LocalVars.dbg = append(fc.Block.LocalVars.dbg, len(fc.Proto.DbgLocals)) // loom: see EndScope
 	fc.Proto.DbgLocals = append(fc.Proto.DbgLocals, &DbgLocalInfo{Name: name, StartPc: fc.Code.LastPC() + 1})
 	fc.SetRegTop(fc.RegTop() + 1)
 	return ret
@@ -597,8 +599,12 @@ func (fc *funcContext) LeaveBlock() int {
 }
 
 func (fc *funcContext) EndScope() {
-	for _, vr := range fc.Block.LocalVars.List() {
-		fc.Proto.DbgLocals[vr.Index].EndPc = fc.Code.LastPC()
+	// loom: close each local's own DbgLocals entry. Upstream indexed
+	// DbgLocals by register, which is another local's entry once a
+	// register is reused, so a local's scope ended at the wrong pc (or
+	// never) and the error names of loom_errnames.go named the wrong one.
+	for _, d := range fc.Block.LocalVars.dbg {
+		fc.Proto.DbgLocals[d].EndPc = fc.Code.LastPC()
 	}
 }
 

@@ -843,10 +843,10 @@ func init() {
 							}
 						}
 					} else {
-						L.RaiseError("__unm undefined")
+						L.loomArithError(unaryv, unaryv) // loom: Lua 5.1's message, naming the variable
 					}
 				} else {
-					L.RaiseError("__unm undefined")
+					L.loomArithError(unaryv, unaryv) // loom: Lua 5.1's message, naming the variable
 				}
 			}
 			return 0
@@ -1005,7 +1005,7 @@ func init() {
 						}
 					}
 				} else {
-					L.RaiseError("__len undefined")
+					L.loomOperandError(lv, "get length of", B) // loom: Lua 5.1's message, naming the variable
 				}
 			}
 			return 0
@@ -1092,11 +1092,11 @@ func init() {
 				if v2, ok2 := rhs.(LNumber); ok2 {
 					ret = v1 <= v2
 				} else {
-					L.RaiseError("attempt to compare %v with %v", lhs.Type().String(), rhs.Type().String())
+					L.loomCompareError(lhs, rhs) // loom: Lua 5.1's message, naming the variable
 				}
 			} else {
 				if lhs.Type() != rhs.Type() {
-					L.RaiseError("attempt to compare %v with %v", lhs.Type().String(), rhs.Type().String())
+					L.loomCompareError(lhs, rhs) // loom: Lua 5.1's message, naming the variable
 				}
 				switch lhs.Type() {
 				case LTString:
@@ -1201,7 +1201,7 @@ func init() {
 					ls.reg.Insert(fn, cf.LocalBase)
 				}
 				if cf.Fn == nil {
-					ls.RaiseError("attempt to call a non-function object")
+					ls.loomCallError(fn) // loom: Lua 5.1's message, naming the variable
 				}
 				if ls.stack.IsFull() {
 					ls.RaiseError("stack overflow")
@@ -1334,7 +1334,7 @@ func init() {
 				callable, meta = L.metaCall(lv)
 			}
 			if callable == nil {
-				L.RaiseError("attempt to call a non-function object")
+				L.loomCallError(lv) // loom: Lua 5.1's message, naming the variable
 			}
 			// this section is inlined by go-inline
 			// source function is 'func (ls *LState) closeUpvalues(idx int) ' in '_state.go'
@@ -2340,8 +2340,7 @@ func objectArith(L *LState, opcode int, lhs, rhs LValue) LValue {
 			return numberArith(L, opcode, LNumber(v1), LNumber(v2))
 		}
 	}
-	L.RaiseError(fmt.Sprintf("cannot perform %v operation between %v and %v",
-		strings.TrimLeft(event, "_"), lhs.Type().String(), rhs.Type().String()))
+	L.loomArithError(lhs, rhs) // loom: Lua 5.1's message, naming the variable
 
 	return LNil
 }
@@ -2362,7 +2361,7 @@ func stringConcat(L *LState, total, last int) LValue {
 				total--
 				i--
 			} else {
-				L.RaiseError("cannot perform concat operation between %v and %v", lhs.Type().String(), rhs.Type().String())
+				L.loomConcatError(lhs, rhs, i) // loom: Lua 5.1's message, naming the variable
 				return LNil
 			}
 		} else {
@@ -2400,10 +2399,10 @@ func lessThan(L *LState, lhs, rhs LValue) bool {
 		if v2, ok2 := rhs.(LNumber); ok2 {
 			return v1 < v2
 		}
-		L.RaiseError("attempt to compare %v with %v", lhs.Type().String(), rhs.Type().String())
+		L.loomCompareError(lhs, rhs) // loom: Lua 5.1's message, naming the variable
 	}
 	if lhs.Type() != rhs.Type() {
-		L.RaiseError("attempt to compare %v with %v", lhs.Type().String(), rhs.Type().String())
+		L.loomCompareError(lhs, rhs) // loom: Lua 5.1's message, naming the variable
 		return false
 	}
 	ret := false
@@ -2458,7 +2457,7 @@ func objectRationalWithError(L *LState, lhs, rhs LValue, event string) bool {
 	case 0:
 		return false
 	}
-	L.RaiseError("attempt to compare %v with %v", lhs.Type().String(), rhs.Type().String())
+	L.loomCompareError(lhs, rhs) // loom: Lua 5.1's message, naming the variable
 	return false
 }
 
