@@ -48,3 +48,23 @@ func ClockOrReal(c Clock) Clock {
 	}
 	return c
 }
+
+type clockDeadlineKey struct{}
+
+// WithClockDeadline returns ctx carrying a hook's deadline in the Clock's
+// time. loomd test runs hooks with their definition's deadline on its
+// virtual clock, while ctx's own deadline bounds real time (--timeout):
+// the two differ, and the bindings read this one.
+func WithClockDeadline(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, clockDeadlineKey{}, t)
+}
+
+// HookDeadline is the running hook's deadline in the Clock's time: the one
+// WithClockDeadline set, else ctx's own. loom.time.remaining and
+// loom.http's "will a retry wait pass the deadline" read it.
+func HookDeadline(ctx context.Context) (time.Time, bool) {
+	if t, ok := ctx.Value(clockDeadlineKey{}).(time.Time); ok {
+		return t, true
+	}
+	return ctx.Deadline()
+}

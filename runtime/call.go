@@ -178,6 +178,12 @@ func (rt *Runtime) Call(ctx context.Context, c *CallRequest) (*CallResult, error
 }
 
 func (rt *Runtime) callWith(ctx context.Context, c *CallRequest, logger *slog.Logger) (*CallResult, error) {
+	return rt.callHeld(ctx, c, logger, nil)
+}
+
+// callHeld is callWith where a hook of held's type runs on held (a
+// session's VM, inside its running code) instead of a pooled VM.
+func (rt *Runtime) callHeld(ctx context.Context, c *CallRequest, logger *slog.Logger, held *vm) (*CallResult, error) {
 	if rt.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -220,14 +226,22 @@ func (rt *Runtime) callWith(ctx context.Context, c *CallRequest, logger *slog.Lo
 		return done()
 	}
 	timeout := rt.hookTimeout(pt, h.Name)
-	hctx, cancel := context.WithTimeout(ctx, timeout)
+	hctx, cancel := rt.hookContext(ctx, timeout)
 	defer cancel()
-	v, err := pt.pool.get(tenant)
-	if err != nil {
-		fail(&CallError{Class: ClassRetry, Message: fmt.Sprintf("starting a VM for %s: %v", pt.name, err)})
-		return done()
+	v := held
+	if v == nil || v.pt != pt || v.nested == 0 {
+		var err error
+		if v, err = pt.pool.get(tenant); err != nil {
+			fail(&CallError{Class: ClassRetry, Message: fmt.Sprintf("starting a VM for %s: %v", pt.name, err)})
+			return done()
+		}
+		defer pt.pool.put(v)
+	} else {
+		saved := v.saveState()
+		defer v.restoreState(saved)
+		v.newScope(c.CallID)
+		defer v.endTask()
 	}
-	defer pt.pool.put(v)
 	v.begin(hctx, c.CallID, h.Name, logger)
 	defer v.end()
 	L := v.L
@@ -265,7 +279,7 @@ func (rt *Runtime) callWith(ctx context.Context, c *CallRequest, logger *slog.Lo
 	switch {
 	case callErr != nil && hctx.Err() != nil && ctx.Err() != nil:
 		v.broken = true
-		return nil, fmt.Errorf("%w: call %s, %s %s: %v", ErrCancelled, callLabel(c), pt.name, h.Name, context.Cause(ctx))
+		return nil, interrupted(fmt.Sprintf("call %s, %s %s", callLabel(c), pt.name, h.Name), callErr, context.Cause(ctx))
 	case callErr != nil && hctx.Err() != nil:
 		v.broken = true
 		fail(&CallError{Class: ClassRetry, Reason: ReasonTimeout,

@@ -94,3 +94,31 @@ func TestErrorNamesMatchLua51(t *testing.T) {
 		t.Fatalf("only %d cases", n)
 	}
 }
+
+// After pcall catches an error, a closure still reaches the locals of the
+// functions that are still running (Lua 5.1 closes only the upvalues of
+// the frames the error unwound; gopher-lua closed them all, so inc()
+// below changed a copy and x stayed 0). loomd test relies on it: a fake's
+// handler updates the test's locals after a hook raised.
+func TestUpvaluesSurvivePcall(t *testing.T) {
+	src := `local x, y, z = 0, 0, 0
+local function inc() x = x + 1 end
+pcall(function() error("e") end)
+inc()
+local function incy() y = y + 1 end
+xpcall(function() local t = nil; return t.x end, function(e) return e end)
+incy()
+local fns = {}
+for i = 1, 3 do
+  local ok = pcall(function() local v = i; fns[i] = function() return v end; error("x") end)
+end
+local function incz() z = z + 1 end
+local co = coroutine.create(function() local w = 5; incz(); error("in coroutine") end)
+coroutine.resume(co)
+incz()
+error(table.concat({x, y, fns[1](), fns[2](), fns[3](), z}, ","), 0)
+`
+	if got := gopherError(t, "u.lua", src); got != "1,1,1,2,3,2" {
+		t.Errorf("got %s, want 1,1,1,2,3,2 (what lua5.1 prints)", got)
+	}
+}

@@ -39,6 +39,12 @@ func (rt *Runtime) RunTask(ctx context.Context, task *Task) (*Result, error) {
 }
 
 func (rt *Runtime) runTaskWith(ctx context.Context, task *Task, logger *slog.Logger) (*Result, error) {
+	return rt.runTaskHeld(ctx, task, logger, nil)
+}
+
+// runTaskHeld is runTaskWith where the hooks of held's type run on held
+// (a session's VM) instead of a pooled VM.
+func (rt *Runtime) runTaskHeld(ctx context.Context, task *Task, logger *slog.Logger, held *vm) (*Result, error) {
 	if rt.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -69,7 +75,11 @@ func (rt *Runtime) runTaskWith(ctx context.Context, task *Task, logger *slog.Log
 	}
 	var plugins []string
 	for _, pt := range pts {
-		r, err := rt.runHookWith(ctx, pt, task, task.Hook(), logger, nil)
+		var h *vm
+		if held != nil && held.pt == pt {
+			h = held
+		}
+		r, err := rt.runHookWith(ctx, pt, task, task.Hook(), logger, h)
 		if err != nil {
 			return nil, err
 		}
@@ -150,6 +160,14 @@ func deepMerge(dst, src map[string]any) map[string]any {
 		dst[k] = v
 	}
 	return dst
+}
+
+// hookContext is the context of a hook whose deadline is timeout.
+func (rt *Runtime) hookContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if rt.opts.HookContext != nil {
+		return rt.opts.HookContext(ctx, timeout)
+	}
+	return context.WithTimeout(ctx, timeout)
 }
 
 // hookTimeout is the hook's deadline: --timeout, else the definition's
@@ -239,8 +257,15 @@ func (v *vm) decodeTaskLazy(task *Task, snap *snapshot) (lua.LValue, error) {
 // the caller holds (nil means check one out of the pool).
 func (rt *Runtime) runHookWith(ctx context.Context, pt *pluginType, task *Task, hook string, logger *slog.Logger, held *vm) (*Result, error) {
 	start := time.Now()
+	if held != nil && held.nested > 0 {
+		// A hook run from inside the session's own running code (loomd
+		// test): what that code's call holds comes back when the hook
+		// ends.
+		saved := held.saveState()
+		defer held.restoreState(saved)
+	}
 	timeout := rt.hookTimeout(pt, hook)
-	hctx, cancel := context.WithTimeout(ctx, timeout)
+	hctx, cancel := rt.hookContext(ctx, timeout)
 	defer cancel()
 	res := &Result{TaskID: task.TaskID}
 	fail := func(status int, format string, args ...any) (*Result, error) {
@@ -265,7 +290,7 @@ func (rt *Runtime) runHookWith(ctx context.Context, pt *pluginType, task *Task, 
 	}
 	v.begin(hctx, task.TaskID, hook, logger)
 	defer v.end()
-	if held == nil {
+	if held == nil || held.nested > 0 {
 		// What the task opened ends with its hook. (A REPL session's
 		// scope spans its prompt and hooks: the session ends it.)
 		v.newScope(task.TaskID)
@@ -299,7 +324,7 @@ func (rt *Runtime) runHookWith(ctx context.Context, pt *pluginType, task *Task, 
 	switch {
 	case callErr != nil && hctx.Err() != nil && ctx.Err() != nil:
 		v.broken = true
-		return nil, fmt.Errorf("%w: task %s, %s %s: %v", ErrCancelled, task.label(), pt.name, hook, context.Cause(ctx))
+		return nil, interrupted(fmt.Sprintf("task %s, %s %s", task.label(), pt.name, hook), callErr, context.Cause(ctx))
 	case callErr != nil && hctx.Err() != nil:
 		v.broken = true
 		res.Status = 1

@@ -83,6 +83,12 @@ type Options struct {
 	// --coverage counts lines with it. It is called from every VM at
 	// once, so it must be safe for concurrent use.
 	InstructionHook func(L *lua.LState, proto *lua.FunctionProto, pc int)
+	// HookContext, when set, makes each hook's context in place of
+	// context.WithTimeout(ctx, timeout), timeout being the hook's
+	// deadline (the definition's timeouts, or Timeout). loomd test puts
+	// the deadline on its virtual clock with it, leaving ctx's real
+	// deadline (--timeout) to bound real time only.
+	HookContext func(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc)
 }
 
 // Sentinel errors callers branch on.

@@ -27,6 +27,9 @@ type Session struct {
 	pt   *pluginType
 	v    *vm
 	task *Task
+	// hook is the thread nested hooks run on (HookThread), of hookOf.
+	hook   *lua.LState
+	hookOf *vm
 }
 
 // NewSession opens a session on a plugin type, or on a bare sandbox with
@@ -381,6 +384,8 @@ func (s *Session) Do(ctx context.Context, logger *slog.Logger, fn func(L *lua.LS
 	v := s.v
 	v.begin(ctx, s.taskID(), "test", logger)
 	defer v.end()
+	v.nested++
+	defer func() { v.nested-- }()
 	return fn(v.L)
 }
 
@@ -391,3 +396,8 @@ func (s *Session) SetContext(ctx context.Context) {
 	s.v.ctx = ctx
 	s.v.L.SetContext(ctx)
 }
+
+// Modules is the session VM's table of loaded modules (what require
+// returns for each name): loomd test's insulate blocks put it back as it
+// was, so a module first required inside one is loaded afresh later.
+func (s *Session) Modules() *lua.LTable { return s.v.loaded }

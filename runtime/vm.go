@@ -52,6 +52,12 @@ type vm struct {
 
 	uses   int
 	broken bool // timed out, hit a limit or panicked: never reuse
+	// top is the stack's height when begin ran: 0 for a pooled VM, the
+	// running code's for a hook nested in a session's Do (loomd test).
+	top int
+	// nested counts the session's Do calls running: hooks run then are
+	// nested in that code and keep its state (saveState).
+	nested int
 
 	// names caches funcName's answers for the current task (a pcall loop
 	// builds a traceback per caught error); begin clears it.
@@ -331,6 +337,7 @@ func (v *vm) begin(ctx context.Context, taskID, hook string, logger *slog.Logger
 	v.logger = nil
 	v.baseLogger = logger
 	v.logAttrs = [3]string{taskID, v.pt.name, hook}
+	v.top = v.L.GetTop()
 	v.L.SetContext(ctx)
 }
 
@@ -341,8 +348,8 @@ func (v *vm) end() {
 	v.ctx = context.Background()
 	v.grants = nil
 	clear(v.sensitive)
-	if v.L.GetTop() != 0 {
-		v.L.SetTop(0)
+	if v.L.GetTop() != v.top {
+		v.L.SetTop(v.top)
 	}
 }
 

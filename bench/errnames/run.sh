@@ -11,9 +11,9 @@ n=${1:-5}
 base=${2:-$(git log --diff-filter=A --format=%H -1 -- third_party/gopher-lua/loom_errnames.go)^}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/base" "$tmp/new"
+mkdir -p "$tmp/base" "$tmp/new/third_party"
 git archive "$base" third_party/gopher-lua | tar -x -C "$tmp/base"
-cp -r third_party/gopher-lua "$tmp/new/"
+cp -r third_party/gopher-lua "$tmp/new/third_party/"
 for v in base new; do
   mkdir -p "$tmp/m-$v"
   cp bench/errnames/errnames_bench_test.go.in "$tmp/m-$v/errnames_bench_test.go"

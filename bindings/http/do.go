@@ -100,7 +100,7 @@ func (b *Binding) do(h bindings.Host, r *request) (*response, error) {
 			}
 			wait = o.retryAfter
 		}
-		if dl, ok := ctx.Deadline(); ok && dl.Sub(b.opts.Clock.Now()) <= wait {
+		if dl, ok := bindings.HookDeadline(ctx); ok && dl.Sub(b.opts.Clock.Now()) <= wait {
 			log.Debug("http: not retrying, the wait would pass the hook deadline",
 				slog.String("method", r.method), slog.String("url", r.displayURL), slog.Duration("wait", wait))
 			return o.final(r, attempt)

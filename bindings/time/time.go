@@ -117,7 +117,7 @@ func now(L *lua.LState, c bindings.Clock) int {
 }
 
 func remaining(L *lua.LState, h bindings.Host, c bindings.Clock) int {
-	dl, ok := h.Context().Deadline()
+	dl, ok := bindings.HookDeadline(h.Context())
 	if !ok {
 		L.Push(lua.LNil)
 		return 1

@@ -2,6 +2,8 @@ package plugtest
 
 import (
 	"fmt"
+
+	"sort"
 	"strings"
 
 	lua "github.com/yuin/gopher-lua"
@@ -31,213 +33,98 @@ func raiseFailure(L *lua.LState, level int, msg, diff string) {
 	L.Error(t, 0)
 }
 
-// withMsg prefixes a failure with the caller's optional message.
-func withMsg(L *lua.LState, idx int, s string) string {
-	if m, ok := L.Get(idx).(lua.LString); ok && m != "" {
-		return string(m) + ": " + s
-	}
-	return s
+// The assert object works as luassert's: a key is read as words split at
+// "_" and ".", so assert.is_not.equal, assert.are_not.same,
+// assert.has_no.errors, assert.spy(s).was.called_with(...) and
+// assert.equals all work. Words are modifiers (is, are, was, has, does:
+// no effect; not, no: negate; spy, stub: take the spy to check; message:
+// take the failure message) and one assertion, the last one named.
+
+// outcome is what an assertion found.
+type outcome struct {
+	pass bool
+	// pos is the failure when the assertion should hold, neg when it
+	// should not (a negated assertion).
+	pos, neg, diff string
+	// rets are returned by the assertion (errors returns the error).
+	rets []lua.LValue
 }
 
-// newAssert builds the assert table: busted's names (assert.equals,
-// assert.same, assert.are.same, assert.is_true...) and assert(v, msg).
-func newAssert(L *lua.LState) *lua.LTable {
-	equals := func(L *lua.LState) int {
-		e, a := L.CheckAny(1), L.CheckAny(2)
-		if !rawEqual(e, a) {
-			msg := fmt.Sprintf("expected %s, got %s", brief(e), brief(a))
-			diff := ""
-			if _, isT := e.(*lua.LTable); isT {
-				msg = "expected the same table (equals compares tables by identity; use assert.same to compare contents)"
-				diff = "expected: " + show(e) + "\ngot:      " + show(a)
-			}
-			raiseFailure(L, 1, withMsg(L, 3, msg), diff)
-		}
-		return 0
+// assertion checks args; arity is how many arguments it takes (an
+// argument after them is the failure message, as in busted; -1: all are
+// arguments).
+type assertion struct {
+	arity int
+	run   func(L *lua.LState, st *assertState, args []lua.LValue) outcome
+}
+
+// assertState is one chain of words being read.
+type assertState struct {
+	words   []string
+	payload lua.LValue // the spy, for spy assertions
+	hasPay  bool
+	message string
+	run     *fileRun
+}
+
+var modifierWords = map[string]bool{"is": true, "are": true, "was": true, "has": true, "does": true, "not": true, "no": true,
+	"spy": true, "stub": true, "message": true}
+
+var assertions map[string]assertion
+
+// label names the spy in messages.
+func (s *spyObj) label() string {
+	kind := "the spy"
+	if s.stub {
+		kind = "the stub"
 	}
-	notEquals := func(L *lua.LState) int {
-		e, a := L.CheckAny(1), L.CheckAny(2)
-		if rawEqual(e, a) {
-			raiseFailure(L, 1, withMsg(L, 3, fmt.Sprintf("expected a value other than %s", brief(e))), "")
-		}
-		return 0
+	if s.name != "" {
+		return fmt.Sprintf("%s on %s", kind, s.name)
 	}
-	same := func(L *lua.LState) int {
-		e, a := L.CheckAny(1), L.CheckAny(2)
-		if lines := deepDiff(e, a, 30); len(lines) > 0 {
-			msg := fmt.Sprintf("values differ at %s", strings.SplitN(lines[0], ":", 2)[0])
-			if _, isT := e.(*lua.LTable); !isT {
-				msg = fmt.Sprintf("expected %s, got %s", brief(e), brief(a))
-			}
-			diff := strings.Join(lines, "\n")
-			if _, isT := e.(*lua.LTable); isT {
-				diff += "\nexpected: " + show(e) + "\ngot:      " + show(a)
-			}
-			raiseFailure(L, 1, withMsg(L, 3, msg), diff)
-		}
-		return 0
-	}
-	notSame := func(L *lua.LState) int {
-		e, a := L.CheckAny(1), L.CheckAny(2)
-		if len(deepDiff(e, a, 1)) == 0 {
-			raiseFailure(L, 1, withMsg(L, 3, "expected different values, got the same: "+brief(a)), "")
-		}
-		return 0
-	}
-	truthy := func(L *lua.LState) int {
-		if v := L.Get(1); !lua.LVAsBool(v) {
-			raiseFailure(L, 1, withMsg(L, 2, fmt.Sprintf("expected a truthy value, got %s", brief(v))), "")
-		}
-		return 0
-	}
-	falsy := func(L *lua.LState) int {
-		if v := L.Get(1); lua.LVAsBool(v) {
-			raiseFailure(L, 1, withMsg(L, 2, fmt.Sprintf("expected nil or false, got %s", brief(v))), "")
-		}
-		return 0
-	}
-	isTrue := func(L *lua.LState) int {
-		if v := L.Get(1); v != lua.LTrue {
-			raiseFailure(L, 1, withMsg(L, 2, fmt.Sprintf("expected true, got %s", brief(v))), "")
-		}
-		return 0
-	}
-	isFalse := func(L *lua.LState) int {
-		if v := L.Get(1); v != lua.LFalse {
-			raiseFailure(L, 1, withMsg(L, 2, fmt.Sprintf("expected false, got %s", brief(v))), "")
-		}
-		return 0
-	}
-	isNil := func(L *lua.LState) int {
-		if v := L.Get(1); v != lua.LNil {
-			raiseFailure(L, 1, withMsg(L, 2, fmt.Sprintf("expected nil, got %s", brief(v))), "")
-		}
-		return 0
-	}
-	notNil := func(L *lua.LState) int {
-		if L.Get(1) == lua.LNil {
-			raiseFailure(L, 1, withMsg(L, 2, "expected a value, got nil"), "")
-		}
-		return 0
-	}
-	// matches uses the sandbox's own string.find, so the pattern means
-	// what it means in the plugin.
-	matches := func(L *lua.LState) int {
-		pat := L.CheckString(1)
-		s := L.Get(2)
-		str, ok := s.(lua.LString)
-		if !ok {
-			raiseFailure(L, 1, withMsg(L, 3, fmt.Sprintf("expected a string matching %q, got %s", pat, brief(s))), "")
-		}
-		find := L.GetField(L.GetGlobal("string"), "find")
-		L.Push(find)
-		L.Push(str)
-		L.Push(lua.LString(pat))
-		L.Call(2, 1)
-		found := L.Get(-1)
-		L.Pop(1)
-		if found == lua.LNil {
-			raiseFailure(L, 1, withMsg(L, 3, fmt.Sprintf("%s does not match the pattern %q", brief(str), pat)), "string: "+string(str))
-		}
-		return 0
-	}
-	contains := func(L *lua.LState) int {
-		needle, hay := L.CheckAny(1), L.Get(2)
-		switch h := hay.(type) {
-		case lua.LString:
-			if n, ok := needle.(lua.LString); ok && strings.Contains(string(h), string(n)) {
-				return 0
-			}
-		case *lua.LTable:
-			found := false
-			h.ForEach(func(_, v lua.LValue) {
-				if !found && len(deepDiff(needle, v, 1)) == 0 {
-					found = true
-				}
-			})
-			if found {
-				return 0
+	return kind
+}
+
+// splitKeys splits the chain's words into modifiers and assertions,
+// longest names first ("has_error" before "has" and "error").
+func splitKeys(words []string) ([]string, error) {
+	var out []string
+	for i := 0; i < len(words); {
+		found := 0
+		for j := len(words); j > i; j-- {
+			k := strings.Join(words[i:j], "_")
+			if _, ok := assertions[k]; ok || modifierWords[k] {
+				found = j
+				break
 			}
 		}
-		raiseFailure(L, 1, withMsg(L, 3, fmt.Sprintf("%s does not contain %s", brief(hay), brief(needle))), "")
-		return 0
-	}
-	// errors calls fn and passes when it raises. With expected, a string
-	// must be part of the error's message, and a table's fields must all
-	// be in the error table. It returns the error.
-	errorsFn := func(L *lua.LState) int {
-		fn := L.CheckFunction(1)
-		expected := L.Get(2)
-		L.Push(fn)
-		err := L.PCall(0, 0, nil)
-		if err == nil {
-			raiseFailure(L, 1, withMsg(L, 3, "expected an error, but the function returned normally"), "")
+		if found == 0 {
+			return nil, fmt.Errorf("unknown word %q", words[i])
 		}
-		obj := errorObject(err)
-		switch e := expected.(type) {
-		case lua.LString:
-			msg := errorMessage(obj)
-			if !strings.Contains(msg, string(e)) {
-				raiseFailure(L, 1, withMsg(L, 3, fmt.Sprintf("the error does not contain %q", string(e))), "error: "+msg)
-			}
-		case *lua.LTable:
-			got, ok := obj.(*lua.LTable)
-			if !ok {
-				raiseFailure(L, 1, withMsg(L, 3, "expected an error table, got "+brief(obj)), "")
-			}
-			var lines []string
-			e.ForEach(func(k, v lua.LValue) {
-				lines = append(lines, deepDiff(v, got.RawGet(k), 10)...)
-				for i := range lines {
-					if strings.HasPrefix(lines[i], "(value)") {
-						lines[i] = pathKey("", k) + strings.TrimPrefix(lines[i], "(value)")
-					}
-				}
-			})
-			if len(lines) > 0 {
-				raiseFailure(L, 1, withMsg(L, 3, "the error table differs"), strings.Join(lines, "\n")+"\nerror: "+show(got))
-			}
-		}
-		L.Push(obj)
-		return 1
+		out = append(out, strings.Join(words[i:found], "_"))
+		i = found
 	}
-	failFn := func(L *lua.LState) int {
-		raiseFailure(L, 1, L.OptString(1, "failed"), "")
-		return 0
+	return out, nil
+}
+
+// spy is the spy a spy assertion checks.
+func (st *assertState) spy(L *lua.LState) *spyObj {
+	if !st.hasPay {
+		L.RaiseError("spy assertions read assert.spy(s).was.called(...): give the spy first")
 	}
-	fns := map[string]lua.LGFunction{
-		"equals": equals, "equal": equals, "not_equals": notEquals, "not_equal": notEquals,
-		"same": same, "not_same": notSame, "truthy": truthy, "is_truthy": truthy,
-		"falsy": falsy, "is_falsy": falsy, "is_true": isTrue, "is_false": isFalse,
-		"is_nil": isNil, "not_nil": notNil, "is_not_nil": notNil, "matches": matches,
-		"contains": contains, "errors": errorsFn, "has_error": errorsFn, "fail": failFn,
+	if s := st.run.spies.lookup(st.payload); s != nil {
+		return s
 	}
-	t := L.CreateTable(0, len(fns)+2)
-	for name, fn := range fns {
-		t.RawSetString(name, L.NewFunction(fn))
+	L.RaiseError("assert.spy: %s is not a spy or stub (make one with spy.on(tbl, \"name\"), stub(tbl, \"name\") or spy.new(fn))", brief(st.payload))
+	return nil
+}
+
+func assertionNames() []string {
+	var out []string
+	for k := range assertions {
+		out = append(out, k)
 	}
-	// busted's chained forms: assert.are.same, assert.is.equal...
-	are := L.CreateTable(0, 4)
-	for _, n := range []string{"same", "equal", "equals"} {
-		are.RawSetString(n, t.RawGetString(n))
-	}
-	t.RawSetString("are", are)
-	t.RawSetString("is", are)
-	mt := L.CreateTable(0, 1)
-	mt.RawSetString("__call", L.NewFunction(func(L *lua.LState) int {
-		// assert(v, msg) as in Lua, reported as a test failure.
-		v := L.Get(2)
-		if !lua.LVAsBool(v) {
-			msg := "assertion failed!"
-			if m, ok := L.Get(3).(lua.LString); ok {
-				msg = string(m)
-			}
-			raiseFailure(L, 1, msg, "")
-		}
-		return L.GetTop() - 1
-	}))
-	t.Metatable = mt
-	return t
+	sort.Strings(out)
+	return out
 }
 
 // errorObject is the value a Lua error carries.

@@ -2,6 +2,7 @@ package plugtest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -11,19 +12,25 @@ import (
 	"github.com/loomrt/loom/runtime"
 )
 
-// pumpWhile runs fn (which runs a hook on another goroutine's VM) while
-// serving the fakes' Lua handlers on this goroutine, which owns the test's
-// Lua state. An assertion (or error) in a handler fails the test where it
-// was raised.
+// pumpWhile runs fn, which runs a hook on the test's VM (nested in the
+// test's call, see gate.go), on another goroutine while serving the
+// fakes' Lua handlers on this one, on the handlers' thread of the same
+// VM. An assertion (or error) in a handler fails the test where it was
+// raised.
 func (f *fileRun) pumpWhile(L *lua.LState, fn func()) {
 	calls := f.pump.open()
 	defer f.pump.close()
+	g := f.gate
+	g.mainHolds = false
+	g.active.Store(true)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		defer g.release()
 		fn()
 	}()
 	var handlerErr lua.LValue
+	hl := g.handlers
 	for {
 		select {
 		case c := <-calls:
@@ -31,16 +38,29 @@ func (f *fileRun) pumpWhile(L *lua.LState, fn func()) {
 			if c.run != nil {
 				serve = func(L *lua.LState, c *handlerCall) lua.LValue { return c.run(L) }
 			}
-			if obj := serve(L, c); obj != nil && handlerErr == nil {
-				handlerErr = obj
-			}
+			g.handler(func() {
+				hl.SetContext(f.ctx)
+				if obj := serve(hl, c); obj != nil && handlerErr == nil {
+					handlerErr = obj
+				}
+			})
 			continue
 		case <-done:
 		}
 		break
 	}
+	g.active.Store(false)
 	if handlerErr != nil {
 		L.Error(handlerErr, 0)
+	}
+}
+
+// noteInterrupted keeps a hook stopped by the test's --timeout, so the
+// failure names the hook's own line.
+func (f *fileRun) noteInterrupted(err error) {
+	var ce *runtime.CancelledError
+	if errors.As(err, &ce) {
+		f.interrupted = ce
 	}
 }
 
@@ -91,8 +111,9 @@ func (f *fileRun) call(L *lua.LState) int {
 	f.logs.mu.Unlock()
 	var res *runtime.CallResult
 	var err error
-	f.pumpWhile(L, func() { res, err = f.rt.Call(f.ctx, req) })
+	f.pumpWhile(L, func() { res, err = f.sess.CallNested(f.ctx, req, f.logger) })
 	if err != nil {
+		f.noteInterrupted(err)
 		L.RaiseError("loom.test.call: %v", err)
 	}
 	f.logs.mu.Lock()

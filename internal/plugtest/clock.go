@@ -3,6 +3,7 @@ package plugtest
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
@@ -21,6 +22,71 @@ type vclock struct {
 	fixed  *time.Time // set by clock.set: time stands still but for sleeps
 	sleeps []time.Duration
 	real   bool // clock.real(): the wall clock for this test
+	// deadlines are the running hooks' deadlines in virtual time: when
+	// virtual time reaches one, its hook ends as at a real deadline.
+	deadlines map[*vdeadline]struct{}
+}
+
+// vdeadline is one hook's deadline on the virtual clock.
+type vdeadline struct {
+	at     time.Time
+	cancel context.CancelFunc
+	passed atomic.Bool
+}
+
+// vctx is a hook's context under loomd test: ended by its parent (the
+// test's real --timeout) or by virtual time reaching the hook's deadline,
+// when Err says context.DeadlineExceeded, as a real deadline would.
+type vctx struct {
+	context.Context
+	d *vdeadline
+}
+
+func (c *vctx) Err() error {
+	if c.d.passed.Load() {
+		if err := c.Context.Err(); err != nil {
+			return context.DeadlineExceeded
+		}
+	}
+	return c.Context.Err()
+}
+
+// hookContext is runtime.Options.HookContext: the hook's deadline
+// (timeouts.create, ...) runs on the virtual clock, so virtual waits
+// spend it and real time only spends it as fast as it passes, while the
+// test's context (--timeout) bounds real time.
+func (c *vclock) hookContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	c.mu.Lock()
+	if c.real {
+		c.mu.Unlock()
+		return context.WithTimeout(ctx, timeout)
+	}
+	inner, cancel := context.WithCancel(ctx)
+	d := &vdeadline{at: c.nowLocked().Add(timeout), cancel: cancel}
+	if c.deadlines == nil {
+		c.deadlines = map[*vdeadline]struct{}{}
+	}
+	c.deadlines[d] = struct{}{}
+	c.mu.Unlock()
+	hctx := &vctx{Context: bindings.WithClockDeadline(inner, d.at), d: d}
+	return hctx, func() {
+		c.mu.Lock()
+		delete(c.deadlines, d)
+		c.mu.Unlock()
+		cancel()
+	}
+}
+
+// expireLocked ends the hooks whose deadline virtual time has reached.
+func (c *vclock) expireLocked() {
+	now := c.nowLocked()
+	for d := range c.deadlines {
+		if !now.Before(d.at) {
+			d.passed.Store(true)
+			d.cancel()
+			delete(c.deadlines, d)
+		}
+	}
 }
 
 var _ bindings.Clock = (*vclock)(nil)
@@ -62,13 +128,15 @@ func (c *vclock) Sleep(ctx context.Context, d time.Duration) error {
 		return err
 	}
 	c.sleeps = append(c.sleeps, d)
-	if dl, ok := ctx.Deadline(); ok {
+	if dl, ok := bindings.HookDeadline(ctx); ok {
 		if left := dl.Sub(c.nowLocked()); left <= d {
 			c.offset += max(left, 0)
+			c.expireLocked()
 			return context.DeadlineExceeded
 		}
 	}
 	c.offset += d
+	c.expireLocked()
 	return nil
 }
 
@@ -90,6 +158,7 @@ func (c *vclock) module(L *lua.LState) *lua.LTable {
 			}
 			c.mu.Lock()
 			c.offset += time.Duration(s * float64(time.Second))
+			c.expireLocked()
 			c.mu.Unlock()
 			L.Push(seconds(c.Now()))
 			return 1

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -24,24 +26,46 @@ import (
 	"github.com/loomrt/loom/runtime"
 )
 
-// block is a describe block (the file itself is the root block).
+// hookFn is a setup or teardown function and where it was declared.
+type hookFn struct {
+	fn   *lua.LFunction
+	line int
+	kind string // "setup", "lazy_setup", "teardown", ...
+}
+
+// block is a describe (or insulate, expose) block; the file itself is
+// the root block.
 type block struct {
-	name          string
-	parent        *block
+	name     string
+	line     int
+	parent   *block
+	children []any // *block or *testCase, in declaration order
+	tags     []string
+	insulate bool
+	// before_each and after_each.
 	before, after []*lua.LFunction
+	// setup/teardown (strict: they run even when no test of the block
+	// is selected) and lazy_setup/lazy_teardown (before_all/after_all:
+	// only when one is).
+	setups, lazySetups, teardowns, lazyTeardowns []hookFn
+	// acceptance marks a block of acceptance tests (#acceptance).
+	acceptance bool
 }
 
 // testCase is one it (or pending) block.
 type testCase struct {
-	name    string
-	line    int
-	block   *block
-	fn      *lua.LFunction
-	pending bool
+	name       string
+	line       int
+	block      *block
+	fn         *lua.LFunction
+	pending    bool
+	tags       []string
+	acceptance bool
 }
 
 // fileRun is the state of one test file's run: its own runtime (fresh
-// work dir), the session whose VM runs the test code, and the fakes.
+// work dir), the session whose VM runs the test code and the hooks, and
+// the fakes.
 type fileRun struct {
 	opts    Options
 	file    string
@@ -49,6 +73,8 @@ type fileRun struct {
 	rt      *runtime.Runtime
 	sess    *runtime.Session
 	L       *lua.LState
+	env     *lua.LTable // the test file's globals (see install)
+	gate    *gate
 	logger  *slog.Logger
 	logs    *logCapture
 	router  *router
@@ -71,6 +97,21 @@ type fileRun struct {
 	fileSSH    []*sshFake
 	testSSH    []*sshFake
 	realSSHD   *sshdtest.Server
+	// finally functions of the running test, run when it ends.
+	finally []*lua.LFunction
+	// spies holds the spies and stubs by scope: those made in a test are
+	// reverted when it ends, in a block's setup when the block ends.
+	spies *spyRegistry
+	// interrupted is the last hook stopped by the test's --timeout, to
+	// report the runaway at its own line.
+	interrupted *runtime.CancelledError
+	// rng shuffles tests with --shuffle.
+	rng *rand.Rand
+	// tap and fr receive results as tests end.
+	tap *tapWriter
+	fr  *FileReport
+	// selected are the tests that run, after --run, tags and acceptance.
+	selected map[*testCase]bool
 }
 
 // logCapture collects the runtime's log lines for the running test.
@@ -106,7 +147,11 @@ func (c *logCapture) take() []string {
 func runFile(ctx context.Context, opts Options, dir, file string, tap *tapWriter) *FileReport {
 	start := time.Now()
 	fr := &FileReport{File: file, Plugin: filepath.Base(dir), Tests: []*TestResult{}}
-	f := &fileRun{opts: opts, file: file, dir: dir, logs: &logCapture{}, router: newRouter(), pump: &pump{}, clock: &vclock{}}
+	f := &fileRun{opts: opts, file: file, dir: dir, logs: &logCapture{}, router: newRouter(), pump: &pump{}, clock: &vclock{},
+		gate: &gate{}, spies: newSpyRegistry(), tap: tap, fr: fr}
+	if opts.Shuffle {
+		f.rng = rand.New(rand.NewSource(opts.Seed ^ int64(len(file))))
+	}
 	tap.file(file)
 	defer func() {
 		fr.DurationMS = ms(time.Since(start))
@@ -145,32 +190,35 @@ func runFile(ctx context.Context, opts Options, dir, file string, tap *tapWriter
 	_ = f.sess.Do(fileCtx, f.logger, func(L *lua.LState) error {
 		f.L = L
 		f.install(L)
+		f.gate.root = L
+		f.gate.hooks = f.sess.HookThread()
+		f.gate.handlers, _ = L.NewThread()
 		// Collect: run the file body, which registers the tests.
 		cctx, ccancel := context.WithTimeout(fileCtx, opts.Timeout)
 		f.sess.SetContext(cctx)
+		f.ctx = cctx
 		f.collecting = true
-		L.Push(L.NewFunctionFromProto(proto))
+		fn := L.NewFunctionFromProto(proto)
+		fn.Env = f.env
+		L.Push(fn)
 		err := L.PCall(0, 0, nil)
 		f.collecting = false
 		ccancel()
 		f.sess.SetContext(fileCtx)
+		f.ctx = fileCtx
 		if err != nil {
 			fr.Error = f.failureOf(err, cctx)
 			fr.Error.Message = "running the test file (outside any it block): " + fr.Error.Message
 			return nil
 		}
+		f.selected = map[*testCase]bool{}
 		for _, tc := range f.tests {
-			full := tc.fullName()
-			if opts.Match != nil && !opts.Match.MatchString(full) {
-				continue
-			}
-			res := f.runTest(tc)
-			fr.Tests = append(fr.Tests, res)
-			tap.test(file, res)
-			if ctx.Err() != nil {
-				break
+			if f.wanted(tc) {
+				f.selected[tc] = true
 			}
 		}
+		f.runBlock(f.root)
+		f.spies.revertScope(f.root)
 		return nil
 	})
 	for _, fk := range f.fileFakes {
@@ -190,6 +238,35 @@ func runFile(ctx context.Context, opts Options, dir, file string, tap *tapWriter
 	return fr
 }
 
+// wanted says whether a test runs: its name matches --run, its tags
+// (its own and its blocks') pass --tags and --exclude-tags, and it is an
+// acceptance test exactly when the run is in acceptance mode (other
+// tests run in both).
+func (f *fileRun) wanted(tc *testCase) bool {
+	if f.opts.Match != nil && !f.opts.Match.MatchString(tc.fullName()) {
+		return false
+	}
+	tags := tc.allTags()
+	if len(f.opts.Tags) > 0 && !anyIn(tags, f.opts.Tags) {
+		return false
+	}
+	if anyIn(tags, f.opts.ExcludeTags) {
+		return false
+	}
+	return true
+}
+
+func anyIn(have, want []string) bool {
+	for _, w := range want {
+		for _, h := range have {
+			if strings.EqualFold(h, w) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // open builds the file's runtime on the plugin folder alone and a
 // session on its type.
 func (f *fileRun) open(ctx context.Context, tmp string) *Failure {
@@ -205,15 +282,17 @@ func (f *fileRun) open(ctx context.Context, tmp string) *Failure {
 		return &Failure{Message: err.Error()}
 	}
 	f.sshRouter = newSSHRouter(known)
+	var transport http.RoundTripper = f.router
 	reg := std.New(std.Options{
 		Clock: f.clock,
-		HTTP:  httpb.Options{UserAgent: "loomd-test", Transport: f.router, RetryDelay: 10 * time.Millisecond},
+		HTTP:  httpb.Options{UserAgent: "loomd-test", Transport: transport, RetryDelay: 10 * time.Millisecond},
 		// Every lend of an idle pooled connection is probed (in process,
 		// cheap), so a connection to a fake closed by an earlier test is
 		// never handed out.
 		SSH: sshb.Options{KnownHosts: []string{known}, DialRetries: -1, Logger: f.logger.With("component", "ssh"),
 			Dial: f.sshRouter.dial, IdleCheck: time.Nanosecond},
 	})
+	cov := f.opts.cov
 	rt, err := runtime.New(runtime.Options{
 		PluginsDir: filepath.Dir(f.dir),
 		Folders:    []string{f.dir},
@@ -221,15 +300,17 @@ func (f *fileRun) open(ctx context.Context, tmp string) *Failure {
 		Tenant:     "test",
 		Bindings:   reg,
 		Logger:     f.logger,
-		Timeout:    f.opts.Timeout,
 		PoolSize:   2,
-		PermitHTTP: f.router.permitted,
-		InstructionHook: func() func(*lua.LState, *lua.FunctionProto, int) {
-			if f.opts.cov == nil {
-				return nil
+		PermitHTTP: f.permitted,
+		// Hooks keep their definitions' deadlines, on the virtual clock;
+		// the test's own context (--timeout) bounds real time.
+		HookContext: f.clock.hookContext,
+		InstructionHook: func(L *lua.LState, p *lua.FunctionProto, pc int) {
+			if cov != nil {
+				cov.hook(L, p, pc)
 			}
-			return f.opts.cov.hook
-		}(),
+			f.gate.instruction(L, p, pc)
+		},
 	})
 	if err != nil {
 		reg.Close()
@@ -261,6 +342,16 @@ func (f *fileRun) open(ctx context.Context, tmp string) *Failure {
 	return nil
 }
 
+// permitted is runtime.Options.PermitHTTP: the fakes' 127.0.0.1 when a
+// test permits it, and in acceptance mode the hosts the tests declare.
+func (f *fileRun) permitted() []string {
+	return f.router.permitted()
+}
+
+// syntaxLine finds where a parse error is: gopher-lua reports an error
+// at the end of the file (a missing "end") at line -1 (parse.EOF).
+var syntaxLine = regexp.MustCompile(`line:(-?\d+)\(column:(-?\d+)\)`)
+
 // compile parses a test file under its path, so errors and assertion
 // failures say file:line.
 func compile(src []byte, name string) (*lua.FunctionProto, *Failure) {
@@ -269,8 +360,17 @@ func compile(src []byte, name string) (*lua.FunctionProto, *Failure) {
 		fl := &Failure{Message: "syntax error: " + strings.TrimSpace(err.Error()), Location: name}
 		var pe *parse.Error
 		if errors.As(err, &pe) {
-			fl.Location = fmt.Sprintf("%s:%d", name, pe.Pos.Line)
-			fl.Message = fmt.Sprintf("syntax error near '%s': %s", pe.Token, strings.TrimSpace(pe.Message))
+			line := pe.Pos.Line
+			msg := strings.TrimSpace(pe.Message)
+			if line <= 0 {
+				// The file ended inside a block: report its last line,
+				// as luac does ("'end' expected ... near <eof>").
+				line = lastLine(src)
+				fl.Message = fmt.Sprintf("syntax error near <eof>: %s (a block is not closed: a missing 'end' or ')'?)", msg)
+			} else {
+				fl.Message = fmt.Sprintf("syntax error near '%s': %s", pe.Token, msg)
+			}
+			fl.Location = fmt.Sprintf("%s:%d", name, line)
 		}
 		return nil, fl
 	}
@@ -281,12 +381,201 @@ func compile(src []byte, name string) (*lua.FunctionProto, *Failure) {
 	return proto, nil
 }
 
+// lastLine is the number of the last line of src that holds something.
+func lastLine(src []byte) int {
+	lines := bytes.Split(bytes.TrimRight(src, " \t\r\n"), []byte("\n"))
+	return max(len(lines), 1)
+}
+
 func (tc *testCase) fullName() string {
 	var parts []string
 	for b := tc.block; b != nil && b.parent != nil; b = b.parent {
 		parts = append([]string{b.name}, parts...)
 	}
 	return strings.Join(append(parts, tc.name), " ")
+}
+
+// allTags are the test's tags and its blocks'.
+func (tc *testCase) allTags() []string {
+	tags := append([]string{}, tc.tags...)
+	for b := tc.block; b != nil; b = b.parent {
+		tags = append(tags, b.tags...)
+	}
+	return tags
+}
+
+// tagPattern finds busted's tags in describe and it names: "#slow".
+var tagPattern = regexp.MustCompile(`#([A-Za-z0-9_][A-Za-z0-9_:.-]*)`)
+
+func tagsOf(name string) []string {
+	var out []string
+	for _, m := range tagPattern.FindAllStringSubmatch(name, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// hasSelected says whether a block holds a selected test.
+func (f *fileRun) hasSelected(b *block) bool {
+	for _, c := range b.children {
+		switch x := c.(type) {
+		case *testCase:
+			if f.selected[x] {
+				return true
+			}
+		case *block:
+			if f.hasSelected(x) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hasStrict says whether a block, or one inside it, has a strict setup
+// or teardown, which runs even when none of its tests do.
+func hasStrict(b *block) bool {
+	if len(b.setups) > 0 || len(b.teardowns) > 0 {
+		return true
+	}
+	for _, c := range b.children {
+		if x, ok := c.(*block); ok && hasStrict(x) {
+			return true
+		}
+	}
+	return false
+}
+
+// order is the order a block's children run in: as declared, or
+// shuffled with --shuffle.
+func (f *fileRun) order(b *block) []any {
+	out := append([]any{}, b.children...)
+	if f.rng != nil {
+		f.rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	}
+	return out
+}
+
+// runBlock runs a block's setups, its tests and inner blocks, and its
+// teardowns, as busted does: setup and teardown (strict) always, the
+// lazy ones (before_all/after_all) only when a test of the block runs,
+// once each; insulate blocks put the globals back when they end.
+func (f *fileRun) runBlock(b *block) {
+	selected := f.hasSelected(b)
+	if !selected && !hasStrict(b) {
+		return
+	}
+	if b.insulate {
+		snap := f.snapshotGlobals()
+		defer snap.restore()
+	}
+	var setupFail *Failure
+	runHooks := func(hs []hookFn) {
+		for _, h := range hs {
+			if fl := f.callOutside(h.fn); fl != nil && setupFail == nil {
+				fl.Message = "in " + h.kind + ": " + fl.Message
+				setupFail = fl
+			}
+		}
+	}
+	runHooks(b.setups)
+	lazyRan := false
+	for _, c := range f.order(b) {
+		if f.fileCtx.Err() != nil {
+			break
+		}
+		switch x := c.(type) {
+		case *testCase:
+			if !f.selected[x] {
+				continue
+			}
+			if !lazyRan && setupFail == nil {
+				lazyRan = true
+				runHooks(b.lazySetups)
+			}
+			if setupFail != nil {
+				f.report(&TestResult{Name: x.fullName(), Line: x.line, Status: StatusFail, Failure: setupFail})
+				continue
+			}
+			f.report(f.runTest(x))
+		case *block:
+			if setupFail != nil {
+				f.failBlock(x, setupFail)
+				continue
+			}
+			if !lazyRan && f.hasSelected(x) {
+				lazyRan = true
+				runHooks(b.lazySetups)
+				if setupFail != nil {
+					f.failBlock(x, setupFail)
+					continue
+				}
+			}
+			f.runBlock(x)
+		}
+	}
+	var downFail *Failure
+	downs := b.teardowns
+	if lazyRan {
+		downs = append(append([]hookFn{}, b.lazyTeardowns...), b.teardowns...)
+	}
+	for _, h := range downs {
+		if fl := f.callOutside(h.fn); fl != nil && downFail == nil {
+			fl.Message = "in " + h.kind + ": " + fl.Message
+			downFail = fl
+		}
+	}
+	// What the block's setups stubbed is put back when the block ends.
+	f.spies.revertScope(b)
+	if downFail != nil {
+		name := strings.TrimSpace(blockName(b) + " (teardown)")
+		f.report(&TestResult{Name: name, Line: b.line, Status: StatusFail, Failure: downFail})
+	}
+}
+
+// failBlock reports every selected test of b as failed with fl.
+func (f *fileRun) failBlock(b *block, fl *Failure) {
+	for _, c := range b.children {
+		switch x := c.(type) {
+		case *testCase:
+			if f.selected[x] {
+				f.report(&TestResult{Name: x.fullName(), Line: x.line, Status: StatusFail, Failure: fl})
+			}
+		case *block:
+			f.failBlock(x, fl)
+		}
+	}
+}
+
+func blockName(b *block) string {
+	var parts []string
+	for ; b != nil && b.parent != nil; b = b.parent {
+		parts = append([]string{b.name}, parts...)
+	}
+	return strings.Join(parts, " ")
+}
+
+// report records a test's result and prints it.
+func (f *fileRun) report(res *TestResult) {
+	f.fr.Tests = append(f.fr.Tests, res)
+	f.tap.test(f.file, res)
+}
+
+// callOutside runs a setup or teardown function under its own deadline.
+func (f *fileRun) callOutside(fn *lua.LFunction) *Failure {
+	ctx, cancel := context.WithTimeout(f.fileCtx, f.opts.Timeout)
+	defer cancel()
+	f.ctx = ctx
+	f.sess.SetContext(ctx)
+	defer func() {
+		f.sess.SetContext(f.fileCtx)
+		f.ctx = f.fileCtx
+	}()
+	f.L.Push(fn)
+	if err := f.L.PCall(0, 0, nil); err != nil {
+		return f.failureOf(err, ctx)
+	}
+	return nil
 }
 
 // runTest runs one it block with its before_each and after_each under
@@ -305,6 +594,8 @@ func (f *fileRun) runTest(tc *testCase) *TestResult {
 	f.inTest = true
 	f.clock.reset()
 	f.logs.take()
+	f.interrupted = nil
+	f.spies.enter(tc)
 	var blocks []*block
 	for b := tc.block; b != nil; b = b.parent {
 		blocks = append([]*block{b}, blocks...)
@@ -334,6 +625,15 @@ befores:
 	if failure == nil && skip == "" {
 		call(tc.fn)
 	}
+	// finally functions, the last registered first, whatever happened.
+	for i := len(f.finally) - 1; i >= 0; i-- {
+		had := failure != nil
+		call(f.finally[i])
+		if !had && failure != nil {
+			failure.Message = "in finally: " + failure.Message
+		}
+	}
+	f.finally = nil
 	for i := len(blocks) - 1; i >= 0; i-- {
 		for _, fn := range blocks[i].after {
 			had := failure != nil
@@ -343,6 +643,8 @@ befores:
 			}
 		}
 	}
+	// Spies and stubs made during the test are put back.
+	f.spies.revertScope(tc)
 	for _, fk := range f.testFakes {
 		if u := fk.takeUnmatched(); len(u) > 0 && fk.strict && failure == nil {
 			failure = &Failure{Message: u[0] + "; add a route, or create the fake with strict = false", Location: fk.where}
@@ -397,10 +699,25 @@ befores:
 var leadingLocation = regexp.MustCompile(`^([^\s:][^:\n]*\.lua):(\d+):\s*`)
 
 // failureOf turns a Lua error into a Failure: an assertion's own
-// message, location and diff, or an error's message and traceback.
+// message, location and diff, or an error's message and traceback. A
+// test that ran past --timeout while a hook ran is reported at the
+// hook's own line.
 func (f *fileRun) failureOf(err error, ctx context.Context) *Failure {
 	if ctx.Err() != nil && f.fileCtx.Err() == nil {
-		return &Failure{Message: fmt.Sprintf("test timed out after %s (loomd test --timeout)", f.opts.Timeout), Traceback: traceOf(err)}
+		fl := &Failure{Message: fmt.Sprintf("test timed out after %s (loomd test --timeout bounds the real time of a test; hooks' own deadlines run on the virtual clock)", f.opts.Timeout), Traceback: traceOf(err)}
+		if ie := f.interrupted; ie != nil {
+			fl.Message += fmt.Sprintf(": %s was still running", ie.What)
+			if ie.Where != "" {
+				fl.Location = ie.Where
+				fl.Message += " at " + ie.Where + " (a loop that never ends, or a wait with no deadline?)"
+			}
+			if ie.Traceback != "" {
+				fl.Traceback = ie.Traceback
+			}
+		} else if loc := testFrame(fl.Traceback, f.file); loc != "" {
+			fl.Location = loc
+		}
+		return fl
 	}
 	obj := errorObject(err)
 	if t, ok := obj.(*lua.LTable); ok && t.RawGetString(assertMarker) == lua.LTrue {
@@ -456,37 +773,76 @@ func whereLine(L *lua.LState, level int) int {
 	return 0
 }
 
-// install sets the test globals: describe, it, pending, before_each,
-// after_each, assert, and loom (the stdlib table plus loom.test).
+// testGlobals are what install puts in the test file's environment.
+var testGlobals = []string{"describe", "context", "insulate", "expose", "it", "spec", "test", "pending",
+	"before_each", "after_each", "setup", "teardown", "strict_setup", "strict_teardown", "lazy_setup", "lazy_teardown",
+	"before_all", "after_all", "finally", "assert", "spy", "stub", "mock", "match", "loom"}
+
+// install builds the test file's environment: busted's functions
+// (describe, it, pending, the setups and teardowns, finally), assert,
+// spy, stub, mock, match, and loom (what require("loom") gives, plus
+// loom.test). It is a table of its own whose reads fall through to the
+// VM's globals: the test sees the plugin's globals (its classname
+// table), while the plugin's hooks, which run on the same VM, never see
+// the test's (a plugin's own assert stays Lua's).
 func (f *fileRun) install(L *lua.LState) {
 	f.root = &block{}
 	f.cur = f.root
-	g := L.G.Global
-	g.RawSetString("describe", L.NewFunction(func(L *lua.LState) int {
-		name := L.CheckString(1)
-		fn := L.CheckFunction(2)
-		if !f.collecting {
-			L.RaiseError("describe(%q) inside a running test: describe blocks belong at the top level or in other describe blocks", name)
+	env := L.CreateTable(0, 32)
+	envMeta := L.CreateTable(0, 1)
+	envMeta.RawSetString("__index", L.G.Global)
+	env.Metatable = envMeta
+	f.env = env
+	set := func(name string, fn lua.LGFunction) { env.RawSetString(name, L.NewFunction(fn)) }
+
+	addBlock := func(kind string, insulate bool) lua.LGFunction {
+		return func(L *lua.LState) int {
+			name := ""
+			var fn *lua.LFunction
+			if s, ok := L.Get(1).(lua.LString); ok {
+				name, fn = string(s), L.CheckFunction(2)
+			} else if kind != "describe" {
+				fn = L.CheckFunction(1) // insulate(fn), expose(fn)
+			} else {
+				L.ArgError(1, "describe(name, fn): want the block's name")
+			}
+			if !f.collecting {
+				L.RaiseError("%s(%q) inside a running test: blocks belong at the top level or in other describe blocks", kind, name)
+			}
+			b := &block{name: name, line: whereLine(L, 1), parent: f.cur, tags: tagsOf(name), insulate: insulate}
+			f.cur.children = append(f.cur.children, b)
+			f.cur = b
+			L.Push(fn)
+			L.Call(0, 0)
+			f.cur = b.parent
+			return 0
 		}
-		b := &block{name: name, parent: f.cur}
-		f.cur = b
-		L.Push(fn)
-		L.Call(0, 0)
-		f.cur = b.parent
-		return 0
-	}))
+	}
+	set("describe", addBlock("describe", false))
+	set("context", addBlock("describe", false))
+	set("insulate", addBlock("insulate", true))
+	set("expose", addBlock("expose", false))
 	addTest := func(L *lua.LState, pending bool) int {
 		name := L.CheckString(1)
 		if !f.collecting {
+			if pending && f.inTest {
+				// pending("reason") inside a test: it stops, reported
+				// pending, as in busted.
+				raiseSkip(L, "pending: "+name)
+			}
 			L.RaiseError("it(%q) inside a running test: it blocks belong at the top level or in describe blocks", name)
 		}
 		fn, _ := L.Get(2).(*lua.LFunction)
-		f.tests = append(f.tests, &testCase{name: name, line: whereLine(L, 1), block: f.cur, fn: fn, pending: pending || fn == nil})
+		tc := &testCase{name: name, line: whereLine(L, 1), block: f.cur, fn: fn, pending: pending || fn == nil, tags: tagsOf(name)}
+		f.cur.children = append(f.cur.children, tc)
+		f.tests = append(f.tests, tc)
 		return 0
 	}
-	g.RawSetString("it", L.NewFunction(func(L *lua.LState) int { return addTest(L, false) }))
-	g.RawSetString("pending", L.NewFunction(func(L *lua.LState) int { return addTest(L, true) }))
-	hook := func(after bool) lua.LGFunction {
+	set("it", func(L *lua.LState) int { return addTest(L, false) })
+	set("spec", func(L *lua.LState) int { return addTest(L, false) })
+	set("test", func(L *lua.LState) int { return addTest(L, false) })
+	set("pending", func(L *lua.LState) int { return addTest(L, true) })
+	each := func(after bool) lua.LGFunction {
 		return func(L *lua.LState) int {
 			fn := L.CheckFunction(1)
 			if !f.collecting {
@@ -500,9 +856,42 @@ func (f *fileRun) install(L *lua.LState) {
 			return 0
 		}
 	}
-	g.RawSetString("before_each", L.NewFunction(hook(false)))
-	g.RawSetString("after_each", L.NewFunction(hook(true)))
-	g.RawSetString("assert", newAssert(L))
+	set("before_each", each(false))
+	set("after_each", each(true))
+	once := func(kind string) lua.LGFunction {
+		return func(L *lua.LState) int {
+			fn := L.CheckFunction(1)
+			if !f.collecting {
+				L.RaiseError("%s inside a running test: call it in a describe block or at the top level", kind)
+			}
+			h := hookFn{fn: fn, line: whereLine(L, 1), kind: kind}
+			b := f.cur
+			switch kind {
+			case "setup", "strict_setup":
+				b.setups = append(b.setups, h)
+			case "lazy_setup", "before_all":
+				b.lazySetups = append(b.lazySetups, h)
+			case "teardown", "strict_teardown":
+				b.teardowns = append(b.teardowns, h)
+			case "lazy_teardown", "after_all":
+				b.lazyTeardowns = append(b.lazyTeardowns, h)
+			}
+			return 0
+		}
+	}
+	for _, k := range []string{"setup", "strict_setup", "lazy_setup", "before_all", "teardown", "strict_teardown", "lazy_teardown", "after_all"} {
+		set(k, once(k))
+	}
+	set("finally", func(L *lua.LState) int {
+		fn := L.CheckFunction(1)
+		if !f.inTest {
+			L.RaiseError("finally outside a test: call it inside an it block (it runs when the test ends, pass or fail)")
+		}
+		f.finally = append(f.finally, fn)
+		return 0
+	})
+	env.RawSetString("assert", newAssert(L, f))
+	f.installSpies(L, env)
 
 	// loom: what require("loom") gives, plus loom.test. A table of its
 	// own, so the stdlib table the plugin code shares is left as it is.
@@ -517,5 +906,54 @@ func (f *fileRun) install(L *lua.LState) {
 	}
 	L.SetTop(top)
 	loomT.RawSetString("test", f.testModule(L))
-	g.RawSetString("loom", loomT)
+	env.RawSetString("loom", loomT)
+	// require("loom.test") gives loom.test too.
+	env.RawSetString("require", L.NewFunction(func(L *lua.LState) int {
+		if L.CheckString(1) == "loom.test" {
+			L.Push(loomT.RawGetString("test"))
+			return 1
+		}
+		L.Push(L.GetGlobal("require"))
+		L.Push(L.Get(1))
+		L.Call(1, 1)
+		return 1
+	}))
+}
+
+// globalsSnap is what an insulate block puts back: the test's globals,
+// the VM's globals and its loaded modules, each as a shallow copy.
+type globalsSnap struct {
+	tables []*lua.LTable
+	saved  []map[lua.LValue]lua.LValue
+}
+
+func (f *fileRun) snapshotGlobals() *globalsSnap {
+	s := &globalsSnap{}
+	for _, t := range []*lua.LTable{f.env, f.L.G.Global, f.sess.Modules()} {
+		m := map[lua.LValue]lua.LValue{}
+		t.ForEach(func(k, v lua.LValue) { m[k] = v })
+		s.tables = append(s.tables, t)
+		s.saved = append(s.saved, m)
+	}
+	return s
+}
+
+func (s *globalsSnap) restore() {
+	for i, t := range s.tables {
+		saved := s.saved[i]
+		var drop []lua.LValue
+		t.ForEach(func(k, _ lua.LValue) {
+			if _, ok := saved[k]; !ok {
+				drop = append(drop, k)
+			}
+		})
+		for _, k := range drop {
+			t.RawSet(k, lua.LNil)
+		}
+		for k, v := range saved {
+			if t.RawGet(k) != v {
+				t.RawSet(k, v)
+			}
+		}
+	}
 }

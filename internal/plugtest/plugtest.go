@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -45,6 +46,14 @@ type Options struct {
 	// Coverage counts the lines of plugin files (not test files) that
 	// ran: Report.Coverage, and a summary after the TAP output.
 	Coverage bool
+	// Tags, when set, runs only the tests that carry one of these tags
+	// ("#slow" in its name or an enclosing describe's, as busted);
+	// ExcludeTags leaves out the tests that carry one of those.
+	Tags, ExcludeTags []string
+	// Shuffle runs the files and each block's tests in a random order,
+	// from Seed (the report prints it; the same seed repeats the order).
+	Shuffle bool
+	Seed    int64
 
 	cov *coverage
 }
@@ -58,6 +67,8 @@ type Report struct {
 	DurationMS float64       `json:"duration_ms"`
 	// Coverage is set with Options.Coverage: one entry per plugin file.
 	Coverage []*FileCoverage `json:"coverage,omitempty"`
+	// Seed is the shuffle's seed, with Options.Shuffle.
+	Seed *int64 `json:"seed,omitempty"`
 }
 
 // OK reports whether every test passed (pending tests do not count) and
@@ -121,6 +132,9 @@ type target struct {
 	tests []string
 }
 
+// testFile is one test file to run and its plugin folder.
+type testFile struct{ dir, file string }
+
 // Run finds the test files under opts.Dirs and runs them, printing TAP
 // progress to opts.Out. The error is non-nil only when the run could not
 // start (a folder that does not exist, no test file found); failed tests
@@ -145,26 +159,36 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	start := time.Now()
 	rep := &Report{}
 	tap := newTAP(opts.Out)
+	var files []testFile
 	for _, tg := range targets {
 		for _, file := range tg.tests {
-			fr := runFile(ctx, opts, tg.dir, file, tap)
-			rep.Files = append(rep.Files, fr)
-			if fr.Error != nil {
+			files = append(files, testFile{tg.dir, file})
+		}
+	}
+	if opts.Shuffle {
+		seed := opts.Seed
+		rep.Seed = &seed
+		tap.comment(fmt.Sprintf("shuffled with seed %d (loomd test --shuffle --seed %d repeats this order)", seed, seed))
+		rand.New(rand.NewSource(seed)).Shuffle(len(files), func(i, j int) { files[i], files[j] = files[j], files[i] })
+	}
+	for _, tf := range files {
+		fr := runFile(ctx, opts, tf.dir, tf.file, tap)
+		rep.Files = append(rep.Files, fr)
+		if fr.Error != nil {
+			rep.Failed++
+		}
+		for _, t := range fr.Tests {
+			switch t.Status {
+			case StatusPass:
+				rep.Passed++
+			case StatusFail:
 				rep.Failed++
+			case StatusPending:
+				rep.Pending++
 			}
-			for _, t := range fr.Tests {
-				switch t.Status {
-				case StatusPass:
-					rep.Passed++
-				case StatusFail:
-					rep.Failed++
-				case StatusPending:
-					rep.Pending++
-				}
-			}
-			if ctx.Err() != nil {
-				break
-			}
+		}
+		if ctx.Err() != nil {
+			break
 		}
 	}
 	rep.DurationMS = ms(time.Since(start))
@@ -186,6 +210,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func discover(dirs []string) ([]target, error) {
 	var out []target
 	seen := map[string]bool{}
+	seenFile := map[string]bool{}
 	for _, arg := range dirs {
 		d := strings.TrimSuffix(strings.TrimSuffix(arg, "..."), "/")
 		if d == "" {
@@ -196,7 +221,20 @@ func discover(dirs []string) ([]target, error) {
 			return nil, fmt.Errorf("loomd test %s: %w", arg, err)
 		}
 		if !st.IsDir() {
-			return nil, fmt.Errorf("loomd test %s: not a directory: give a plugin folder or a folder of plugin folders", arg)
+			// A test file: run it alone, in its plugin folder.
+			if !strings.HasSuffix(d, "_test.lua") {
+				return nil, fmt.Errorf("loomd test %s: not a test file or a folder: give a plugin folder, a folder of plugin folders, or a *_test.lua file", arg)
+			}
+			dir := pluginFolderOf(d)
+			if dir == "" {
+				return nil, fmt.Errorf("loomd test %s: no plugin folder holds this file (a folder above it with a JSON definition declaring providertypes, automatortypes or another kind's types)", arg)
+			}
+			file := filepath.Clean(d)
+			if !seenFile[file] {
+				seenFile[file] = true
+				out = append(out, target{dir: dir, tests: []string{file}})
+			}
+			continue
 		}
 		folders, err := pluginFolders(d)
 		if err != nil {
@@ -223,6 +261,22 @@ func discover(dirs []string) ([]target, error) {
 		return nil, fmt.Errorf("loomd test %s: no test files (name them <something>_test.lua, in the plugin folder)", strings.Join(dirs, " "))
 	}
 	return out, nil
+}
+
+// pluginFolderOf is the plugin folder that holds file: the nearest
+// folder above it with a definition, or "".
+func pluginFolderOf(file string) string {
+	d := filepath.Dir(filepath.Clean(file))
+	for {
+		if runtime.IsPluginFolder(d) {
+			return d
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return ""
+		}
+		d = parent
+	}
 }
 
 // pluginFolders returns d when it is a plugin folder, else the plugin

@@ -22,6 +22,8 @@ func newTAP(w io.Writer) *tapWriter {
 
 func (t *tapWriter) file(name string) { fmt.Fprintf(t.w, "# %s\n", name) }
 
+func (t *tapWriter) comment(s string) { fmt.Fprintf(t.w, "# %s\n", s) }
+
 func (t *tapWriter) test(file string, r *TestResult) {
 	t.n++
 	switch r.Status {

@@ -57,6 +57,10 @@ func writeValue(b *strings.Builder, v lua.LValue, indent int, seen map[*lua.LTab
 		b.WriteString(strings.Repeat("  ", indent))
 		b.WriteString("}")
 	default:
+		if m := asMatcher(v); m != nil {
+			b.WriteString("match." + m.desc)
+			return
+		}
 		b.WriteString(v.String())
 	}
 }
@@ -165,6 +169,12 @@ func deepDiff(expected, actual lua.LValue, limit int) []string {
 	var walk func(path string, e, a lua.LValue, depth int)
 	walk = func(path string, e, a lua.LValue, depth int) {
 		if len(out) >= limit {
+			return
+		}
+		if m := asMatcher(e); m != nil {
+			if !m.check(a) {
+				out = append(out, fmt.Sprintf("%s: expected match.%s, got %s", orTop(path), m.desc, brief(a)))
+			}
 			return
 		}
 		et, eok := e.(*lua.LTable)

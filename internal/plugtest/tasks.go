@@ -188,7 +188,10 @@ func (f *fileRun) runTask(L *lua.LState, data []byte) (*runtime.Result, []string
 	f.logs.mu.Unlock()
 	var res *runtime.Result
 	var rerr error
-	f.pumpWhile(L, func() { res, rerr = f.rt.RunTask(f.ctx, task) })
+	f.pumpWhile(L, func() { res, rerr = f.sess.RunTaskNested(f.ctx, task, f.logger) })
+	if rerr != nil {
+		f.noteInterrupted(rerr)
+	}
 	f.logs.mu.Lock()
 	var logs []string
 	if mark <= len(f.logs.lines) {

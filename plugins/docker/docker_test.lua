@@ -60,6 +60,8 @@ local function new_docker()
       return { exit_code = 1, stderr = "Error: No such image: " .. a[4] .. "\n" }
     elseif verb == "pull" then
       d.pulls[#d.pulls + 1] = a[3]
+      -- A slow registry: the pull takes this long on the virtual clock.
+      if d.pull_takes then loom.test.clock.advance(d.pull_takes) end
       local e = table.remove(d.pull_errors, 1)
       if e then return { exit_code = 1, stderr = e } end
       if a[3]:match("^missing") then
@@ -223,6 +225,10 @@ describe("INSTALL", function()
   it("gives up on the rate limit before the hook deadline, saying so", function()
     local limited = "Error response from daemon: toomanyrequests: You have reached your pull rate limit.\n"
     docker.pull_errors = { limited, limited, limited, limited }
+    -- INSTALL's deadline is 30m (docker.json), on the virtual clock; each
+    -- rate-limited pull takes 14m50s, so after the second only 10s are
+    -- left, too few for the next 30s wait.
+    docker.pull_takes = 890
     local res = run("INSTALL", { image_name = "redis:7" })
     assert.equals(1, res.status)
     assert.matches("rate%-limits pulls and the hook deadline leaves no time to wait 30s more", res.message)

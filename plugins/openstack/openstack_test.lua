@@ -50,7 +50,8 @@ local function new_cloud()
 
   fake:route("POST", "/v3/auth/tokens", function(req)
     local id = req.json.auth.identity
-    local ok = id.methods[1] == "password" and id.password.user.name == "loom" and id.password.user.password == PASSWORD
+    local user = id.methods[1] == "password" and id.password.user.name
+    local ok = (user == "loom" or user == "coopr-v2") and id.password.user.password == PASSWORD
       or id.methods[1] == "application_credential" and id.application_credential.id == "app-1"
         and id.application_credential.secret == PASSWORD
     if not ok then return unauthorized end
@@ -293,6 +294,9 @@ describe("CREATE", function()
     local f = {}
     for k, v in pairs(fields) do f[k] = v end
     f.openstack_auth_url = "https://keystone.example.com:5000/v2.0/tokens"
+    -- Another account than the other tests': the plugin keeps tokens per
+    -- VM (as loomd serve's pooled VMs do), and the tests share one VM.
+    f.api_user = "coopr-v2"
     local res = loom.test.run("CREATE", { fields = f, config = { flavor = "2", image = "debian-12" } })
     assert.equals(0, res.status, res.message)
     cloud:assert_called("POST", "/v3/auth/tokens")

@@ -749,9 +749,8 @@ func (ls *LState) closeAllUpvalues() { // +inline-start
 } // +inline-end
 
 func (ls *LState) raiseError(level int, format string, args ...interface{}) {
-	if !ls.hasErrorFunc {
-		ls.closeAllUpvalues()
-	}
+	// loom: upvalues are closed by the PCall that catches the error, and
+	// only those of the frames it unwinds (see PCall).
 	message := format
 	if len(args) > 0 {
 		message = fmt.Sprintf(format, args...)
@@ -1844,9 +1843,7 @@ func (ls *LState) Error(lv LValue, level int) {
 	if str, ok := lv.(LString); ok {
 		ls.raiseError(level, string(str))
 	} else {
-		if !ls.hasErrorFunc {
-			ls.closeAllUpvalues()
-		}
+		// loom: upvalues are closed by the PCall that catches the error.
 		ls.Push(lv)
 		ls.Panic(ls)
 	}
@@ -2180,6 +2177,7 @@ func (ls *LState) PCall(nargs, nret int, errfunc *LFunction) (err error) {
 						}
 						ls.stack.SetSp(sp)
 						ls.currentFrame = ls.stack.Last()
+						ls.closeUpvalues(base) // loom: see below
 						ls.reg.SetTop(base)
 					}
 				}()
@@ -2190,6 +2188,15 @@ func (ls *LState) PCall(nargs, nret int, errfunc *LFunction) (err error) {
 			}
 			ls.stack.SetSp(sp)
 			ls.currentFrame = ls.stack.Last()
+			// loom: close the upvalues of the frames the error unwound,
+			// and only those, as Lua 5.1's luaD_pcall does. Upstream closed
+			// every open upvalue of the state when an error was raised, so
+			// after a pcall caught an error, a closure's writes to a local
+			// of a still running function no longer reached the local
+			// (local x = 0; local function inc() x = x + 1 end;
+			// pcall(error); inc() left x at 0), and with an error handler
+			// (xpcall) it closed none, leaving them on reused registers.
+			ls.closeUpvalues(base)
 			ls.reg.SetTop(base)
 		}
 		ls.stack.SetSp(sp)

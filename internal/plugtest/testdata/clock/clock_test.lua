@@ -27,9 +27,13 @@ describe("the virtual clock", function()
   end)
 
   it("raises the hook's timeout when a sleep passes the deadline", function()
+    -- The definition sets no timeouts: the hook has the default 10m, on
+    -- the virtual clock, and fails as it would in production.
     local res = loom.test.run("CONFIRM")
     assert.equals(1, res.status)
-    assert.matches("deadline passed", res.message)
+    assert.matches("timed out after 10m0s", res.message)
+    assert.equals("timeout", res.error.kind)
+    assert.same({ 7200 }, clock.sleeps())
   end)
 
   it("moves with advance and set", function()
