@@ -238,3 +238,137 @@ func TestStubParses(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSpies runs spies, stubs and mocks on the plugin's own tables: the
+// hooks run in the test's VM and call what the test put there.
+func TestSpies(t *testing.T) {
+	rep, out := run(t, Options{Dirs: []string{"testdata/spies"}})
+	if !rep.OK() || rep.Passed != 9 {
+		t.Fatalf("%d passed, %d failed\n%s", rep.Passed, rep.Failed, out)
+	}
+}
+
+// TestSpyFailures checks what a failed spy or luassert assertion says.
+func TestSpyFailures(t *testing.T) {
+	rep, out := run(t, Options{Dirs: []string{"testdata/spyfailing"}})
+	const file = "testdata/spyfailing/spyfailing_test.lua"
+	want := map[string]struct{ at, msg string }{
+		"called_with":  {file + ":7", `expected the stub on request to be called with (match._, "POST", "/v1/servers", { name = "loom-web2" }), its 1 call(s):`},
+		"called times": {file + ":14", "expected the spy on remember to be called exactly 2 time(s), it was called 1 time(s)"},
+		"was_not":      {file + ":20", "expected the stub on request not to be called, it was called 1 time(s)"},
+		"is_not":       {file + ":24", "expected a value other than 1 (number)"},
+		"has_no":       {file + ":28", "expected no error, got: " + file + ":28: kaboom"},
+		"near":         {file + ":32", "expected 1.5 (number) within 0.1 of 1"},
+		"unknown word": {file + ":36", `assert.is_shiny: unknown word "shiny"`},
+		"not a spy":    {file + ":40", "is not a spy or stub"},
+	}
+	if rep.Failed != len(want) || rep.Passed != 0 {
+		t.Fatalf("want %d failures, got %d passed, %d failed\n%s", len(want), rep.Passed, rep.Failed, out)
+	}
+	for _, tr := range rep.Files[0].Tests {
+		w := want[tr.Name]
+		f := tr.Failure
+		if f == nil || f.Location != w.at || !strings.Contains(f.Message, w.msg) {
+			t.Errorf("%s: got %+v, want at %s message %q", tr.Name, f, w.at, w.msg)
+		}
+	}
+	if !strings.Contains(rep.Files[0].Tests[0].Failure.Message, `({ api_url = "https://api.example.com" }, "POST", "/v1/servers", { name = "loom-web1" })`) {
+		t.Errorf("called_with does not list the calls:\n%s", rep.Files[0].Tests[0].Failure.Message)
+	}
+}
+
+// TestLifecycle runs busted's setups, teardowns, finally, insulate,
+// expose and pending in their order; tags select tests.
+func TestLifecycle(t *testing.T) {
+	rep, out := run(t, Options{Dirs: []string{"testdata/lifecycle"}})
+	if !rep.OK() || rep.Passed != 15 || rep.Pending != 2 {
+		t.Fatalf("%d passed, %d failed, %d pending\n%s", rep.Passed, rep.Failed, rep.Pending, out)
+	}
+	if !strings.Contains(out, "# SKIP pending: not ready") {
+		t.Errorf("pending inside a test:\n%s", out)
+	}
+	rep, out = run(t, Options{Dirs: []string{"testdata/lifecycle"}, Tags: []string{"fast"}})
+	if !rep.OK() || rep.Passed != 2 || len(rep.Files[0].Tests) != 2 {
+		t.Fatalf("--tags fast: %d passed\n%s", rep.Passed, out)
+	}
+	rep, out = run(t, Options{Dirs: []string{"testdata/lifecycle"}, ExcludeTags: []string{"slow"}})
+	if !rep.OK() || rep.Passed != 14 || rep.Pending != 1 || strings.Contains(out, "#slow") {
+		t.Fatalf("--exclude-tags slow: %d passed, %d pending\n%s", rep.Passed, rep.Pending, out)
+	}
+}
+
+// TestShuffle: --shuffle runs a file's tests in an order given by the
+// seed, the same for the same seed, and says which seed it used.
+func TestShuffle(t *testing.T) {
+	order := func(seed int64) (string, string) {
+		rep, out := run(t, Options{Dirs: []string{"testdata/spies", "testdata/deadline", "testdata/clock"}, Shuffle: true, Seed: seed})
+		if !rep.OK() || rep.Seed == nil || *rep.Seed != seed {
+			t.Fatalf("seed %d: %d failed\n%s", seed, rep.Failed, out)
+		}
+		var names []string
+		for _, f := range rep.Files {
+			for _, tr := range f.Tests {
+				names = append(names, tr.Name)
+			}
+		}
+		return strings.Join(names, "|"), out
+	}
+	a, out := order(7)
+	b, _ := order(7)
+	c, _ := order(8)
+	plain, _ := run(t, Options{Dirs: []string{"testdata/spies", "testdata/deadline", "testdata/clock"}})
+	var declared []string
+	for _, f := range plain.Files {
+		for _, tr := range f.Tests {
+			declared = append(declared, tr.Name)
+		}
+	}
+	if a != b || a == c || a == strings.Join(declared, "|") {
+		t.Errorf("seed 7 twice: %v; seed 8 differs: %v; differs from the declared order: %v", a == b, a != c, a != strings.Join(declared, "|"))
+	}
+	if !strings.Contains(out, "# shuffled with seed 7 (loomd test --shuffle --seed 7 repeats this order)") {
+		t.Errorf("the seed is not printed:\n%s", out)
+	}
+}
+
+// TestFileArgument runs one test file of a plugin folder.
+func TestFileArgument(t *testing.T) {
+	rep, out := run(t, Options{Dirs: []string{"testdata/lifecycle/lifecycle_test.lua"}})
+	if !rep.OK() || len(rep.Files) != 1 || rep.Files[0].File != "testdata/lifecycle/lifecycle_test.lua" {
+		t.Fatalf("%+v\n%s", rep.Files, out)
+	}
+	for _, bad := range []string{"testdata/lifecycle/lifecycle.lua", "plugtest.go"} {
+		if _, err := Run(context.Background(), Options{Dirs: []string{bad}}); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+	outside := t.TempDir() + "/x_test.lua"
+	os.WriteFile(outside, []byte(`it("x", function() end)`), 0o644)
+	if _, err := Run(context.Background(), Options{Dirs: []string{outside}}); err == nil || !strings.Contains(err.Error(), "no plugin folder holds this file") {
+		t.Errorf("a test file outside any plugin folder: %v", err)
+	}
+}
+
+// TestDeadlines: hooks keep their definitions' deadlines on the virtual
+// clock, however short --timeout is (it bounds real time only).
+func TestDeadlines(t *testing.T) {
+	rep, out := run(t, Options{Dirs: []string{"testdata/deadline"}, Timeout: 5 * time.Second})
+	if !rep.OK() || rep.Passed != 2 {
+		t.Fatalf("%d passed, %d failed\n%s", rep.Passed, rep.Failed, out)
+	}
+}
+
+// TestRunaway: a hook that never returns is stopped by --timeout, and the
+// failure points at the plugin's line it was running.
+func TestRunaway(t *testing.T) {
+	rep, out := run(t, Options{Dirs: []string{"testdata/runaway"}, Timeout: 300 * time.Millisecond})
+	if rep.Failed != 1 {
+		t.Fatalf("%d failed\n%s", rep.Failed, out)
+	}
+	f := rep.Files[0].Tests[0].Failure
+	if f.Location != "testdata/runaway/runaway.lua:8" || !strings.Contains(f.Message, "test timed out after 300ms") ||
+		!strings.Contains(f.Message, "runaway create was still running at testdata/runaway/runaway.lua:8") ||
+		!strings.Contains(f.Traceback, "runaway.lua:12: in function 'Runaway:create'") {
+		t.Errorf("failure %+v", f)
+	}
+}

@@ -234,13 +234,15 @@ func (f *fileRun) newSpy(L *lua.LState, target *lua.LTable, key lua.LValue, call
 		s.obj.RawSetString("target_table", target)
 		s.obj.RawSetString("target_key", key)
 	}
-	self := func(L *lua.LState) *spyObj {
+	// Methods work with a colon (s:revert(), as luassert's spy) and with a
+	// dot (s.returns(1), as luassert's stub): from is the first argument.
+	from := func(L *lua.LState) int {
 		if t, ok := L.Get(1).(*lua.LTable); ok && t == s.obj {
-			return s
+			return 2
 		}
-		L.RaiseError("call the spy's methods with a colon: s:revert(), s:returns(...)")
-		return nil
+		return 1
 	}
+	self := func(L *lua.LState) *spyObj { return s }
 	methods := map[string]lua.LGFunction{
 		"revert": func(L *lua.LState) int {
 			self(L).revert()
@@ -258,7 +260,7 @@ func (f *fileRun) newSpy(L *lua.LState, target *lua.LTable, key lua.LValue, call
 		// s:called(n): whether it was called (n times), and how often.
 		"called": func(L *lua.LState) int {
 			self(L)
-			if n, ok := L.Get(2).(lua.LNumber); ok {
+			if n, ok := L.Get(from(L)).(lua.LNumber); ok {
 				L.Push(lua.LBool(len(s.calls) == int(n)))
 			} else {
 				L.Push(lua.LBool(len(s.calls) > 0))
@@ -269,19 +271,19 @@ func (f *fileRun) newSpy(L *lua.LState, target *lua.LTable, key lua.LValue, call
 		// s:called_with(...): whether a call had these arguments.
 		"called_with": func(L *lua.LState) int {
 			self(L)
-			L.Push(lua.LBool(s.calledWith(spyArgs(L, 2)) >= 0))
+			L.Push(lua.LBool(s.calledWith(spyArgs(L, from(L))) >= 0))
 			return 1
 		},
 		"returned_with": func(L *lua.LState) int {
 			self(L)
-			L.Push(lua.LBool(s.returnedWith(spyArgs(L, 2)) >= 0))
+			L.Push(lua.LBool(s.returnedWith(spyArgs(L, from(L))) >= 0))
 			return 1
 		},
 		// s:returns(...): what the stub returns.
 		"returns": func(L *lua.LState) int {
 			self(L)
 			s.stubOnly(L, "returns")
-			s.byDefault = onCall{returns: spyValues(L, 2), set: true}
+			s.byDefault = onCall{returns: spyValues(L, from(L)), set: true}
 			L.Push(s.obj)
 			return 1
 		},
@@ -289,7 +291,7 @@ func (f *fileRun) newSpy(L *lua.LState, target *lua.LTable, key lua.LValue, call
 		"invokes": func(L *lua.LState) int {
 			self(L)
 			s.stubOnly(L, "invokes")
-			s.byDefault = onCall{invokes: L.CheckFunction(2), set: true}
+			s.byDefault = onCall{invokes: L.CheckFunction(from(L)), set: true}
 			L.Push(s.obj)
 			return 1
 		},
@@ -297,7 +299,7 @@ func (f *fileRun) newSpy(L *lua.LState, target *lua.LTable, key lua.LValue, call
 		"on_call_with": func(L *lua.LState) int {
 			self(L)
 			s.stubOnly(L, "on_call_with")
-			oc := &onCall{args: spyArgs(L, 2)}
+			oc := &onCall{args: spyArgs(L, from(L))}
 			s.onCalls = append(s.onCalls, oc)
 			L.Push(f.answerObject(L, s, oc))
 			return 1

@@ -1,0 +1,25 @@
+-- Hooks keep their definition's deadlines (deadline.json), on the virtual
+-- clock: waits spend them, and --timeout (real time) does not replace them.
+describe("a hook's deadline", function()
+  it("is the definition's timeouts.create, and virtual waits spend it", function()
+    local api = loom.test.http({ host = "api.example.com" })
+    api:fail_next({ status = 429, times = 2, headers = { ["Retry-After"] = "20" } })
+    api:route("GET", "/v1/things", { json = {} })
+    local res = loom.test.run("CREATE")
+    assert.equals(0, res.status, res.message)
+    assert.near(300, res.result.remaining, 1)
+    assert.same({ 20, 20 }, loom.test.clock.sleeps())
+    assert.near(260, res.result.left, 1)
+    api:assert_called("GET", "/v1/things", 3)
+  end)
+
+  it("ends the hook when virtual time reaches it, as in production", function()
+    local res = loom.test.run("CONFIRM")
+    assert.equals(1, res.status)
+    assert.matches("hook confirm of deadline timed out after 2m0s", res.message)
+    assert.equals("timeout", res.error.kind)
+    -- 45 + 45, then the third sleep stops at the deadline.
+    assert.same({ 45, 45, 45 }, loom.test.clock.sleeps())
+    assert.near(120, loom.test.clock.slept() - 15, 0.001)
+  end)
+end)
