@@ -84,7 +84,7 @@ lifecycle:
 # bounded by ADAPTERS_TIMEOUT (figures in docs/benchmarks.md).
 # GONOSUMDB: this machine's sum database has no k8c.io entries.
 ADAPTERS := $(wildcard adapters/*/go.mod)
-ADAPTERS_TIMEOUT ?= 20m
+ADAPTERS_TIMEOUT ?= 12m
 define adapter_loop
 	@export GONOSUMDB=k8c.io/machine-controller; for m in $(dir $(ADAPTERS)); do ( cd $$m && for f in go.mod $$(ls go.*.mod 2>/dev/null); do \
 		tag=$${f#go.}; tag=$${tag%.mod}; [ "$$f" = go.mod ] && tag=; \
