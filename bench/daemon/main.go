@@ -48,6 +48,8 @@ func main() {
 	logLevel := flag.String("log-level", "warn", "loomd --log-level (info logs a line per finished task)")
 	ceiling := flag.Bool("ceiling", false, "measure only the work-queue streams with fsync on every write (no loomd): one stream, then -shards of them, in turn")
 	shards := flag.Int("shards", 4, "with -ceiling: the sharded run's stream count (loomd shards its task stream in 4)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of loomd (--pprof) taken during the throughput run to this file")
+	profileSeconds := flag.Int("profile-seconds", 5, "with -cpuprofile: seconds to profile, from the start of the throughput run")
 	flag.Parse()
 	if *ceiling {
 		for _, n := range []int{1, *shards} {
@@ -58,13 +60,20 @@ func main() {
 		}
 		return
 	}
-	if err := run(*bin, *plugins, *tasks, *clients, *concurrency, *samples, *reloads, *keep, *fsync, *isolation, *logLevel); err != nil {
+	prof := profile{file: *cpuProfile, seconds: *profileSeconds}
+	if err := run(*bin, *plugins, *tasks, *clients, *concurrency, *samples, *reloads, *keep, *fsync, *isolation, *logLevel, prof); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads int, keep bool, fsync, isolation, logLevel string) error {
+// profile asks for a CPU profile of loomd during the throughput run.
+type profile struct {
+	file    string
+	seconds int
+}
+
+func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads int, keep bool, fsync, isolation, logLevel string, prof profile) error {
 	dir, err := os.MkdirTemp("", "loomd-bench-")
 	if err != nil {
 		return err
@@ -84,6 +93,9 @@ func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads
 	base := "http://" + addr
 	args := []string{"serve", "--plugins", filepath.Join(dir, "plugins"), "--data", filepath.Join(dir, "data"),
 		"--work-dir", filepath.Join(dir, "work"), "--listen", addr, "--concurrency", fmt.Sprint(concurrency), "--log-level", logLevel, "--fsync", fsync, "--isolation", isolation}
+	if prof.file != "" {
+		args = append(args, "--pprof")
+	}
 	cmd := exec.Command(bin, args...)
 	logf, err := os.Create(filepath.Join(dir, "loomd.log"))
 	if err != nil {
@@ -135,6 +147,12 @@ func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, nClients)
+	profDone := make(chan error, 1)
+	if prof.file != "" {
+		go func() { profDone <- fetchProfile(hc, base, prof) }()
+	} else {
+		profDone <- nil
+	}
 	t0 := time.Now()
 	for range nClients {
 		wg.Add(1)
@@ -156,6 +174,9 @@ func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads
 	el := time.Since(t0)
 	close(errs)
 	for err := range errs {
+		return err
+	}
+	if err := <-profDone; err != nil {
 		return err
 	}
 	fmt.Printf("throughput, %d no-op tasks over %d types, %d API clients (submit, run, result seen), --concurrency %d --fsync %s --isolation %s --log-level %s: %.0f tasks/s (%.2f s)\n",
@@ -200,6 +221,20 @@ func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads
 	fmt.Printf("hot reload, plugin file written until a new task runs the new version (%d reloads): median %.0f ms, max %.0f ms\n",
 		nReloads, ms(rl[len(rl)/2]), ms(rl[len(rl)-1]))
 	return nil
+}
+
+// fetchProfile writes loomd's CPU profile of the next prof.seconds.
+func fetchProfile(hc *http.Client, base string, prof profile) error {
+	resp, err := hc.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, prof.seconds))
+	if err != nil {
+		return fmt.Errorf("cpu profile: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("cpu profile: %d %v %.200s", resp.StatusCode, err, data)
+	}
+	return os.WriteFile(prof.file, data, 0o644)
 }
 
 // taskCounters sums loom_tasks_total by state from /metrics.
