@@ -291,6 +291,7 @@ func connExec(L *lua.LState) int {
 		pty:        f.boolean("pty", false),
 		maxCapture: f.size("max_capture", defaultMaxCapture),
 		cleanup:    f.str("cleanup"),
+		loginEnv:   f.boolean("login_env", false),
 	}
 	if v := f.value("stdin"); v != lua.LNil {
 		s, ok := v.(lua.LString)

@@ -39,6 +39,10 @@ type execSpec struct {
 	// (through the same sudo), on a second session. It removes what the
 	// command could not remove itself after a KILL (task files).
 	cleanup string
+	// loginEnv gives a command run through sudo the login user's
+	// environment back, as sudo -E would: read and restored in the
+	// command's own session (see loginEnvCapture).
+	loginEnv bool
 }
 
 // sudoSpec asks for the command to run through sudo.
@@ -109,6 +113,12 @@ type runner struct {
 
 	useSudo bool
 	ctl     *markers
+	// loginEnv: the environment read from the ctl stream (complete once
+	// envDone), and the line that ends its block on stdin.
+	env     []byte
+	envDone bool
+	envOver bool
+	envEnd  string
 
 	stdinMu     sync.Mutex
 	stdin       io.WriteCloser
@@ -145,6 +155,10 @@ type markers struct {
 	prompt  []byte // sudo -p marker
 	started []byte // "loom-started-<hex>:", then "<pgid>:g" or "<pid>:p"
 	sudo    bool   // the command runs through sudo
+	// env is the line that opens and closes the login environment
+	// (loginEnv): the export -p lines between two of them are kept apart,
+	// never captured. "" when not asked for.
+	env string
 }
 
 func randToken() string {
@@ -174,16 +188,85 @@ func randToken() string {
 // its exit status and signal reach sshd unchanged. A wrapper that cannot
 // write its report (we gave up waiting and closed the session: a login
 // shell slow to read its rc files) exits before the command runs.
-var groupWrapper = strings.Join([]string{
+var groupWrapper = strings.Join(append(wrapperReport[:len(wrapperReport):len(wrapperReport)],
+	`exec $x "$s" -c "$3" "${s##*/}"`), "; ")
+
+// wrapperReport finds the command's group and reports it: groupWrapper
+// without its exec. x is setsid when the command needs a group of its own.
+var wrapperReport = []string{
 	`g=`,
 	`{ read -r _ _ _ _ g _ </proc/$$/stat; } 2>/dev/null || g=$(ps -o pgid= -p $$ 2>/dev/null)`,
 	`g=${g#"${g%%[! ]*}"}`,
 	`s=${2:-${SHELL:-/bin/sh}}`,
-	`if [ "$g" = "$$" ]; then echo "$1$$:g" >&2 || exit 125; exec "$s" -c "$3" "${s##*/}"; fi`,
-	`if command -v setsid >/dev/null 2>&1; then echo "$1$$:g" >&2 || exit 125; exec setsid "$s" -c "$3" "${s##*/}"; fi`,
-	`echo "$1$$:p" >&2 || exit 125`,
-	`exec "$s" -c "$3" "${s##*/}"`,
-}, "; ")
+	`x=`,
+	`if [ "$g" = "$$" ]; then m=g; elif command -v setsid >/dev/null 2>&1; then m=g x=setsid; else m=p; fi`,
+	`echo "$1$$:$m" >&2 || exit 125`,
+}
+
+// loginEnvCapture runs as the login user, in the command's own session,
+// before sudo: it prints the user's exported environment (as
+// `sh -c 'export -p'` would) between two $1 lines on stderr, where the
+// binding takes it out of the stream, then execs sudo ("$@"). Printed by
+// /bin/sh and read back by /bin/sh on the node, so the format is that
+// shell's own, whichever it is.
+const loginEnvCapture = `printf '%s\n' "$1" >&2; export -p >&2; printf '%s\n' "$1" >&2; shift; exec "$@"`
+
+// groupEnvWrapper is groupWrapper for loginEnv, run as the sudo target:
+// after the report (the binding writes stdin only once it has it), it
+// reads shell code from stdin up to a line "$4" (loginEnvBlock: the
+// captured environment and what sudo -E would have removed again) and
+// evaluates it, then execs the command with the rest of stdin. Without
+// that line (the binding gave up) the command does not run. The shell and
+// setsid go into the positional parameters first: the environment may
+// set any variable, and export -p's output never sets those.
+var groupEnvWrapper = strings.Join(append(wrapperReport[:len(wrapperReport):len(wrapperReport)],
+	`__loom_e= __loom_k=`,
+	`while IFS= read -r __loom_l; do if [ "$__loom_l" = "$4" ]; then __loom_k=1; break; fi; __loom_e="$__loom_e$__loom_l
+"; done`,
+	`[ -n "$__loom_k" ] || exit 125`,
+	`set -- "$x" "$s" "$3"`,
+	`eval "$__loom_e"`,
+	`exec $1 "$2" -c "$3" "${2##*/}"`), "; ")
+
+// sudoEnvDelete are the variables sudo removes even with -E (its
+// env_delete list): they change how programs load code or parse input.
+// LD_* and _RLD* are removed as well (loginEnvBlock).
+const sudoEnvDelete = "IFS CDPATH ENV BASH_ENV PS4 GLOBIGNORE BASHOPTS SHELLOPTS LOCALDOMAIN RES_OPTIONS HOSTALIASES " +
+	"NLSPATH PATH_LOCALE TERMINFO TERMINFO_DIRS TERMPATH TERMCAP JAVA_TOOL_OPTIONS PERLIO_DEBUG PERLLIB " +
+	"PERL5LIB PERL5OPT PERL5DB FPATH NULLCMD READNULLCMD ZDOTDIR TMPPREFIX PYTHONHOME PYTHONPATH " +
+	"PYTHONINSPECT PYTHONUSERBASE RUBYLIB RUBYOPT"
+
+// loaderVar matches an export -p line of a variable the dynamic loader
+// reads (LD_PRELOAD...), which sudo never passes on.
+var loaderVar = regexp.MustCompile(`(?m)^(?:export|declare -x) +((?:LD_|_RLD)[A-Za-z0-9_]*)`)
+
+// loginEnvBlock is what the binding writes to stdin ahead of the
+// command's own input when loginEnv is set: shell code that sets the
+// login user's environment (env, as export -p printed it) as sudo -E
+// would, except for the variables that say who and where the command
+// runs (HOME, USER, LOGNAME, SHELL, PWD) and PATH (sudo's secure path),
+// which keep sudo's values, and what sudo never passes on; then end,
+// the line that closes the block.
+func loginEnvBlock(env, end string) []byte {
+	var b strings.Builder
+	b.WriteString(`__loom_p=$PATH __loom_h=${HOME-} __loom_u=${USER-} __loom_n=${LOGNAME-} __loom_s=${SHELL-} __loom_w=${PWD-}` + "\n")
+	b.WriteString(env)
+	if env != "" && !strings.HasSuffix(env, "\n") {
+		b.WriteByte('\n')
+	}
+	b.WriteString(`PATH=$__loom_p HOME=$__loom_h USER=$__loom_u LOGNAME=$__loom_n SHELL=$__loom_s PWD=$__loom_w` + "\n")
+	b.WriteString("export PATH HOME USER LOGNAME SHELL PWD\n")
+	b.WriteString("unset __loom_p __loom_h __loom_u __loom_n __loom_s __loom_w __loom_e __loom_k __loom_l OLDPWD MAIL " + sudoEnvDelete)
+	seen := map[string]bool{}
+	for _, m := range loaderVar.FindAllStringSubmatch(env, -1) {
+		if !seen[m[1]] {
+			seen[m[1]] = true
+			b.WriteString(" " + m[1])
+		}
+	}
+	b.WriteString(" 2>/dev/null\n" + end + "\n")
+	return []byte(b.String())
+}
 
 func (r *runner) commandLine() string {
 	spec := r.spec
@@ -211,8 +294,16 @@ func (r *runner) commandLine() string {
 	if spec.sudo.password != "" {
 		auth = "-S -p " + Quote(string(r.ctl.prompt))
 	}
-	return fmt.Sprintf("sudo %s -u %s -- /bin/sh -c %s sh %s sh %s", auth, Quote(spec.sudo.user),
-		Quote(groupWrapper), r.ctl.started, Quote(prefix.String()+spec.cmd))
+	if !spec.loginEnv {
+		return fmt.Sprintf("sudo %s -u %s -- /bin/sh -c %s sh %s sh %s", auth, Quote(spec.sudo.user),
+			Quote(groupWrapper), r.ctl.started, Quote(prefix.String()+spec.cmd))
+	}
+	// One session: the login shell's /bin/sh prints the environment, then
+	// becomes sudo; the wrapper restores it from stdin before the command.
+	r.ctl.env = "loom-env-" + randToken()
+	r.envEnd = "loom-env-end-" + randToken()
+	return fmt.Sprintf("/bin/sh -c %s sh %s sudo %s -u %s -- /bin/sh -c %s sh %s sh %s %s", Quote(loginEnvCapture), r.ctl.env,
+		auth, Quote(spec.sudo.user), Quote(groupEnvWrapper), r.ctl.started, Quote(prefix.String()+spec.cmd), r.envEnd)
 }
 
 // event is something a stream reader saw.
@@ -222,6 +313,7 @@ type event struct {
 	line   string
 	pid    int
 	ownPG  bool
+	over   bool // evEnv: the environment was over maxLoginEnv
 }
 
 const (
@@ -229,6 +321,7 @@ const (
 	evPrompt
 	evStarted
 	evEOF
+	evEnv // line: the login environment, whole
 )
 
 func (r *runner) run(ctx context.Context) (*execResult, error) {
@@ -283,6 +376,7 @@ func (r *runner) run(ctx context.Context) (*execResult, error) {
 		timedOut bool
 		ctxErr   error
 		cbErr    error
+		envErr   error
 	)
 	if spec.timeout > 0 {
 		t := time.NewTimer(spec.timeout)
@@ -314,9 +408,24 @@ func (r *runner) run(ctx context.Context) (*execResult, error) {
 					// A second prompt: the password was wrong. Give sudo EOF.
 					r.closeStdin()
 				}
+			case evEnv:
+				r.env, r.envDone, r.envOver = []byte(ev.line), true, ev.over
 			case evStarted:
 				r.started, r.group, r.ownPG = true, ev.pid, ev.ownPG
-				if r.useSudo {
+				if r.useSudo && r.spec.loginEnv {
+					if !r.envDone || r.envOver {
+						// The wrapper waits for its block: without it,
+						// EOF makes it exit before the command runs.
+						why := "nothing came back before the command started (is /bin/sh a POSIX shell?)"
+						if r.envOver {
+							why = fmt.Sprintf("it is over %d MiB", maxLoginEnv>>20)
+						}
+						envErr = r.cfg.connError("command", "reading the login environment for sudo (login_env): %s; the command did not run", why)
+						r.closeStdin()
+					} else {
+						r.feedStdinAfter(loginEnvBlock(string(r.env), r.envEnd))
+					}
+				} else if r.useSudo {
 					r.feedStdin()
 				}
 				if r.phase != running {
@@ -387,6 +496,9 @@ func (r *runner) run(ctx context.Context) (*execResult, error) {
 	if cbErr != nil {
 		return nil, cbErr
 	}
+	if envErr != nil {
+		return nil, envErr
+	}
 	if ctxErr != nil {
 		if errors.Is(ctxErr, context.Canceled) {
 			return nil, r.cfg.connError("cancelled", "the hook was cancelled while running %s; %s", shorten(spec.cmd), res.stopped)
@@ -420,9 +532,13 @@ func (r *runner) sudoError(res *execResult) error {
 }
 
 // feedStdin copies the caller's stdin (if any) and then closes stdin.
-func (r *runner) feedStdin() {
+func (r *runner) feedStdin() { r.feedStdinAfter(nil) }
+
+// feedStdinAfter writes head, then the caller's stdin (if any), then
+// closes stdin.
+func (r *runner) feedStdinAfter(head []byte) {
 	src := r.spec.stdin
-	if src == nil {
+	if src == nil && head == nil {
 		r.closeStdin()
 		return
 	}
@@ -431,7 +547,9 @@ func (r *runner) feedStdin() {
 		defer r.stdinMu.Unlock()
 		if !r.stdinClosed {
 			tw := &tailWriter{w: r.stdin}
-			io.Copy(tw, src)
+			if _, err := tw.Write(head); err == nil && src != nil {
+				io.Copy(tw, src)
+			}
 			r.endStdin(tw.last)
 		}
 	}()
@@ -730,7 +848,16 @@ type stream struct {
 	total   int64
 	pending []byte
 	started bool
+	// The login environment between two ctl.env lines (inEnv while
+	// reading it); envOver once it passed maxLoginEnv.
+	inEnv   bool
+	env     []byte
+	envOver bool
 }
+
+// maxLoginEnv bounds the login environment read for loginEnv (the
+// kernel bounds a process's environment to about as much).
+const maxLoginEnv = 4 << 20
 
 func (s *stream) pump() {
 	chunk := make([]byte, 32<<10)
@@ -803,6 +930,28 @@ func (s *stream) feed(p []byte) {
 // emit handles one line (with its newline, unless it was cut or last).
 func (s *stream) emit(line []byte) {
 	text := strings.TrimRight(string(line), "\r\n")
+	if s.scanning() && s.ctl.env != "" && (s.inEnv || text == s.ctl.env) {
+		switch {
+		case text == s.ctl.env && s.inEnv:
+			s.inEnv = false
+			s.events <- event{kind: evEnv, stream: s, line: string(s.env), over: s.envOver}
+			s.env = nil
+		case text == s.ctl.env:
+			s.inEnv = true
+		case !s.envOver:
+			// Lines keep their newline (a cut line has none), minus the
+			// terminal's carriage return.
+			if l, ok := bytes.CutSuffix(line, []byte("\r\n")); ok {
+				s.env = append(append(s.env, l...), '\n')
+			} else {
+				s.env = append(s.env, line...)
+			}
+			if len(s.env) > maxLoginEnv {
+				s.envOver, s.env = true, nil
+			}
+		}
+		return
+	}
 	if s.scanning() {
 		if rest, ok := bytes.CutPrefix([]byte(text), s.ctl.started); ok {
 			pid, mode, _ := strings.Cut(string(rest), ":")

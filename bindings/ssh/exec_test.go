@@ -338,3 +338,61 @@ func wantStopped(t *testing.T, msg string, needKill bool) {
 		t.Fatalf("%q does not match %q", msg, want)
 	}
 }
+
+// TestExecSudoLoginEnv: login_env gives a command run through sudo the
+// login user's environment (sudo -E), read in the command's own session:
+// one session per exec, the login user's variables with their quoting
+// intact, not the loader's or what sudo -E removes, sudo's HOME, USER and
+// PATH, and stdin untouched behind the environment block.
+func TestExecSudoLoginEnv(t *testing.T) {
+	e := newEnv(t, sshdtest.Config{Extra: `SetEnv LOOM_KEPT=yes "LOOM_QUOTED=it's \"q\" $(id) ` + "`x`" + ` a\b" LD_LIBRARY_PATH=/nonexistent-loom BASH_ENV=/nonexistent-loom PYTHONPATH=/nonexistent-loom` + "\n"}, nil)
+	script := `printf 'kept=%s\nquoted=%s\nld=%s\nbashenv=%s\npy=%s\nuser=%s\nhome=%s\nssh=%s\npath=%s\n' "${LOOM_KEPT-}" "${LOOM_QUOTED-}" "${LD_LIBRARY_PATH-}" "${BASH_ENV-}" "${PYTHONPATH-}" "$(id -un)" "$HOME" "${SSH_CONNECTION:+set}" "$PATH"; cat`
+	e.L.SetGlobal("SCRIPT", lua.LString(script))
+	e.run(`c = conn(NPUSER); c:exec("true")`)
+	before := e.b.pool.sessionsOpened.Load()
+	e.run(`r = c:exec(SCRIPT, {sudo=true, login_env=true, stdin="payload\nline 2", check=true})`)
+	if n := e.b.pool.sessionsOpened.Load() - before; n != 1 {
+		t.Errorf("exec with login_env opened %d sessions, want 1", n)
+	}
+	got := e.str("r.stdout")
+	for _, want := range []string{"kept=yes\n", "quoted=it's \"q\" $(id) `x` a\\b\n", "ld=\n", "bashenv=\n", "py=\n", "user=root\n", "home=/root\n", "ssh=set\n", "payload\nline 2"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, got)
+		}
+	}
+	if !strings.Contains(got, "path=/usr/local/sbin:") {
+		t.Errorf("PATH is not sudo's secure path:\n%s", got)
+	}
+	if s := e.str("r.stderr"); s != "" {
+		t.Errorf("stderr = %q: the environment block must not reach it", s)
+	}
+	// Without login_env, sudo's own environment.
+	e.run(`r = c:exec(SCRIPT, {sudo=true, check=true})`)
+	if got := e.str("r.stdout"); !strings.Contains(got, "kept=\n") || !strings.Contains(got, "ssh=\n") {
+		t.Errorf("without login_env the login environment came through:\n%s", got)
+	}
+	// With a sudo password and a pty.
+	e.run(`r = conn():exec("echo kept=$LOOM_KEPT; cat", {sudo={password=PASSWORD}, login_env=true, pty=true, stdin="in", check=true})`)
+	if got := e.str("r.stdout"); got != "kept=yes\r\nin" {
+		t.Errorf("with a password and a pty: %q", got)
+	}
+	// Without sudo it changes nothing (the command has the login
+	// environment already).
+	if got := e.str(`c:exec("echo $LOOM_KEPT", {login_env=true}).stdout`); got != "yes\n" {
+		t.Errorf("login_env without sudo: %q", got)
+	}
+	// A command stopped by its timeout still gets its group killed.
+	e.run(`r = c:exec("sleep 3651", {sudo=true, login_env=true, timeout="300ms"})`)
+	if e.eval("r.timed_out") != lua.LTrue {
+		t.Errorf("the timeout did not stop the command: %s", e.str("r.stopped"))
+	}
+	eventually(t, "no sleep 3651 left", func() bool { return len(sshdtest.ProcessesMatching("sleep 3651")) == 0 })
+}
+
+func TestLoginEnvBlockRemovesLoaderVars(t *testing.T) {
+	env := "export A='1'\nexport LD_PRELOAD='/x.so'\nexport B='multi\nexport LD_FAKE=y'\ndeclare -x _RLD_ROOT=\"/r\"\n"
+	block := string(loginEnvBlock(env, "END"))
+	if !strings.Contains(block, " LD_PRELOAD") || !strings.Contains(block, " _RLD_ROOT") || !strings.HasSuffix(block, " 2>/dev/null\nEND\n") {
+		t.Errorf("block:\n%s", block)
+	}
+}

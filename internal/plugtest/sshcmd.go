@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"unicode"
@@ -76,6 +77,9 @@ type invocation struct {
 	sudo   *sudoCall
 	kill   *killCall
 	env    map[string]string // from "export K=V; " prefixes
+	// exec's login_env: the line around the login environment the
+	// capture prints, and the one that ends its block on stdin.
+	envMarker, envEnd string
 }
 
 type sudoCall struct {
@@ -98,6 +102,13 @@ func parseInvocation(line string) (*invocation, error) {
 		return nil, err
 	}
 	inv := &invocation{cmd: line}
+	// login_env: /bin/sh -c '<print export -p between two $1>; exec "$@"' sh MARKER sudo ...
+	if len(words) > 5 && words[0] == "/bin/sh" && words[1] == "-c" && strings.Contains(words[2], "export -p >&2") &&
+		strings.HasPrefix(words[4], "loom-env-") {
+		inv.envMarker = words[4]
+		words = words[5:]
+		inv.cmd = strings.Join(words, " ")
+	}
 	if len(words) > 0 && words[0] == "sudo" {
 		sc := &sudoCall{user: "root"}
 		i := 1
@@ -133,6 +144,8 @@ func parseInvocation(line string) (*invocation, error) {
 		switch {
 		case len(args) == 4 && strings.HasPrefix(args[1], "loom-started-"):
 			inv.marker, inv.cmd = args[1], args[3]
+		case len(args) == 5 && strings.HasPrefix(args[1], "loom-started-") && strings.HasPrefix(args[4], "loom-env-end-"):
+			inv.marker, inv.cmd, inv.envEnd = args[1], args[3], args[4]
 		case killHead.MatchString(script):
 			m := killHead.FindStringSubmatch(script)
 			n, _ := strconv.Atoi(m[1])
@@ -170,6 +183,56 @@ func stripExports(cmd string) (string, map[string]string) {
 		env[m[1]] = strings.Join(v, "")
 		cmd = cmd[len(m[0]):]
 	}
+}
+
+// exportLines prints env as POSIX sh's export -p does, sorted.
+func exportLines(env map[string]string) string {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "export %s='%s'\n", k, strings.ReplaceAll(env[k], "'", `'\''`))
+	}
+	return b.String()
+}
+
+// applyEnvBlock plays the shell code exec's login_env writes on stdin
+// (the login environment as exportLines printed it, then sudo's own values
+// of HOME, PATH... kept, then unset of what sudo -E removes) and returns
+// the variables it leaves set beyond sudo's own.
+func applyEnvBlock(block []string) map[string]string {
+	env := map[string]string{}
+	for i := 0; i < len(block); i++ {
+		stmt := block[i]
+		words, err := ShellWords(stmt)
+		for err != nil && i+1 < len(block) { // a value spanning lines
+			i++
+			stmt += "\n" + block[i]
+			words, err = ShellWords(stmt)
+		}
+		if err != nil || len(words) == 0 {
+			continue
+		}
+		switch words[0] {
+		case "export":
+			for _, w := range words[1:] {
+				if k, v, ok := strings.Cut(w, "="); ok {
+					env[k] = v
+				}
+			}
+		case "unset":
+			for _, w := range words[1:] {
+				delete(env, w)
+			}
+		}
+	}
+	for _, k := range []string{"HOME", "USER", "LOGNAME", "SHELL", "PATH", "PWD"} {
+		delete(env, k) // sudo's values are kept
+	}
+	return env
 }
 
 // normalizeCmd collapses blanks, so that expectations need not copy a

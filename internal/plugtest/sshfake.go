@@ -232,6 +232,7 @@ type sshFake struct {
 	keys   []ssh.PublicKey
 	sudo   bool
 	sudoPW string
+	env    map[string]string // the login environment (exec's login_env reads it)
 	signer ssh.Signer
 	fs     *vfs
 	pump   *pump
@@ -550,6 +551,18 @@ func (f *sshFake) exec(sc *ssh.ServerConn, ch ssh.Channel, line string, env map[
 		return
 	}
 	stdin := &stdinReader{r: ch, pty: pty}
+	if inv.envMarker != "" {
+		// login_env: the login user's environment, as its sh exports it.
+		loginEnv := map[string]string{"HOME": homeOf(login), "USER": login, "LOGNAME": login, "SHELL": "/bin/sh",
+			"PATH": "/usr/local/bin:/usr/bin:/bin"}
+		for k, v := range f.env {
+			loginEnv[k] = v
+		}
+		for k, v := range env {
+			loginEnv[k] = v
+		}
+		fmt.Fprintf(errW, "%s\n%s%s\n", inv.envMarker, exportLines(loginEnv), inv.envMarker)
+	}
 	user := login
 	if inv.sudo != nil {
 		user = inv.sudo.user
@@ -592,8 +605,26 @@ func (f *sshFake) exec(sc *ssh.ServerConn, ch ssh.Channel, line string, env map[
 	if inv.marker != "" {
 		fmt.Fprintf(errW, "%s%d:g\n", inv.marker, ex.pid)
 	}
-	in := stdin.rest()
 	allEnv := map[string]string{}
+	if inv.envEnd != "" {
+		// The wrapper reads the environment block, then runs the command.
+		var block []string
+		for {
+			l, ok := stdin.line()
+			if l == inv.envEnd {
+				break
+			}
+			if !ok {
+				exit(125, "")
+				return
+			}
+			block = append(block, l)
+		}
+		for k, v := range applyEnvBlock(block) {
+			allEnv[k] = v
+		}
+	}
+	in := stdin.rest()
 	for k, v := range env {
 		allEnv[k] = v
 	}

@@ -17,7 +17,7 @@ import (
 
 const sshFakeTypeName = "loom.test.ssh_fake"
 
-var sshFakeOptionNames = []string{"host", "hosts", "port", "user", "password", "keys", "sudo", "strict", "known", "tar", "commands", "files"}
+var sshFakeOptionNames = []string{"host", "hosts", "port", "user", "password", "keys", "sudo", "strict", "known", "tar", "commands", "files", "env"}
 
 // newSSHFakeLua is loom.test.ssh{host = "10.0.0.5", commands = {...}}.
 func (f *fileRun) newSSHFakeLua(L *lua.LState) int {
@@ -81,6 +81,13 @@ func (f *fileRun) newSSHFakeLua(L *lua.LState) int {
 			default:
 				L.ArgError(1, "sudo must be true, false or {password = \"...\"}")
 			}
+		case "env":
+			t, ok := v.(*lua.LTable)
+			if !ok {
+				L.ArgError(1, "env must be a table {NAME = \"value\"}")
+			}
+			fk.env = map[string]string{}
+			t.ForEach(func(k, v lua.LValue) { fk.env[k.String()] = v.String() })
 		case "strict":
 			fk.strict = lua.LVAsBool(v)
 		case "known":

@@ -83,8 +83,8 @@ func BenchmarkShellBootstrapInstall(b *testing.B) {
 		fields map[string]any
 	}{
 		{"pooled", nil, nil},
-		// Without reading the login environment for sudo (sudo -E): what
-		// that extra session costs.
+		// Without the login environment for sudo (sudo -E): what reading
+		// and restoring it in the script's session costs.
 		{"pooled-no-sudo-env", nil, map[string]any{"sudo_env": "false"}},
 		{"conn-per-step", map[string]string{"zz_per_step_connection.lua": perStepConnection}, nil},
 		{"coopr-flow", map[string]string{"zz_coopr_flow.lua": cooprFlow}, nil},

@@ -158,19 +158,11 @@ local function flatten(v, path, out)
   end
 end
 
--- task_data is the wrapper's stdin: the JSON, the lookup table and, when
--- the script runs through sudo, the login user's environment as
--- `export -p` printed it after a line without a tab (every lookup line
--- has one), which the wrapper applies as sudo -E would have.
-local function task_data(task, login_env)
+-- task_data is the wrapper's stdin: the JSON, then the lookup table.
+local function task_data(task)
   local lines = { json.encode(task) }
   flatten(task, "", lines)
-  local data = table.concat(lines, "\n") .. "\n"
-  if login_env ~= nil and login_env ~= "" then
-    data = data .. "--login-env--\n" .. login_env
-    if login_env:sub(-1) ~= "\n" then data = data .. "\n" end
-  end
-  return data
+  return table.concat(lines, "\n") .. "\n"
 end
 
 -- truthy reads a checkbox field: a Coopr server sends fields as strings.
@@ -361,20 +353,6 @@ local function command(cache, words, run_id, shell_args)
   }, "\n")
 end
 
--- login_env is the SSH user's environment as its shell exports it, for a
--- script run through sudo: Coopr ran `sudo -E`, so scripts saw the login
--- user's variables; sudo here resets them, and the wrapper puts them back.
-function ShellAutomator:login_env(input)
-  -- sh, not the login shell (bash prints declare -x), so that the
-  -- wrapper, run by sh, can read it back.
-  local r = self:remote(input, "reading the login environment", "exec", "sh -c 'export -p'")
-  if not r.ok then
-    self:fail(input, "reading the login environment", { kind = "command", message = "export -p exited with status "
-      .. tostring(r.exit_code), stdout = r.stdout, stderr = r.stderr, exit_code = r.exit_code })
-  end
-  return r.stdout
-end
-
 -- cleanup is the shell code the SSH binding runs after it stopped a
 -- script (timeout, hook deadline): the script's whole process group is
 -- dead by then, the wrapper too if it needed KILL, so its task data (with
@@ -414,12 +392,14 @@ function ShellAutomator:run_script(input)
   local run_id = ("%s-%d-%d"):format((tostring(self.task.taskId):gsub("[^%w%-]", "_")), os.time(), math.random(1e9))
   local cmd = command(cache, words, run_id, shell_args)
   local sudo = self:sudo(input)
-  local login_env = nil
   local off = { [false] = true, ["false"] = true, ["0"] = true, ["no"] = true, ["off"] = true }
-  if sudo ~= nil and not off[fields.sudo_env] then login_env = self:login_env(input) end
   local opts = {
-    stdin = task_data(self.task, login_env),
+    stdin = task_data(self.task),
     sudo = sudo,
+    -- Coopr ran scripts with `sudo -E`, so they saw the SSH user's
+    -- variables; sudo here resets them, and the binding gives them back,
+    -- read in the script's own session (no extra round trip).
+    login_env = sudo ~= nil and not off[fields.sudo_env],
     timeout = timeout,
     cleanup = cleanup(cache, run_id),
     -- Operators see the script's progress with --log-level debug; the

@@ -419,3 +419,37 @@ func TestSudoPassword(t *testing.T) {
 		t.Errorf("the result shows the password: %s", out)
 	}
 }
+
+// TestOneSessionPerAction counts, in a real sshd's log, the SSH sessions
+// each hook opens: BOOTSTRAP ships everything in one, and each service
+// action is one, through sudo with the login environment too (sudo -E is
+// read in the script's own session), as root, and with sudo_env off.
+func TestOneSessionPerAction(t *testing.T) {
+	e := newEnv(t, nil)
+	e.writeWork("scripts/hello.sh", "#!/bin/sh\necho \"hello $(id -un) ${SSH_CONNECTION:+ssh}\"\n", 0o755)
+	sessions := func() int { return strings.Count(e.srv.Logs(), "Starting session: command") }
+	rootAuth := map[string]any{"ssh-auth": map[string]any{"user": sshdtest.Root, "identityfile": filepath.Join(e.shellDir(), "keys/id"), "port": e.srv.Port}}
+	for _, c := range []struct {
+		what, name string
+		fields     map[string]any
+		config     map[string]any
+		stdout     string
+	}{
+		{"BOOTSTRAP through sudo", "BOOTSTRAP", nil, nil, ""},
+		{"INSTALL through sudo, login environment", "INSTALL", map[string]any{"script": "hello.sh"}, nil, "hello root ssh\n"},
+		{"CONFIGURE through sudo, sudo_env off", "CONFIGURE", map[string]any{"script": "hello.sh", "sudo_env": "false"}, nil, "hello root \n"},
+		{"START as root", "START", map[string]any{"script": "hello.sh"}, rootAuth, "hello root ssh\n"},
+	} {
+		before := sessions()
+		r := e.run(e.task(c.name, c.fields, c.config))
+		mustOK(t, c.what, r)
+		if c.stdout != "" && r.Stdout != c.stdout {
+			t.Errorf("%s: stdout %q, want %q", c.what, r.Stdout, c.stdout)
+		}
+		// sshd logs the session before it answers the channel open, so the
+		// count is complete once the hook returned.
+		if n := sessions() - before; n != 1 {
+			t.Errorf("%s opened %d SSH sessions, want 1:\n%s", c.what, n, e.srv.Logs())
+		}
+	}
+}

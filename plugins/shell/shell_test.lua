@@ -120,15 +120,23 @@ describe("service actions", function()
     assert.falsy(run.command:find("s3cr3t", 1, true))
   end)
 
-  it("under sudo, passes the login user's environment along (sudo -E as Coopr did)", function()
-    local host = node()
-    host:on("sh -c 'export -p'", { stdout = "export LANG='C.UTF-8'\n" })
+  it("under sudo, passes the login user's environment along (sudo -E as Coopr did), in one command", function()
+    local host = node({ env = { LANG = "C.UTF-8", LD_PRELOAD = "/evil.so" } })
     host:on(WRAPPER, 0)
     local res = loom.test.run(task("START", fields, { user = "deploy", password = "pw" }))
     assert.equals(0, res.status, res.message)
     local run = host:last(WRAPPER)
     assert.is_true(run.sudo)
-    assert.matches("%-%-login%-env%-%-\nexport LANG='C%.UTF%-8'\n$", run.stdin)
+    assert.equals("C.UTF-8", run.env.LANG)
+    assert.is_nil(run.env.LD_PRELOAD) -- sudo never passes the loader's variables on
+    assert.equals(1, #host:commands()) -- the environment was read in the script's own session
+    -- With sudo_env off, sudo's own environment.
+    host:reset()
+    fields.sudo_env = "false"
+    res = loom.test.run(task("START", fields, { user = "deploy", password = "pw" }))
+    fields.sudo_env = nil
+    assert.equals(0, res.status, res.message)
+    assert.is_nil(host:last(WRAPPER).env.LANG)
   end)
 
   it("fails with the script's output when it exits non-zero", function()

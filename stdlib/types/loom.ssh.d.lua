@@ -83,6 +83,7 @@ local loom_ssh_conn = {}
 ---@field stdin? string standard input
 ---@field pty? boolean allocate a terminal; merges stderr into stdout (false)
 ---@field sudo? boolean|ssh.SudoOptions run through sudo
+---@field login_env? boolean through sudo, give the command the login user's environment back, as sudo -E would (false)
 ---@field on_stdout? fun(line: string) called with each line of stdout
 ---@field on_stderr? fun(line: string) called with each line of stderr
 ---@field max_capture? number|string captured bytes per stream ("4MiB"); the rest is drained and counted
@@ -183,7 +184,8 @@ function loom_ssh.quote(...) end
 --- (none; the hook deadline always applies), kill_grace (5s), env = {NAME = value} (Setenv, else an
 --- export prefix), stdin (string), pty (false; merges stderr into stdout), sudo = true | {user =
 --- "root", password = ...} (sudo -n without a password; with one, the password is written only when
---- sudo prompts with a random marker and never reaches output), on_stdout / on_stderr =
+--- sudo prompts with a random marker and never reaches output), login_env (false; with sudo, the
+--- login user's environment as sudo -E gives it, read in the same session), on_stdout / on_stderr =
 --- function(line) callbacks, max_capture ("4MiB" per stream; the rest is drained and counted,
 --- truncated = true), cleanup (shell code run on the node, as the same user, after a stopped
 --- command is dead: task files it could not remove). The command runs in a process group of its

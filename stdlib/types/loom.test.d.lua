@@ -271,7 +271,7 @@ function test.chain(opts) end
 ---@param opts? {host?: string, hosts?: string[], permit?: boolean, strict?: boolean, routes?: table}
 ---@return loomtest.HTTPFake
 function test.http(opts) end
----@param opts? {host?: string, hosts?: string[], port?: integer, user?: string, password?: string, keys?: string[], sudo?: boolean|{password: string}, commands?: table<string, loomtest.SSHAnswer|loomtest.SSHAnswer[]|function>, files?: table<string, string|{content?: string, mode?: string, owner?: string, group?: string}>, tar?: boolean, known?: boolean, strict?: boolean}
+---@param opts? {host?: string, hosts?: string[], port?: integer, user?: string, password?: string, keys?: string[], sudo?: boolean|{password: string}, commands?: table<string, loomtest.SSHAnswer|loomtest.SSHAnswer[]|function>, files?: table<string, string|{content?: string, mode?: string, owner?: string, group?: string}>, tar?: boolean, known?: boolean, strict?: boolean, env?: table<string, string>}
 ---@return loomtest.SSHFake
 function test.ssh(opts) end
 ---@return loomtest.SSHD

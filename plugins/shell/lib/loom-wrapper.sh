@@ -76,41 +76,13 @@ LOOM_TASK_JSON="$tmp/task.json"
 LOOM_TASK_FLAT="$tmp/task.flat"
 export LOOM_TASK_JSON LOOM_TASK_FLAT
 : >"$LOOM_TASK_JSON" && : >"$LOOM_TASK_FLAT" || exit 125
-# After the lookup table, a line without a tab ("--login-env--") starts the
-# SSH user's environment as `export -p` printed it (sent when the script
-# runs through sudo).
-login_env="$tmp/login.env"
-LOOM_LOGIN_ENV=$login_env
-export LOOM_LOGIN_ENV
+# (sudo -E: the SSH binding has already given the script the login
+# user's environment back, through the automator's login_env option.)
 awk 'NR == 1 { print > ENVIRON["LOOM_TASK_JSON"]; next }
-     env { print > ENVIRON["LOOM_LOGIN_ENV"]; next }
-     $0 == "--login-env--" { env = 1; next }
      { print > ENVIRON["LOOM_TASK_FLAT"] }' || {
 	echo "loom-wrapper: could not store the task data in $tmp" >&2
 	exit 125
 }
-unset LOOM_LOGIN_ENV
-
-# sudo -E, as Coopr ran scripts: the login user's variables come back,
-# but not the ones that say who and where the script runs (sudo set them
-# for root) nor PATH (the scripts dir first, then sudo's safe path).
-if [ -s "$login_env" ]; then
-	_p=$PATH _h=${HOME-} _u=${USER-} _l=${LOGNAME-} _s=${SHELL-} _w=$(pwd)
-	. "$login_env" 2>/dev/null
-	PATH=$_p HOME=$_h USER=$_u LOGNAME=$_l SHELL=$_s PWD=$_w
-	export PATH HOME USER LOGNAME SHELL PWD
-	unset _p _h _u _l _s _w OLDPWD MAIL
-	# What sudo removes even with -E (its env_delete list): variables
-	# that change how programs load code or parse input.
-	unset IFS CDPATH ENV BASH_ENV PS4 GLOBIGNORE BASHOPTS SHELLOPTS LOCALDOMAIN RES_OPTIONS HOSTALIASES \
-		NLSPATH PATH_LOCALE TERMINFO TERMINFO_DIRS TERMPATH TERMCAP JAVA_TOOL_OPTIONS PERLIO_DEBUG PERLLIB \
-		PERL5LIB PERL5OPT PERL5DB FPATH NULLCMD READNULLCMD ZDOTDIR TMPPREFIX PYTHONHOME PYTHONPATH \
-		PYTHONINSPECT PYTHONUSERBASE RUBYLIB RUBYOPT 2>/dev/null
-	for _v in $(export -p | sed -n -e 's/^export \(LD_[A-Za-z0-9_]*\)=.*/\1/p' -e 's/^export \(_RLD[A-Za-z0-9_]*\)=.*/\1/p'); do
-		unset "$_v"
-	done
-	unset _v
-fi
 
 # Coopr's wrapper took the JSON path as its first argument; scripts that
 # read it get the same file through this variable.
