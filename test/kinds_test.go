@@ -193,7 +193,7 @@ func TestCallsThroughDaemon(t *testing.T) {
 // (loom.test.call against loom.test.http fakes).
 func TestExampleKindSuites(t *testing.T) {
 	r := loomd(t, "", "test", "examples/kinds")
-	if r.code != 0 || !strings.Contains(r.stdout, "51 passed, 0 failed") {
+	if r.code != 0 || !strings.Contains(r.stdout, "52 passed, 0 failed") {
 		t.Fatalf("loomd test examples/kinds: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
