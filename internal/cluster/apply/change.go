@@ -262,7 +262,10 @@ func resume(cl *state.Cluster, j *state.Job, ch *Change) (*Change, error) {
 		return nil, err
 	}
 	ch.Resume, ch.Spec, ch.Defs = j, sp, j.Defs
+	// How a failure is handled is the resuming run's choice (--on-failure).
+	rollback := ch.Options.Rollback
 	ch.Action, ch.Reason, ch.Options = j.Action, fmt.Sprintf("resume job %s (%s)", j.ID, j.Status), j.Options
+	ch.Options.Rollback = rollback
 	ch.Resources, ch.Inputs, ch.Drift = j.Resources, j.Inputs, j.Drift
 	for k := j.Step; k < len(j.Steps); k++ {
 		p, err := StepPlan(cl, sp, j.Steps[k])

@@ -371,6 +371,25 @@ func TestRollback(t *testing.T) {
 	}
 }
 
+// TestResumeWithRollback: how a failure is handled is the resuming run's
+// choice: a create that failed kept its nodes; resumed with rollback, it
+// fails again and rolls back; the job is the same one.
+func TestResumeWithRollback(t *testing.T) {
+	f := &fakeRunner{fail: map[string][]int{"INSTALL@t-db-1": {1, 1, 1, 1, 1, 1}}}
+	sp := parse(t, testSpec)
+	cl, job, _ := run(t, nil, sp, f, PlanOptions{}, Options{})
+	if job.Status != state.JobFailed || len(cl.Nodes) != 3 || count(f.log, "DELETE@t-db-1") != 0 {
+		t.Fatalf("first run: job %s, %d nodes, ran %v", job.Status, len(cl.Nodes), f.log)
+	}
+	cl, again, ch := run(t, cl, sp, f, PlanOptions{Rollback: true}, Options{})
+	if ch.Resume != job || again != job {
+		t.Fatalf("the second run did not resume job %s: %s", job.ID, ch.Reason)
+	}
+	if job.Status != state.JobRolledBack || cl.Status != state.Terminated || len(cl.Nodes) != 0 || count(f.log, "DELETE@t-db-1") != 1 {
+		t.Errorf("resumed with rollback: job %s, cluster %s, %d nodes, ran %v", job.Status, cl.Status, len(cl.Nodes), f.log)
+	}
+}
+
 // TestMacros: service tasks get the cluster config and their action's
 // fields with Coopr macros expanded for their node, from the addresses
 // the CONFIRMs returned; hardware tasks get them as written.

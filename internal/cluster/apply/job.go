@@ -21,6 +21,7 @@ import (
 // calls Run.
 func Begin(cl *state.Cluster, ch *Change, now time.Time) (*state.Cluster, *state.Job) {
 	if ch.Resume != nil {
+		ch.Resume.Options.Rollback = ch.Options.Rollback
 		return cl, ch.Resume
 	}
 	if cl == nil {
@@ -32,7 +33,14 @@ func Begin(cl *state.Cluster, ch *Change, now time.Time) (*state.Cluster, *state
 	id := fmt.Sprintf("%s-%03d", cl.Name, cl.NextJob)
 	if j := ch.Supersede; j != nil {
 		j.Status, j.SupersededBy, j.Ended = state.JobSuperseded, id, now
-		j.Message = fmt.Sprintf("replaced by job %s (its spec or resources changed): what it left undone is in that job's plan", id)
+		why := "its spec, resources or options changed"
+		switch ch.Action {
+		case string(plan.Destroy):
+			why = "a destroy"
+		case string(plan.Start), string(plan.Stop), string(plan.Restart):
+			why = "a " + ch.Action + " of services"
+		}
+		j.Message = fmt.Sprintf("replaced by job %s (%s): what it left undone is in that job's plan", id, why)
 	}
 	for _, d := range ch.Drift {
 		n := cl.Nodes[d.Node]
