@@ -440,11 +440,11 @@ func TestRegressMinimalChanges(t *testing.T) {
 	e.writeRegSpec(regSpec{db: 1, web: 2})
 	e.loomd(0, "apply", e.spec, "--local")
 	e.fxLines()
-	step := func(s regSpec, want string) {
+	step := func(s regSpec, want string, flags ...string) {
 		t.Helper()
 		e.writeRegSpec(s)
-		steps := e.plan()
-		e.loomd(0, "apply", e.spec, "--local")
+		steps := e.planDoc(flags...).Steps
+		e.loomd(0, append([]string{"apply", e.spec, "--local"}, flags...)...)
 		fx := e.effects()
 		e.checkOrder(steps, fx, nil)
 		var got []string
@@ -467,6 +467,20 @@ func TestRegressMinimalChanges(t *testing.T) {
 		if slices.Contains(e.svcDirs(h), "svc-cache") {
 			t.Errorf("cache left its files on a host after it was dropped")
 		}
+	}
+	// --no-remove: dropped, it is stopped and its files stay.
+	step(regSpec{db: 1, web: 2, webArgs: "db=%ip.access_v4.service.db% tuned", extra: cache, webServices: []string{"web", "cache"}},
+		"INSTALL cache@shop-web-1, INSTALL cache@shop-web-2, START cache@shop-web-1, START cache@shop-web-2")
+	step(regSpec{db: 1, web: 2, webArgs: "db=%ip.access_v4.service.db% tuned", extra: cache},
+		"STOP cache@shop-web-1, STOP cache@shop-web-2", "--no-remove")
+	kept := 0
+	for _, h := range e.hosts {
+		if slices.Contains(e.svcDirs(h), "svc-cache") {
+			kept++
+		}
+	}
+	if kept != 2 {
+		t.Errorf("--no-remove: cache's files are on %d host(s), want the 2 web hosts", kept)
 	}
 	if doc := e.planDoc(); doc.Tasks != 0 || len(doc.Steps) != 0 {
 		t.Errorf("plan --json of no change: %+v", doc)

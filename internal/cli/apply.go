@@ -116,6 +116,7 @@ type applyOptions struct {
 	tmpl      templateOptions
 	file      string
 	noRestart bool
+	noRemove  bool
 	onFailure string
 	yes       bool
 	refresh   bool
@@ -189,6 +190,7 @@ flags, or a saved plan the cluster no longer matches; 130 after Ctrl-C.`,
 	}
 	o.cluster.addFlags(cmd.Flags(), true)
 	cmd.Flags().BoolVar(&o.noRestart, "no-restart", false, "reconfigure without stopping and starting services")
+	cmd.Flags().BoolVar(&o.noRemove, "no-remove", false, "services the spec dropped are stopped, not removed (no REMOVE)")
 	cmd.Flags().StringVar(&o.onFailure, "on-failure", "keep", "when a step that creates nodes fails: keep what exists (and report it), or rollback (destroy the nodes it created)")
 	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "apply without showing the plan and asking for confirmation")
 	cmd.Flags().BoolVar(&o.refresh, "refresh", false, "first confirm every node with its provider and run the services' check actions; the plan repairs what drifted")
@@ -204,7 +206,7 @@ func (o *applyOptions) request() (runner.Request, error) {
 	if o.onFailure != "keep" && o.onFailure != "rollback" {
 		return runner.Request{}, usageErr(fmt.Errorf("--on-failure %q: want keep or rollback", o.onFailure))
 	}
-	req := runner.Request{Verb: runner.VerbApply, SpecFile: o.file, NoRestart: o.noRestart, OnFailure: o.onFailure, Refresh: o.refresh}
+	req := runner.Request{Verb: runner.VerbApply, SpecFile: o.file, NoRestart: o.noRestart, NoRemove: o.noRemove, OnFailure: o.onFailure, Refresh: o.refresh}
 	switch {
 	case o.action != "":
 		if _, err := plan.ParseServiceAction(o.action); err != nil {
@@ -250,8 +252,8 @@ func (a *App) runApply(ctx context.Context, o *applyOptions, sp *spec.Spec) erro
 // (from the plan's own spec, options and drift, against the cluster as it
 // is now) gives that plan exactly.
 func (a *App) runApplyDocument(ctx context.Context, o *applyOptions, data []byte) error {
-	if o.action != "" || o.noRestart || o.refresh || o.services != nil || o.nodes != nil {
-		return usageErr(errors.New("a saved plan carries its own options: --action, --service, --node, --refresh and --no-restart go to 'loomd plan'"))
+	if o.action != "" || o.noRestart || o.noRemove || o.refresh || o.services != nil || o.nodes != nil {
+		return usageErr(errors.New("a saved plan carries its own options: --action, --service, --node, --refresh, --no-restart and --no-remove go to 'loomd plan'"))
 	}
 	if o.onFailure != "keep" && o.onFailure != "rollback" {
 		return usageErr(fmt.Errorf("--on-failure %q: want keep or rollback", o.onFailure))
