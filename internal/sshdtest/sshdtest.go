@@ -456,33 +456,48 @@ func (s *Server) Down() error {
 }
 
 // Up starts sshd again after Down, on the same address, with the same
-// keys and private dirs.
+// keys and private dirs. While the host was down, another process may
+// have taken its port for a moment (an outgoing connection's ephemeral
+// port comes from the same range): a restart that exits is tried again
+// for up to 10 s.
 func (s *Server) Up() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	conf := filepath.Join(s.Dir, "sshd_config")
-	cmd := exec.Command(SshdPath, "-D", "-f", conf, "-E", s.LogPath)
-	if s.holder != nil {
-		cmd = exec.Command("nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", s.holder.Process.Pid), SshdPath, "-D", "-f", conf, "-E", s.LogPath)
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("sshdtest: restarting sshd: %w", err)
-	}
-	s.cmd = cmd
-	s.exited = make(chan struct{})
-	go func(exited chan struct{}) { cmd.Wait(); close(exited) }(s.exited)
 	deadline := time.Now().Add(10 * time.Second)
+	var last error
 	for time.Now().Before(deadline) {
-		select {
-		case <-s.exited:
-			return fmt.Errorf("sshdtest: sshd exited at restart: %s", s.Logs())
-		default:
+		cmd := exec.Command(SshdPath, "-D", "-f", conf, "-E", s.LogPath)
+		if s.holder != nil {
+			cmd = exec.Command("nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", s.holder.Process.Pid), SshdPath, "-D", "-f", conf, "-E", s.LogPath)
 		}
-		if bannerOK(s.Addr) {
-			return nil
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("sshdtest: restarting sshd: %w", err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		s.cmd = cmd
+		s.exited = make(chan struct{})
+		go func(exited chan struct{}) { cmd.Wait(); close(exited) }(s.exited)
+	wait:
+		for time.Now().Before(deadline) {
+			select {
+			case <-s.exited:
+				last = fmt.Errorf("sshdtest: sshd exited at restart (%s): %s\nits log:\n%s", cmd.ProcessState, stderr.String(), s.Logs())
+				time.Sleep(200 * time.Millisecond)
+				break wait
+			default:
+			}
+			if bannerOK(s.Addr) {
+				return nil
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	s.kill()
+	if last != nil {
+		return last
 	}
 	return fmt.Errorf("sshdtest: sshd did not answer on %s within 10s of its restart", s.Addr)
 }
