@@ -516,21 +516,24 @@ func (b *builder) layout() {
 // work collects a step's tasks.
 type work struct {
 	nodes map[string]bool
-	tasks map[[2]string][]string // (task, service) → nodes
+	tasks map[[2]string][]string // (task, service) → nodes, in the order added
+	seen  map[[3]string]bool     // (task, service, node)
 }
 
-func newWork() *work { return &work{nodes: map[string]bool{}, tasks: map[[2]string][]string{}} }
+func newWork() *work {
+	return &work{nodes: map[string]bool{}, tasks: map[[2]string][]string{}, seen: map[[3]string]bool{}}
+}
 
 func (w *work) add(task, svc, node string) {
 	w.nodes[node] = true
-	k := [2]string{task, svc}
-	if !slices.Contains(w.tasks[k], node) {
-		w.tasks[k] = append(w.tasks[k], node)
+	if k := [3]string{task, svc, node}; !w.seen[k] {
+		w.seen[k] = true
+		w.tasks[[2]string{task, svc}] = append(w.tasks[[2]string{task, svc}], node)
 	}
 }
 
 func (w *work) has(task, svc, node string) bool {
-	return slices.Contains(w.tasks[[2]string{task, svc}], node)
+	return w.seen[[3]string{task, svc, node}]
 }
 
 func (w *work) empty() bool { return len(w.tasks) == 0 && len(w.nodes) == 0 }
