@@ -359,6 +359,14 @@ func readSource(root *os.Root, rel string) ([]byte, error) {
 	return root.ReadFile(rel)
 }
 
+// CompileChunk parses and compiles Lua source as the loader does, with
+// its errors: a syntax error at a line, or at the end of a file that
+// leaves a block open (not line -1). loomd test compiles test files with
+// it.
+func CompileChunk(src []byte, name string) (*lua.FunctionProto, *LoadError) {
+	return compileChunk(src, name)
+}
+
 // compileChunk parses and compiles Lua source. name is the chunk name Lua
 // shows in errors and tracebacks (the file's path as the user gave it).
 func compileChunk(src []byte, name string) (*lua.FunctionProto, *LoadError) {

@@ -3,7 +3,6 @@ package plugtest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
-	"github.com/yuin/gopher-lua/parse"
 
 	httpb "github.com/loomrt/loom/bindings/http"
 	sshb "github.com/loomrt/loom/bindings/ssh"
@@ -348,43 +346,19 @@ func (f *fileRun) permitted() []string {
 	return f.router.permitted()
 }
 
-// syntaxLine finds where a parse error is: gopher-lua reports an error
-// at the end of the file (a missing "end") at line -1 (parse.EOF).
-var syntaxLine = regexp.MustCompile(`line:(-?\d+)\(column:(-?\d+)\)`)
-
-// compile parses a test file under its path, so errors and assertion
-// failures say file:line.
+// compile parses a test file under its path, as the loader parses plugin
+// files, so errors and assertion failures say file:line (an unclosed
+// block at the end of the file too).
 func compile(src []byte, name string) (*lua.FunctionProto, *Failure) {
-	chunk, err := parse.Parse(bytes.NewReader(src), name)
-	if err != nil {
-		fl := &Failure{Message: "syntax error: " + strings.TrimSpace(err.Error()), Location: name}
-		var pe *parse.Error
-		if errors.As(err, &pe) {
-			line := pe.Pos.Line
-			msg := strings.TrimSpace(pe.Message)
-			if line <= 0 {
-				// The file ended inside a block: report its last line,
-				// as luac does ("'end' expected ... near <eof>").
-				line = lastLine(src)
-				fl.Message = fmt.Sprintf("syntax error near <eof>: %s (a block is not closed: a missing 'end' or ')'?)", msg)
-			} else {
-				fl.Message = fmt.Sprintf("syntax error near '%s': %s", pe.Token, msg)
-			}
-			fl.Location = fmt.Sprintf("%s:%d", name, line)
+	proto, le := runtime.CompileChunk(src, name)
+	if le != nil {
+		fl := &Failure{Message: le.Message, Location: name}
+		if le.Line > 0 {
+			fl.Location = fmt.Sprintf("%s:%d", name, le.Line)
 		}
 		return nil, fl
 	}
-	proto, err := lua.Compile(chunk, name)
-	if err != nil {
-		return nil, &Failure{Message: "compile error: " + err.Error(), Location: name}
-	}
 	return proto, nil
-}
-
-// lastLine is the number of the last line of src that holds something.
-func lastLine(src []byte) int {
-	lines := bytes.Split(bytes.TrimRight(src, " \t\r\n"), []byte("\n"))
-	return max(len(lines), 1)
 }
 
 func (tc *testCase) fullName() string {
