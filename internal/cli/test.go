@@ -29,6 +29,9 @@ func (a *App) newTestCmd(g *globalOptions) *cobra.Command {
 		exclude []string
 		shuffle bool
 		seed    int64
+		acc     bool
+		record  bool
+		sweep   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "test [DIR | FILE_test.lua ...]",
@@ -65,6 +68,14 @@ could be found.`,
 				Shuffle: shuffle || cmd.Flags().Changed("seed"), Seed: seed}
 			if opts.Shuffle && !cmd.Flags().Changed("seed") {
 				opts.Seed = time.Now().UnixNano() % 1_000_000_000
+			}
+			// Acceptance mode: --acceptance, or LOOM_ACC set as TF_ACC is;
+			// --record and --sweep imply it. A real API takes real time:
+			// an hour per test unless --timeout says otherwise.
+			opts.Acceptance = acc || record || sweep || isTrue(a.Getenv("LOOM_ACC"))
+			opts.Record, opts.Sweep = record, sweep
+			if opts.Acceptance && !cmd.Flags().Changed("timeout") {
+				opts.Timeout = time.Hour
 			}
 			if match != "" {
 				re, err := regexp.Compile(match)
@@ -116,8 +127,20 @@ could be found.`,
 	f.StringSliceVar(&exclude, "exclude-tags", nil, "leave out tests tagged with one of these")
 	f.BoolVar(&shuffle, "shuffle", false, "run the files and each block's tests in a random order; the seed is printed")
 	f.Int64Var(&seed, "seed", 0, "the shuffle's seed (implies --shuffle): repeats the order a run printed")
+	f.BoolVar(&acc, "acceptance", false, "also run the tests tagged #acceptance against the real API, with the credentials their file declares (loom.test.acceptance) from the environment; LOOM_ACC=1 does the same")
+	f.BoolVar(&record, "record", false, "with --acceptance (implied): write each acceptance test's real exchanges, secrets redacted, to testdata/<file>.cassette.json, which a plain loomd test replays offline")
+	f.BoolVar(&sweep, "sweep", false, "run only the test files' sweepers, against the real API, deleting what any acceptance run left (names starting with "+plugtest.AccPrefix+")")
 	f.BoolVar(&sshd, "sshd", false, "let tests start a real OpenSSH sshd on 127.0.0.1 with loom.test.sshd() (needs root, openssh-server and sudo; creates the test users loomtest and loomtestnp); without it those tests are skipped")
 	return cmd
+}
+
+// isTrue reads an environment flag: 1, true, yes, on.
+func isTrue(s string) bool {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
 }
 
 // splitTags cleans --tags values: "#slow" and "slow" are the same tag.

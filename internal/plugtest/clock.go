@@ -97,6 +97,14 @@ func (c *vclock) reset() {
 	c.offset, c.fixed, c.sleeps, c.real = 0, nil, nil, false
 }
 
+// setReal puts the test on the wall clock (clock.real(), and live
+// acceptance tests: a real API takes real time).
+func (c *vclock) setReal() {
+	c.mu.Lock()
+	c.real = true
+	c.mu.Unlock()
+}
+
 // Now implements bindings.Clock.
 func (c *vclock) Now() time.Time {
 	c.mu.Lock()

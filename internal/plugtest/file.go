@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
@@ -105,6 +106,11 @@ type fileRun struct {
 	interrupted *runtime.CancelledError
 	// rng shuffles tests with --shuffle.
 	rng *rand.Rand
+	// acc is the acceptance mode state of the file.
+	acc *accRun
+	// writes counts the requests that change something (POST, PUT,
+	// PATCH, DELETE) the plugin sent, for chain's idempotent check.
+	writes atomic.Int64
 	// tap and fr receive results as tests end.
 	tap *tapWriter
 	fr  *FileReport
@@ -150,6 +156,7 @@ func runFile(ctx context.Context, opts Options, dir, file string, tap *tapWriter
 	if opts.Shuffle {
 		f.rng = rand.New(rand.NewSource(opts.Seed ^ int64(len(file))))
 	}
+	f.acc = newAccRun(f)
 	tap.file(file)
 	defer func() {
 		fr.DurationMS = ms(time.Since(start))
@@ -211,11 +218,22 @@ func runFile(ctx context.Context, opts Options, dir, file string, tap *tapWriter
 		}
 		f.selected = map[*testCase]bool{}
 		for _, tc := range f.tests {
-			if f.wanted(tc) {
+			if f.wanted(tc) && !opts.Sweep {
 				f.selected[tc] = true
 			}
 		}
 		f.runBlock(f.root)
+		// The sweeper deletes what the acceptance tests made, whatever
+		// they did; then the recording is written.
+		if fl := f.acc.sweep(L); fl != nil {
+			fl.Message = "in the sweeper: " + fl.Message
+			f.report(&TestResult{Name: "(sweeper)", Line: f.acc.decl.line, Status: StatusFail, Failure: fl})
+		} else if opts.Sweep && f.acc.decl != nil && f.acc.decl.sweeper != nil {
+			f.report(&TestResult{Name: "(sweeper)", Line: f.acc.decl.line, Status: StatusPass})
+		}
+		if err := f.acc.save(); err != nil {
+			f.report(&TestResult{Name: "(recording)", Status: StatusFail, Failure: &Failure{Message: "writing the recording: " + err.Error(), Location: f.acc.casPath}})
+		}
 		f.spies.revertScope(f.root)
 		return nil
 	})
@@ -232,6 +250,9 @@ func runFile(ctx context.Context, opts Options, dir, file string, tap *tapWriter
 	}
 	if len(f.tests) == 0 && fr.Error == nil {
 		fr.Error = &Failure{Message: "no tests: the file defines no it block", Location: file}
+	}
+	if fr.Error != nil {
+		f.acc.redactFailure(fr.Error)
 	}
 	return fr
 }
@@ -280,7 +301,7 @@ func (f *fileRun) open(ctx context.Context, tmp string) *Failure {
 		return &Failure{Message: err.Error()}
 	}
 	f.sshRouter = newSSHRouter(known)
-	var transport http.RoundTripper = f.router
+	transport := fileTransport{f}
 	reg := std.New(std.Options{
 		Clock: f.clock,
 		HTTP:  httpb.Options{UserAgent: "loomd-test", Transport: transport, RetryDelay: 10 * time.Millisecond},
@@ -343,7 +364,24 @@ func (f *fileRun) open(ctx context.Context, tmp string) *Failure {
 // permitted is runtime.Options.PermitHTTP: the fakes' 127.0.0.1 when a
 // test permits it, and in acceptance mode the hosts the tests declare.
 func (f *fileRun) permitted() []string {
-	return f.router.permitted()
+	return append(f.router.permitted(), f.acc.permitted()...)
+}
+
+// fileTransport is the file's loom.http transport: the fakes, then a
+// running acceptance test's hosts (live or replayed), and nothing else.
+type fileTransport struct{ f *fileRun }
+
+func (t fileTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	switch req.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		t.f.writes.Add(1)
+	}
+	if !t.f.router.serves(req) {
+		if resp, err, ok := t.f.acc.roundTrip(req); ok {
+			return resp, err
+		}
+	}
+	return t.f.router.RoundTrip(req)
 }
 
 // compile parses a test file under its path, as the loader parses plugin
@@ -531,12 +569,14 @@ func blockName(b *block) string {
 
 // report records a test's result and prints it.
 func (f *fileRun) report(res *TestResult) {
+	f.acc.redactResult(res)
 	f.fr.Tests = append(f.fr.Tests, res)
 	f.tap.test(f.file, res)
 }
 
-// callOutside runs a setup or teardown function under its own deadline.
-func (f *fileRun) callOutside(fn *lua.LFunction) *Failure {
+// callOutside runs a setup or teardown function (or the sweeper) under
+// its own deadline.
+func (f *fileRun) callOutside(fn *lua.LFunction, args ...lua.LValue) *Failure {
 	ctx, cancel := context.WithTimeout(f.fileCtx, f.opts.Timeout)
 	defer cancel()
 	f.ctx = ctx
@@ -546,7 +586,10 @@ func (f *fileRun) callOutside(fn *lua.LFunction) *Failure {
 		f.ctx = f.fileCtx
 	}()
 	f.L.Push(fn)
-	if err := f.L.PCall(0, 0, nil); err != nil {
+	for _, a := range args {
+		f.L.Push(a)
+	}
+	if err := f.L.PCall(len(args), 0, nil); err != nil {
 		return f.failureOf(err, ctx)
 	}
 	return nil
@@ -570,6 +613,19 @@ func (f *fileRun) runTest(tc *testCase) *TestResult {
 	f.logs.take()
 	f.interrupted = nil
 	f.spies.enter(tc)
+	acceptance := anyIn(tc.allTags(), []string{accTag})
+	if acceptance {
+		if skip := f.acc.start(tc); skip != "" {
+			f.inTest = false
+			f.sess.SetContext(f.fileCtx)
+			f.ctx = f.fileCtx
+			res.Status, res.Skip = StatusPending, skip
+			return res
+		}
+		if f.acc.live {
+			f.clock.setReal()
+		}
+	}
 	var blocks []*block
 	for b := tc.block; b != nil; b = b.parent {
 		blocks = append([]*block{b}, blocks...)
@@ -619,6 +675,11 @@ befores:
 	}
 	// Spies and stubs made during the test are put back.
 	f.spies.revertScope(tc)
+	if acceptance {
+		if fl := f.acc.end(); fl != nil && failure == nil {
+			failure = fl
+		}
+	}
 	for _, fk := range f.testFakes {
 		if u := fk.takeUnmatched(); len(u) > 0 && fk.strict && failure == nil {
 			failure = &Failure{Message: u[0] + "; add a route, or create the fake with strict = false", Location: fk.where}

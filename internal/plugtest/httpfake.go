@@ -72,6 +72,14 @@ func (r *router) permitted() []string {
 	return nil
 }
 
+// serves says whether a fake answers req.
+func (r *router) serves(req *http.Request) bool {
+	host := strings.TrimSuffix(strings.ToLower(req.URL.Hostname()), ".")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.hosts[host] != nil || r.addrs[req.URL.Host] != nil
+}
+
 // RoundTrip implements http.RoundTripper.
 func (r *router) RoundTrip(req *http.Request) (*http.Response, error) {
 	host := strings.TrimSuffix(strings.ToLower(req.URL.Hostname()), ".")

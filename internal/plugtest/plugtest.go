@@ -54,6 +54,12 @@ type Options struct {
 	// from Seed (the report prints it; the same seed repeats the order).
 	Shuffle bool
 	Seed    int64
+	// Acceptance runs the tests tagged #acceptance against the real API
+	// (loomd test --acceptance, LOOM_ACC=1); without it they replay their
+	// recording, or are skipped. Record writes the real exchanges to
+	// testdata/<file>.cassette.json. Sweep runs only the files'
+	// sweepers, for everything any acceptance run left (AccPrefix).
+	Acceptance, Record, Sweep bool
 
 	cov *coverage
 }

@@ -250,7 +250,7 @@ func TestStubParses(t *testing.T) {
 // hooks run in the test's VM and call what the test put there.
 func TestSpies(t *testing.T) {
 	rep, out := run(t, Options{Dirs: []string{"testdata/spies"}})
-	if !rep.OK() || rep.Passed != 9 {
+	if !rep.OK() || rep.Passed != 10 {
 		t.Fatalf("%d passed, %d failed\n%s", rep.Passed, rep.Failed, out)
 	}
 }

@@ -1,6 +1,7 @@
 package plugtest
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -283,6 +284,7 @@ func (f *fileRun) testModule(L *lua.LState) *lua.LTable {
 		return 2
 	}))
 	t.RawSetString("chain", L.NewFunction(f.chain))
+	t.RawSetString("acceptance", L.NewFunction(f.acc.declare))
 	t.RawSetString("call", L.NewFunction(f.call))
 	t.RawSetString("http", L.NewFunction(f.newHTTPFake))
 	t.RawSetString("clock", f.clock.module(L))
@@ -309,7 +311,7 @@ func listFiles(dir string) []string {
 	return out
 }
 
-var chainOptionNames = []string{"type", "fields", "config", "steps", "stop_on_failure"}
+var chainOptionNames = []string{"type", "fields", "config", "steps", "stop_on_failure", "idempotent"}
 
 // chain runs tasks the way a Coopr server does for one node: each
 // result's result map is merged into the config of every later task (even
@@ -328,6 +330,9 @@ func (f *fileRun) chain(L *lua.LState) int {
 	if b, ok := opts["stop_on_failure"].(bool); ok {
 		stop = b
 	}
+	idempotent, _ := opts["idempotent"].(bool)
+	again := L.CreateTable(0, 4)
+	changes := L.CreateTable(0, 0)
 	var steps []any
 	if s, ok := opts["steps"].([]any); ok {
 		steps = s
@@ -389,6 +394,25 @@ func (f *fileRun) chain(L *lua.LState) int {
 				L.RaiseError("loom.test.chain: step %d (%s): %v", i+1, name, err)
 			}
 			res = r
+			if idempotent && res.Status == 0 {
+				// The step again, as Coopr retries it: nothing may change.
+				task["taskId"] = fmt.Sprintf("%v-again", task["taskId"])
+				data, _ := json.Marshal(task)
+				before := f.writes.Load()
+				r2, _, err := f.runTask(L, data)
+				if err != nil {
+					L.RaiseError("loom.test.chain: step %d (%s) run again: %v", i+1, name, err)
+				}
+				writes := f.writes.Load() - before
+				again.RawSetString(name, resultToLua(L, r2))
+				if diff := resultChanges(res, r2, name, writes); len(diff) > 0 {
+					changes.RawSetString(name, stringList(L, diff))
+					if ok {
+						out.RawSetString("failed", lua.LString(name+" (run again)"))
+					}
+					ok = false
+				}
+			}
 		}
 		rv := resultToLua(L, res)
 		results.RawSetString(name, rv)
@@ -418,6 +442,10 @@ func (f *fileRun) chain(L *lua.LState) int {
 		}
 	}
 	out.RawSetString("ok", lua.LBool(ok))
+	if idempotent {
+		out.RawSetString("again", again)
+		out.RawSetString("changes", changes)
+	}
 	out.RawSetString("results", results)
 	out.RawSetString("tasks", tasks)
 	out.RawSetString("order", order)
@@ -433,6 +461,31 @@ func (f *fileRun) chain(L *lua.LState) int {
 	out.RawSetString("leftovers", stringList(L, left))
 	L.Push(out)
 	return 1
+}
+
+// resultChanges lists how a step's second run differs from its first:
+// its status, result, addresses or hostname, and (but for DELETE, which
+// asks again) any request that changes something (POST, PUT, PATCH,
+// DELETE) it sent.
+func resultChanges(a, b *runtime.Result, step string, writes int64) []string {
+	var out []string
+	if b.Status != a.Status {
+		out = append(out, fmt.Sprintf("status: %d, then %d: %s", a.Status, b.Status, b.Message))
+	}
+	cmp := func(what string, x, y any) {
+		xb, _ := json.Marshal(x)
+		yb, _ := json.Marshal(y)
+		if !bytes.Equal(xb, yb) {
+			out = append(out, fmt.Sprintf("%s: %s, then %s", what, xb, yb))
+		}
+	}
+	cmp("result", a.Result, b.Result)
+	cmp("ipaddresses", a.IPAddresses, b.IPAddresses)
+	cmp("hostname", a.Hostname, b.Hostname)
+	if writes > 0 && step != "DELETE" {
+		out = append(out, fmt.Sprintf("the second run sent %d request(s) that change something (POST, PUT, PATCH or DELETE): a retried %s must find what the first made", writes, step))
+	}
+	return out
 }
 
 // standInResult is the result a chain step's table gives for a plugin

@@ -101,3 +101,19 @@ describe("a stubbed fake's handler and a spy together", function()
     assert.equals(2, seen)
   end)
 end)
+
+describe("loom.test.chain{idempotent = true}", function()
+  it("runs each step again and reports what the second run changed", function()
+    local n = 0
+    local fake = loom.test.http({ host = "api.example.com" })
+    -- This plugin's CREATE never looks for what it made: a retry makes a
+    -- second server.
+    fake:route("POST", "/v1/servers", function() n = n + 1; return { json = { id = n } } end)
+    local c = loom.test.chain({ fields = fields, steps = { "CREATE" }, idempotent = true })
+    assert.is_false(c.ok)
+    assert.equals("CREATE (run again)", c.failed)
+    assert.matches('^result: .*"providerid":"1".*, then .*"providerid":"2"', c.changes.CREATE[1])
+    assert.matches("the second run sent 1 request%(s%) that change something", c.changes.CREATE[2])
+    assert.equals("2", c.again.CREATE.result.providerid)
+  end)
+end)
