@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	lua "github.com/yuin/gopher-lua"
+
+	"github.com/loomrt/loom/bindings"
 )
 
 // Keys a definition may hold, by where they sit. A key elsewhere is a
@@ -33,7 +35,11 @@ var (
 // reads of globals nothing defines ("slef") and locals never read. It
 // runs no hook. Problems that make a hook misbehave are
 // errors; the rest are warnings.
-func (rt *Runtime) Lint() []*LoadError {
+func (rt *Runtime) Lint() []*LoadError { return rt.LintWith(LintOptions{}) }
+
+// LintWith is Lint with options: LintOptions.Strict adds luacheck-class
+// warnings (shadowing, unreachable code).
+func (rt *Runtime) LintWith(opts LintOptions) []*LoadError {
 	snap := rt.snap.Load()
 	var out []*LoadError
 	seen := map[*plugin]bool{}
@@ -54,6 +60,7 @@ func (rt *Runtime) Lint() []*LoadError {
 			out = append(out, lintDefinition(pt.plugin)...)
 			out = append(out, rt.lintGlobals(pt, v)...)
 			out = append(out, lintLocals(pt)...)
+			out = append(out, rt.lintCode(pt, opts)...)
 		}
 		out = append(out, lintHooks(pt, v)...)
 		pt.pool.put(v)
@@ -222,7 +229,7 @@ func lintHooks(pt *pluginType, v *vm) []*LoadError {
 			// Only when the hook itself is missing: a helper named near
 			// a hook ("remote" beside remove) is fine. One edit away, or
 			// two in a long name: "comfirm", "bootstap".
-			d := editDistance(strings.ToLower(n), h)
+			d := bindings.EditDistance(strings.ToLower(n), h)
 			if contains(pt.hooks, h) || d == 0 || len(n) < 4 || !(d == 1 || d == 2 && len(n) >= 7) {
 				continue
 			}
@@ -241,39 +248,7 @@ func lintHooks(pt *pluginType, v *vm) []*LoadError {
 
 // DidYouMean returns ` (did you mean "x"?)` for the known name nearest
 // to s (at most 2 edits away), or "".
-func DidYouMean(s string, known []string) string {
-	best, bestD := "", 3
-	for _, k := range known {
-		if d := editDistance(strings.ToLower(s), strings.ToLower(k)); d < bestD {
-			best, bestD = k, d
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return fmt.Sprintf(" (did you mean %q?)", best)
-}
-
-// editDistance is the Levenshtein distance of a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
+func DidYouMean(s string, known []string) string { return bindings.DidYouMean(s, known) }
 
 // jsonKeyLines maps each object key's path ("/type/parameters/admin") to
 // the line it is on.

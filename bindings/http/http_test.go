@@ -231,7 +231,7 @@ func TestHeadersQueryAndRequestFunction(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	e := newEnv(t, loomhttp.Options{})
 	for _, tc := range []struct{ code, want string }{
-		{`http.get("http://127.0.0.1:1/", {timout = 3})`, "unknown option timout"},
+		{`http.get("http://127.0.0.1:1/", {timout = 3})`, `unknown option timout (did you mean "timeout"?)`},
 		{`http.post("http://127.0.0.1:1/", {body = "x", json = {}})`, "exclusive"},
 		{`http.request("BAD METHOD", "http://127.0.0.1:1/")`, "invalid method"},
 		{`http.get("ftp://127.0.0.1/")`, "scheme must be http or https"},

@@ -63,6 +63,10 @@ var optionKeys = map[string]bool{
 	"tls": true, "unix_socket": true, "basic_auth": true, "bearer": true, "check": true,
 }
 
+// optionNames are optionKeys in the order the docs list them.
+var optionNames = []string{"headers", "query", "body", "json", "timeout", "retries", "retry_delay", "retry_max_delay",
+	"retry_non_idempotent", "max_body", "follow_redirects", "tls", "unix_socket", "basic_auth", "bearer", "check"}
+
 var tlsKeys = map[string]bool{
 	"ca": true, "client_cert": true, "client_key": true, "server_name": true, "insecure_skip_verify": true,
 }
@@ -171,7 +175,7 @@ func (b *Binding) parseCall(L *lua.LState, fn, method, rawURL string, opts *lua.
 		}
 		key, ok := k.(lua.LString)
 		if !ok || !optionKeys[string(key)] {
-			fail(r.configError("unknown option %s (known: headers, query, body, json, timeout, retries, retry_delay, retry_max_delay, retry_non_idempotent, max_body, follow_redirects, tls, unix_socket, basic_auth, bearer, check)", k.String()))
+			fail(r.configError("unknown option %s%s (known: %s)", k.String(), bindings.DidYouMean(k.String(), optionNames), strings.Join(optionNames, ", ")))
 			return
 		}
 		switch key {
@@ -418,7 +422,8 @@ func (r *request) parseTLS(v lua.LValue) error {
 		}
 		key, ok := k.(lua.LString)
 		if !ok || !tlsKeys[string(key)] {
-			err = r.configError("unknown option tls.%s (known: ca, client_cert, client_key, server_name, insecure_skip_verify)", k.String())
+			err = r.configError("unknown option tls.%s%s (known: ca, client_cert, client_key, server_name, insecure_skip_verify)", k.String(),
+				bindings.DidYouMean(k.String(), []string{"ca", "client_cert", "client_key", "server_name", "insecure_skip_verify"}))
 			return
 		}
 		if key == "insecure_skip_verify" {

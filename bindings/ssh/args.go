@@ -264,6 +264,9 @@ func (f *fields) done() error {
 			known = append(known, k)
 		}
 		sort.Strings(known)
+		for i, u := range unknown {
+			unknown[i] = u + bindings.DidYouMean(u, known)
+		}
 		return bindings.Errorf("config", "%s: unknown option(s) %s (known: %s)", f.where,
 			strings.Join(unknown, ", "), strings.Join(known, ", "))
 	}

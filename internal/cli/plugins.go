@@ -130,7 +130,7 @@ func (a *App) runPluginsCheck(ctx context.Context, g *globalOptions, folders []s
 	defer rt.Close()
 	errs, warns := 0, 0
 	problems := []checkProblem{}
-	all := append(rt.LoadErrors(), rt.Lint()...)
+	all := append(rt.LoadErrors(), rt.LintWith(runtime.LintOptions{Strict: strict})...)
 	sort.SliceStable(all, func(i, j int) bool {
 		if all[i].File != all[j].File {
 			return all[i].File < all[j].File
