@@ -28,6 +28,28 @@ func (rt *Runtime) RedactTask(doc []byte) []byte {
 	return RedactJSON(doc, names)
 }
 
+// TaskSecrets returns the secrets a task declares, for redacting text
+// about it (log lines, errors): the values of every key a loaded
+// definition declares sensitive (or of type password), and of every key
+// whose name says it holds a secret, as RedactTask finds them. A task
+// that is not a JSON object gives an empty set.
+func (rt *Runtime) TaskSecrets(task []byte) *redact.Set {
+	names := map[string]bool{}
+	if snap := rt.snap.Load(); snap != nil {
+		for n := range snap.sensitiveNames() {
+			names[n] = true
+		}
+	}
+	set := redact.New()
+	dec := json.NewDecoder(bytes.NewReader(task))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) == nil {
+		collectSecrets(v, names, set, false, 0)
+	}
+	return set
+}
+
 // RedactJSON is RedactTask with the sensitive key names given.
 func RedactJSON(doc []byte, sensitive map[string]bool) []byte {
 	dec := json.NewDecoder(bytes.NewReader(doc))

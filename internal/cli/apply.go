@@ -23,6 +23,7 @@ import (
 	"github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
+	"github.com/loomrt/loom/internal/logstream"
 	"github.com/loomrt/loom/runtime"
 )
 
@@ -359,12 +360,11 @@ func (a *App) runHere(ctx context.Context, g *globalOptions, o *clusterOptions, 
 	// Plugin lines go to the job log, and to stderr unless the live view
 	// is there (it would scroll them away, or they it).
 	quiet := &gate{}
-	tee := joblog.NewTee()
-	tee.SetSink(jl, who)
+	tee := logstream.NewTee()
 	pluginLogger := slog.New(tee.Handler(quiet.handler(logger.Handler())))
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	tasks, env, closeTasks, err := a.clusterRunner(ctx, g, o, pluginLogger, tee, name)
+	tasks, env, closeTasks, err := a.clusterRunner(ctx, g, o, pluginLogger, jobTee{tee: tee, sink: jl, who: who}, name)
 	if err != nil {
 		return err
 	}
@@ -509,7 +509,7 @@ func (a *App) printStep(k int, st runner.Step, job *state.Job) {
 // with --local, the resource files of this machine's work dir). The tasks
 // of the cluster's jobs are registered with the tee while they run, so
 // their plugin lines reach the job log.
-func (a *App) clusterRunner(ctx context.Context, g *globalOptions, o *clusterOptions, logger *slog.Logger, tee *joblog.Tee, cluster string) (apply.Runner, runner.Env, func(), error) {
+func (a *App) clusterRunner(ctx context.Context, g *globalOptions, o *clusterOptions, logger *slog.Logger, tee jobTee, cluster string) (apply.Runner, runner.Env, func(), error) {
 	if o.local {
 		rt, err := a.newRuntime(ctx, g, runtimeConfig{logger: logger, poolSize: o.parallelism})
 		if err != nil {
@@ -529,16 +529,23 @@ func (a *App) clusterRunner(ctx context.Context, g *globalOptions, o *clusterOpt
 	return &apiRunner{c: c, timeout: o.taskTimeout, log: logger}, a.remoteEnv(ctx, c), func() {}, nil
 }
 
+// jobTee copies the plugin lines of a job's tasks into the job's log.
+type jobTee struct {
+	tee  *logstream.Tee
+	sink joblog.Sink
+	who  string
+}
+
 // localRunner runs tasks in this process.
 type localRunner struct {
 	rt      *runtime.Runtime
-	tee     *joblog.Tee
+	tee     jobTee
 	cluster string
 }
 
 func (r localRunner) Run(ctx context.Context, id string, task []byte) (*runtime.Result, error) {
-	if t, err := runtime.ParseTask(task); err == nil && t.JobID != "" && r.tee != nil {
-		defer r.tee.Track(id, r.cluster, t.JobID)()
+	if t, err := runtime.ParseTask(task); err == nil && t.JobID != "" && r.tee.tee != nil {
+		defer r.tee.tee.Track(id, joblog.Copy(r.tee.sink, r.tee.who, r.cluster, t.JobID))()
 	}
 	return r.rt.Run(ctx, task)
 }

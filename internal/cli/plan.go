@@ -220,7 +220,7 @@ func (a *App) planHere(ctx context.Context, o *planOptions, name string, req *ru
 		// The refresh runs tasks: here (--local) or on the daemon
 		// (--state-dir alone), as apply would.
 		o.cluster.parallelism = 16
-		tasks, renv, closeTasks, err := a.clusterRunner(ctx, o.g, &o.cluster, logger, nil, name)
+		tasks, renv, closeTasks, err := a.clusterRunner(ctx, o.g, &o.cluster, logger, jobTee{}, name)
 		if err != nil {
 			return nil, err
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/coopr"
+	"github.com/loomrt/loom/internal/logstream"
 	"github.com/loomrt/loom/internal/queue"
 	"github.com/loomrt/loom/internal/tokens"
 	"github.com/loomrt/loom/internal/worker"
@@ -213,7 +214,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		return err
 	}
 	// Plugin lines of cluster jobs' tasks also go to the jobs' logs.
-	tee := joblog.NewTee()
+	tee := logstream.NewTee()
 	logger := slog.New(tee.Handler(baseLogger.Handler()))
 	if o.concurrency < 1 {
 		return usageErr(fmt.Errorf("--concurrency %d: must be at least 1", o.concurrency))
@@ -401,12 +402,12 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		plugins = workerPlugins{Runtime: rt, sup: sup}
 	}
 
-	cj, err := a.startClusterJobs(ctx, o, q, tee, baseLogger, metrics, rt)
+	cj, err := a.startClusterJobs(ctx, o, q, baseLogger, metrics, rt)
 	if err != nil {
 		return err
 	}
 	defer cj.close()
-	runner = clusterTaskRunner{next: runner, tee: tee, jobs: cj.jobs}
+	runner = clusterTaskRunner{next: runner, tee: tee, jobs: cj.jobs, log: cj.log, source: q.Owner()}
 
 	// The console's reload runs what the hot reload runs; the Coopr link
 	// it tells exists only once started, below.
@@ -607,7 +608,7 @@ func (c *clusterJobs) close() {
 
 // startClusterJobs opens the cluster state, the job log and the runner on
 // the queue's JetStream.
-func (a *App) startClusterJobs(ctx context.Context, o *serveOptions, q *queue.Queue, tee *joblog.Tee, base *slog.Logger, metrics *api.Metrics, rt *runtime.Runtime) (*clusterJobs, error) {
+func (a *App) startClusterJobs(ctx context.Context, o *serveOptions, q *queue.Queue, base *slog.Logger, metrics *api.Metrics, rt *runtime.Runtime) (*clusterJobs, error) {
 	store, err := state.OpenKV(ctx, q.JetStream(), q.Replicas())
 	if err != nil {
 		return nil, err
@@ -618,7 +619,6 @@ func (a *App) startClusterJobs(ctx context.Context, o *serveOptions, q *queue.Qu
 	if err != nil {
 		return nil, err
 	}
-	tee.SetSink(jl, q.Owner())
 	host, _ := os.Hostname()
 	jobs, err := clusterrunner.New(ctx, clusterrunner.Config{Store: store, JS: q.JetStream(), Replicas: q.Replicas(), Queue: q, Log: jl,
 		Secrets: secrets, Owner: q.Owner(), Host: host, PID: os.Getpid(), Live: q.OwnerLive, Trouble: q.RecentTrouble,
@@ -637,14 +637,16 @@ func (a *App) startClusterJobs(ctx context.Context, o *serveOptions, q *queue.Qu
 // clusterTaskRunner registers the tasks of cluster jobs with the log tee
 // while they run here, so their plugin lines reach the job's log.
 type clusterTaskRunner struct {
-	next queue.Runner
-	tee  *joblog.Tee
-	jobs *clusterrunner.Runner
+	next   queue.Runner
+	tee    *logstream.Tee
+	jobs   *clusterrunner.Runner
+	log    joblog.Sink
+	source string
 }
 
 func (r clusterTaskRunner) Run(ctx context.Context, task []byte) ([]byte, int, error) {
 	if t, err := runtime.ParseTask(task); err == nil && t.ClusterID != "" && t.JobID != "" && r.jobs.IsJob(t.ClusterID, t.JobID) {
-		defer r.tee.Track(t.TaskID, t.ClusterID, t.JobID)()
+		defer r.tee.Track(t.TaskID, joblog.Copy(r.log, r.source, t.ClusterID, t.JobID))()
 	}
 	return r.next.Run(ctx, task)
 }

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/loomrt/loom/internal/logstream"
 )
 
 // File keeps job logs beside a state dir's cluster files, for loomd apply
@@ -41,7 +43,7 @@ func (f *File) Write(cluster string, e Entry) {
 	if e.Source == "" {
 		e.Source = f.Source
 	}
-	e = clean(e, f.Secrets.get(cluster))
+	e = logstream.Clean(e, f.Secrets.For(cluster))
 	line, err := json.Marshal(e)
 	if err != nil {
 		return

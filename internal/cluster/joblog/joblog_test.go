@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/loomrt/loom/bindings/redact"
+	"github.com/loomrt/loom/internal/logstream"
 	"github.com/loomrt/loom/internal/queue"
 )
 
@@ -29,17 +30,17 @@ func (m *memSink) Write(cluster string, e Entry) {
 	m.es[cluster] = append(m.es[cluster], e)
 }
 
-// TestTee: the lines of a registered task reach its cluster's log (with
-// the attributes given through With), other lines and the queue's lines
-// about the task do not; every line still reaches the daemon's handler.
-func TestTee(t *testing.T) {
+// TestCopy: through the daemon's tee, the lines of a tracked cluster task
+// reach its cluster's log (with the attributes given through With), other
+// lines and the queue's lines about the task do not; every line still
+// reaches the daemon's handler.
+func TestCopy(t *testing.T) {
 	var daemon bytes.Buffer
 	sink := &memSink{}
-	tee := NewTee()
+	tee := logstream.NewTee()
 	logger := slog.New(tee.Handler(slog.NewTextHandler(&daemon, nil)))
-	logger.Info("before the sink") // no sink yet: nothing copied, nothing breaks
-	tee.SetSink(sink, "d1")
-	done := tee.Track("c-001-0004-1", "c", "c-001")
+	logger.Info("before tracking")
+	done := tee.Track("c-001-0004-1", Copy(sink, "d1", "c", "c-001"))
 	plugin := logger.With("task", "c-001-0004-1", "plugin", "shell")
 	plugin.Info("installing", "package", "nginx")
 	logger.With("component", "queue").Info("task finished", "task", "c-001-0004-1")
@@ -52,37 +53,9 @@ func TestTee(t *testing.T) {
 		got[0].Attr("package") != "nginx" || got[0].Attr("plugin") != "shell" || got[0].Attr("task") != "c-001-0004-1" {
 		t.Fatalf("copied: %+v", got)
 	}
-	for _, want := range []string{"before the sink", "installing", "task finished", "unrelated", "after the task ended"} {
+	for _, want := range []string{"before tracking", "installing", "task finished", "unrelated", "after the task ended"} {
 		if !strings.Contains(daemon.String(), want) {
 			t.Errorf("the daemon's log lacks %q", want)
-		}
-	}
-}
-
-// TestClean: entries are redacted, then cut: a secret never survives in
-// part, a huge line or attribute list is bounded.
-func TestClean(t *testing.T) {
-	set := redact.New()
-	set.Add("hunter2-password")
-	e := clean(Entry{Msg: strings.Repeat("x", maxMsg-5) + "hunter2-password", Attrs: []Attr{{K: "pw", V: "hunter2-password"}},
-		Task: &TaskEvent{Message: "auth hunter2-password failed"}}, set)
-	if strings.Contains(e.Msg, "hunter2") || strings.Contains(e.Attrs[0].V, "hunter2") || strings.Contains(e.Task.Message, "hunter2") {
-		t.Errorf("a secret survived: %+v", e)
-	}
-	if len(e.Msg) > maxMsg+64 || !strings.Contains(e.Msg, "bytes cut]") {
-		t.Errorf("message not bounded: %d bytes", len(e.Msg))
-	}
-	var attrs []Attr
-	for i := range 100 {
-		attrs = append(attrs, Attr{K: "k", V: strings.Repeat("v", i*100)})
-	}
-	e = clean(Entry{Attrs: attrs}, nil)
-	if len(e.Attrs) != maxAttrs+1 || e.Attrs[maxAttrs].K != "attrs_dropped" || e.Attrs[maxAttrs].V != "68" {
-		t.Errorf("attributes not bounded: %d, last %+v", len(e.Attrs), e.Attrs[len(e.Attrs)-1])
-	}
-	for _, a := range e.Attrs {
-		if len(a.V) > maxAttrValue+64 {
-			t.Errorf("attribute value of %d bytes", len(a.V))
 		}
 	}
 }
