@@ -28,6 +28,7 @@ import (
 	"github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/queue"
+	"github.com/loomrt/loom/internal/tasklog"
 	"github.com/loomrt/loom/internal/tokens"
 	"github.com/loomrt/loom/runtime"
 )
@@ -107,6 +108,9 @@ type Config struct {
 	// their logs; without them the job endpoints answer 503.
 	ClusterJobs *runner.Runner
 	ClusterLog  *joblog.Stream
+	// TaskLogs keeps every task's log lines (GET /v1/tasks/{id}/logs);
+	// nil answers 503 there (loomd serve --task-log-max 0).
+	TaskLogs *tasklog.Log
 	// Pprof serves the Go profiler under /debug/pprof/ (behind Token like
 	// every route). Off by default: profiles show the daemon's internals
 	// and a CPU profile costs CPU while it runs.
@@ -296,6 +300,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/v1/tasks", s.route("tasks", map[string]http.HandlerFunc{"POST": s.submit, "GET": s.list}))
 	mux.Handle("/v1/tasks/{id}", s.route("task", map[string]http.HandlerFunc{"GET": s.get, "DELETE": s.delete}))
 	mux.Handle("/v1/tasks/{id}/cancel", s.route("cancel", map[string]http.HandlerFunc{"POST": s.cancel}))
+	mux.Handle("/v1/tasks/{id}/logs", s.route("task_logs", map[string]http.HandlerFunc{"GET": s.taskLogs}))
 	mux.Handle("/v1/calls", s.route("calls", map[string]http.HandlerFunc{"POST": s.submitCall}))
 	mux.Handle("/v1/plugins", s.route("plugins", map[string]http.HandlerFunc{"GET": s.plugins}))
 	s.clusterRoutes(mux)
@@ -671,6 +676,14 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.queueError(w, err, id)
 		return
+	}
+	if s.cfg.TaskLogs != nil {
+		// Its log goes with it (retention sweeps leave that to the log's
+		// own age limit): a task submitted again under the id starts
+		// with an empty log.
+		if err := s.cfg.TaskLogs.Purge(r.Context(), id); err != nil {
+			s.log.Warn("deleting a task's log lines failed; they expire with --retain", "task", id, "err", err)
+		}
 	}
 	writeJSON(w, http.StatusOK, DeleteResponse{TaskID: rec.TaskID, State: rec.State, Deleted: true})
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/loomrt/loom/internal/coopr"
 	"github.com/loomrt/loom/internal/logstream"
 	"github.com/loomrt/loom/internal/queue"
+	"github.com/loomrt/loom/internal/tasklog"
 	"github.com/loomrt/loom/internal/tokens"
 	"github.com/loomrt/loom/internal/worker"
 	"github.com/loomrt/loom/runtime"
@@ -74,6 +75,7 @@ type serveOptions struct {
 	limitMode       string
 	pprof           bool
 	clusterLease    time.Duration
+	taskLogs        taskLogOptions
 	ui              bool
 	uiReadOnly      bool
 	coopr           cooprOptions
@@ -155,6 +157,7 @@ running, interrupts them and exits 1; the interrupted tasks run again later.`,
 	f.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "a running task silent this long (its daemon died) is redelivered; heartbeats every third of it")
 	f.IntVar(&o.maxAttempts, "max-attempts", 5, "attempts after infrastructure failures (runner errors, dead daemons) before a task fails")
 	f.DurationVar(&o.retain, "retain", queue.DefaultRetain, "delete finished tasks (succeeded, failed, cancelled) this long after they finished; 0 keeps them forever")
+	o.taskLogs.addFlags(f)
 	f.BoolVar(&o.watch, "watch", true, "reload plugins when files under --plugins change")
 	f.DurationVar(&o.reloadDebounce, "reload-debounce", 200*time.Millisecond, "quiet time after the last plugin file change before reloading")
 	f.StringVar(&o.storeMax, "store-max", "", "size limit of the embedded store (e.g. 10GiB); past it submits get 507 until records expire or are deleted (default: 75% of the free space at start)")
@@ -321,6 +324,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		retain = -1 // the queue's "forever"
 	}
 	metrics := api.NewMetrics()
+	attempts := &attemptLog{} // the attempt a task's log lines are from
 	qcfg := queue.Config{
 		Retain:       retain,
 		DataDir:      o.data,
@@ -342,7 +346,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		StoreReserve: storeReserve,
 		Replicas:     o.replicas,
 		Logger:       logger.With("component", "queue"),
-		OnTransition: metrics.Observe,
+		OnTransition: func(t queue.Transition) { metrics.Observe(t); attempts.observe(t) },
 		Listeners:    o.g.listeners,
 	}
 	if len(o.natsURLs) > 0 {
@@ -407,7 +411,13 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		return err
 	}
 	defer cj.close()
-	runner = clusterTaskRunner{next: runner, tee: tee, jobs: cj.jobs, log: cj.log, source: q.Owner()}
+	taskLogs, err := a.startTaskLogs(ctx, o, q, tee, baseLogger)
+	if err != nil {
+		return err
+	}
+	defer taskLogs.Close()
+	tasks := taskRunner{next: runner, logs: taskLogs, tee: tee, attempts: attempts, jobs: cj.jobs, jobLog: cj.log, source: q.Owner(), secrets: rt.TaskSecrets}
+	runner = tasks.from(tasklog.OriginQueue)
 
 	// The console's reload runs what the hot reload runs; the Coopr link
 	// it tells exists only once started, below.
@@ -436,7 +446,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 	acfg := api.Config{Addr: o.listen, Tokens: apiTokens, DefaultTenant: o.g.tenant, Queue: q, Plugins: plugins, Metrics: metrics,
 		ReadTimeout: o.apiReadTimeout, MaxConns: o.apiMaxConns, MaxBody: apiMaxBody, MaxInflight: apiMaxInflight, SpecMax: specMax, Pprof: o.pprof, Listeners: o.g.listeners, Logger: logger.With("component", "api"),
-		ClusterStore: cj.store, ClusterJobs: cj.jobs, ClusterLog: cj.log}
+		ClusterStore: cj.store, ClusterJobs: cj.jobs, ClusterLog: cj.log, TaskLogs: taskLogs.log()}
 	var cooprStatus func() coopr.Status
 	if o.coopr.server != "" {
 		cooprStatus = func() coopr.Status {
@@ -449,7 +459,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 	if o.ui {
 		deps := uiDeps{token: o.token, tokens: apiTokens, readOnly: o.uiReadOnly, queue: q, plugins: plugins, metrics: metrics, coopr: cooprStatus,
-			tenant: o.g.tenant, store: cj.store, jobs: cj.jobs, jobLog: cj.log, reload: reloadAll, logger: logger.With("component", "console")}
+			tenant: o.g.tenant, store: cj.store, jobs: cj.jobs, jobLog: cj.log, taskLogs: taskLogs.log(), reload: reloadAll, logger: logger.With("component", "console")}
 		if sup != nil {
 			deps.workers = sup.Workers
 		}
@@ -471,7 +481,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 
 	if o.coopr.server != "" {
-		p, err := a.startCoopr(ctx, o, cooprTenants, rt, runner, metrics.Registry(), logger)
+		p, err := a.startCoopr(ctx, o, cooprTenants, rt, tasks.from(tasklog.OriginCoopr), metrics.Registry(), logger)
 		if err != nil {
 			return err
 		}
@@ -581,6 +591,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 	rt.Close()
 	rtClosed = true
+	taskLogs.Close()
 	cj.close()
 	if err := q.Close(); err != nil {
 		logger.Error("closing the queue", "err", err)
@@ -614,8 +625,13 @@ func (a *App) startClusterJobs(ctx context.Context, o *serveOptions, q *queue.Qu
 		return nil, err
 	}
 	secrets := &joblog.Secrets{}
+	// The job log takes at most an eighth of what the store can hold.
+	jmax, note := logstream.Fit(ctx, q.JetStream(), joblog.StreamName, joblog.DefaultMaxBytes, storeCapacity(ctx, q, base))
+	if note != "" {
+		base.Info("cluster job logs: " + note)
+	}
 	jl, err := joblog.OpenStream(ctx, q.JetStream(), joblog.StreamOptions{Replicas: q.Replicas(), Source: q.Owner(), Secrets: secrets,
-		Logger: base.With("component", "clusterjobs")})
+		MaxBytes: jmax, Paused: q.Tight, Logger: base.With("component", "clusterjobs")})
 	if err != nil {
 		return nil, err
 	}
@@ -632,23 +648,6 @@ func (a *App) startClusterJobs(ctx context.Context, o *serveOptions, q *queue.Qu
 		return nil, err
 	}
 	return &clusterJobs{store: store, log: jl, jobs: jobs}, nil
-}
-
-// clusterTaskRunner registers the tasks of cluster jobs with the log tee
-// while they run here, so their plugin lines reach the job's log.
-type clusterTaskRunner struct {
-	next   queue.Runner
-	tee    *logstream.Tee
-	jobs   *clusterrunner.Runner
-	log    joblog.Sink
-	source string
-}
-
-func (r clusterTaskRunner) Run(ctx context.Context, task []byte) ([]byte, int, error) {
-	if t, err := runtime.ParseTask(task); err == nil && t.ClusterID != "" && t.JobID != "" && r.jobs.IsJob(t.ClusterID, t.JobID) {
-		defer r.tee.Track(t.TaskID, joblog.Copy(r.log, r.source, t.ClusterID, t.JobID))()
-	}
-	return r.next.Run(ctx, task)
 }
 
 // waitOrSignal waits for done, a signal, or d; it reports whether it gave

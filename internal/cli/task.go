@@ -98,7 +98,27 @@ before the request keeps its result: exit 1). A finished task is an error.`,
 			return a.runTaskDelete(cmd.Context(), o, args[0])
 		},
 	}
-	cmd.AddCommand(get, list, wait, cancel, del)
+	var follow bool
+	logs := &cobra.Command{
+		Use:   "logs ID",
+		Short: "Print a task's log lines: its plugin's and the runtime's (--follow until it ends)",
+		Long: `Print a task's own log: the lines its plugin logged (loom.log) and what the
+daemon said about it while it ran (a worker that died, a hook stopped at its
+deadline, how each attempt ended), from whichever daemon ran it, secrets
+redacted. Each attempt's lines start with a line naming the attempt and the
+daemon. With --follow the command prints lines as they come until the task
+has finished and its last line is printed, then exits 0 if it succeeded and 1
+otherwise, as 'loomd task wait' does. With --json each line is a JSON object
+(its "seq" is the cursor the API pages with).`,
+		Example: `  loomd task logs 01HZX3K4Q7 --follow
+  loomd task logs 01HZX3K4Q7 --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.runTaskLogs(cmd.Context(), o, args[0], follow)
+		},
+	}
+	logs.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new lines until the task has finished")
+	cmd.AddCommand(get, list, wait, cancel, del, logs)
 	return cmd
 }
 

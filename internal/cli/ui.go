@@ -23,6 +23,9 @@ func startUI(d uiDeps) (webConsole, error) {
 	if d.jobLog != nil {
 		cfg.JobLog = d.jobLog
 	}
+	if d.taskLogs != nil {
+		cfg.TaskLogs = d.taskLogs
+	}
 	c, err := console.New(cfg)
 	if err != nil {
 		return nil, err

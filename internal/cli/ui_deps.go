@@ -11,6 +11,7 @@ import (
 	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/coopr"
 	"github.com/loomrt/loom/internal/queue"
+	"github.com/loomrt/loom/internal/tasklog"
 	"github.com/loomrt/loom/internal/tokens"
 	"github.com/loomrt/loom/internal/worker"
 	"github.com/loomrt/loom/runtime"
@@ -29,6 +30,7 @@ type uiDeps struct {
 	store    *state.KVStore
 	jobs     *clusterrunner.Runner
 	jobLog   *joblog.Stream
+	taskLogs *tasklog.Log
 	workers  func() []worker.Info
 	reload   func(ctx context.Context) (runtime.ReloadReport, error)
 	logger   *slog.Logger

@@ -42,6 +42,7 @@ import (
 	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/coopr"
 	"github.com/loomrt/loom/internal/queue"
+	"github.com/loomrt/loom/internal/tasklog"
 	"github.com/loomrt/loom/internal/tokens"
 	"github.com/loomrt/loom/internal/worker"
 )
@@ -86,8 +87,12 @@ type Config struct {
 	// Jobs runs cluster jobs in the daemon (apply, destroy); nil hides
 	// the cluster actions.
 	Jobs ClusterJobs
-	// JobLog is the cluster jobs' log (*joblog.Stream has it): a cluster
-	// task's page shows its plugin's log lines from it. Nil: none.
+	// TaskLogs keeps every task's own log (*tasklog.Log has it): a task's
+	// page shows its lines and follows them live. Nil (loomd serve
+	// --task-log-max 0): a cluster task's page reads its plugin's lines
+	// from JobLog, other tasks show none.
+	TaskLogs TaskLogs
+	// JobLog is the cluster jobs' log (*joblog.Stream has it). Nil: none.
 	JobLog interface {
 		Read(ctx context.Context, cluster string, after uint64, max int) ([]joblog.Batch, error)
 		Last(ctx context.Context, cluster string) (uint64, error)
@@ -115,6 +120,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+}
+
+// TaskLogs keeps the tasks' own logs (*tasklog.Log has it).
+type TaskLogs interface {
+	Read(ctx context.Context, id string, after uint64, limit int, f tasklog.Filter) (tasklog.Page, error)
+	Notify(id string, f func()) (stop func(), err error)
+	Purge(ctx context.Context, id string) error
 }
 
 // ClusterJobs runs cluster jobs (*runner.Runner has it).
@@ -233,6 +245,7 @@ func (c *Console) routes() *http.ServeMux {
 	mux.Handle("GET "+Prefix+"/{$}", page(c.overview))
 	mux.Handle("GET "+Prefix+"/tasks", page(c.tasks))
 	mux.Handle("GET "+Prefix+"/tasks/{id}", page(c.task))
+	mux.Handle("GET "+Prefix+"/tasks/{id}/log.txt", page(c.taskLogText))
 	mux.Handle("GET "+Prefix+"/tasks/{id}/{action}", page(c.taskConfirm))
 	mux.Handle("POST "+Prefix+"/tasks/{id}/{action}", action(c.taskAction))
 	mux.Handle("GET "+Prefix+"/clusters", page(c.clusters))

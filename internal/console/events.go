@@ -16,7 +16,8 @@ import (
 // attribute (topics: overview, tasks, task:<id>, clusters,
 // cluster:<name>, plugins, coopr) and opens one stream,
 // GET /ui/events?topic=..., of server-sent events. The daemon's watches
-// (task records, the cluster bucket, plugin reloads) publish topics to the
+// (task records, the cluster bucket, plugin reloads, a followed task's
+// log lines from any daemon) publish topics to the
 // hub; the hub only marks each interested stream dirty, so a publisher
 // never waits on a viewer. Each stream sends what became dirty at most
 // once per minInterval, however many changes came (backpressure: a
@@ -184,6 +185,16 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer c.hub.unsubscribe(s)
+	// A task page also changes when the task logs a line, on whichever
+	// daemon runs it.
+	for _, t := range topics {
+		if id, ok := strings.CutPrefix(t, "task:"); ok && c.cfg.TaskLogs != nil {
+			topic := t
+			if stop, err := c.cfg.TaskLogs.Notify(id, func() { c.hub.publish(topic) }); err == nil {
+				defer stop()
+			}
+		}
+	}
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,7 +13,9 @@ import (
 
 	"github.com/loomrt/loom/internal/api"
 	"github.com/loomrt/loom/internal/cluster/joblog"
+	"github.com/loomrt/loom/internal/logstream"
 	"github.com/loomrt/loom/internal/queue"
+	"github.com/loomrt/loom/internal/tasklog"
 	"github.com/loomrt/loom/internal/tokens"
 	"github.com/loomrt/loom/runtime"
 )
@@ -261,10 +264,13 @@ type taskData struct {
 	InputNote  string
 	Timeline   []event
 	Actions    []taskAction
-	// Logs are the plugin's log lines of a cluster task (from the job
-	// log); LogNote says where they are otherwise.
+	// Logs are the task's log lines (the last ones); LogNote says what
+	// is left out or why there are none; LogMore: log.txt has more.
 	Logs    []logLine
 	LogNote string
+	LogMore bool
+	// LogCLI follows the log from a terminal.
+	LogCLI string
 	// ClusterHint: a failed task of a cluster runs again when the
 	// cluster's job is resumed, not on its own.
 	ClusterHint bool
@@ -361,7 +367,13 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request) {
 		d.ClusterHint = true
 	}
 	d.Timeline = timeline(rec)
-	d.Logs, d.LogNote = c.taskLogs(r.Context(), rec)
+	d.Logs, d.LogNote, d.LogMore = c.taskLogs(r.Context(), rec)
+	if c.cfg.TaskLogs != nil {
+		d.LogCLI = "loomd task logs " + shellQuote(rec.TaskID) + srv
+		if !rec.State.Terminal() {
+			d.LogCLI = "loomd task logs " + shellQuote(rec.TaskID) + " --follow" + srv
+		}
+	}
 	c.render(w, r, http.StatusOK, "task", &view{Title: "Task " + rec.TaskID, Nav: "tasks", Topics: []string{"task:" + rec.TaskID}, Data: d})
 }
 
@@ -514,6 +526,11 @@ func (c *Console) taskAction(w http.ResponseWriter, r *http.Request) {
 			c.unavailable(w, r, "deleting task "+id, err)
 			return
 		}
+		if c.cfg.TaskLogs != nil {
+			if err := c.cfg.TaskLogs.Purge(ctx, id); err != nil {
+				c.log.Warn("console: deleting a task's log lines failed; they expire with --retain", "task", id, "err", err)
+			}
+		}
 		c.log.Info("console: task delete", "task", id, "by", sessionOf(r).Subject)
 		http.Redirect(w, r, query(Prefix+"/tasks", "done", "deleted"), http.StatusSeeOther)
 	case "retry":
@@ -538,26 +555,132 @@ func (c *Console) taskAction(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// logLine is one plugin log line on a task's page.
+// logLine is one log line on a task's page; Head, when set, starts an
+// attempt's lines ("attempt 2 on host-b").
 type logLine struct {
+	Head  string
 	Time  time.Time
 	Level string
 	Msg   string
 	Attrs string
+	// Class marks warnings and errors ("log-warn", "log-error").
+	Class string
 }
 
-// Bounds of the job log read for one task's page: the newest batches of
-// its cluster's log within logWindow stream messages, at most logBatches
-// of them, at most maxTaskLines lines shown.
+// Bounds of a task's page's log: at most maxLogRead lines read, the last
+// maxTaskLines shown (log.txt has every line read). The job log of a
+// cluster task (without task logs) is read within logWindow stream
+// messages, at most logBatches of them.
 const (
+	maxLogRead   = 50_000
+	maxTaskLines = 500
 	logWindow    = 50_000
 	logBatches   = 2_000
-	maxTaskLines = 500
 )
 
-// taskLogs reads a cluster task's plugin log lines from the job log.
-func (c *Console) taskLogs(ctx context.Context, rec queue.Record) ([]logLine, string) {
-	const elsewhere = "A task's plugin log lines go to the daemon's log (stderr, with task=%s); a cluster job's tasks' also to its job log (loomd cluster logs NAME)."
+// hiddenAttrs are the attributes a task's page does not repeat on every
+// line: the page says them once.
+var hiddenAttrs = map[string]bool{"task": true, "type": true, "family": true, "cluster": true, "job": true,
+	"component": true, "worker_component": true, "plugin": true, "hook": true, "attempt": true, "taskName": true}
+
+// readTaskLog reads a queued task's own log.
+func (c *Console) readTaskLog(ctx context.Context, rec queue.Record, limit int) (tasklog.Page, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return c.cfg.TaskLogs.Read(ctx, rec.TaskID, 0, limit, tasklog.Filter{Origin: tasklog.OriginQueue, Since: rec.Created.Add(-time.Minute)})
+}
+
+// taskLogs reads the task's log lines: the last maxTaskLines, with a note
+// when there are more (or none), and whether log.txt has more.
+func (c *Console) taskLogs(ctx context.Context, rec queue.Record) (lines []logLine, note string, more bool) {
+	if c.cfg.TaskLogs == nil {
+		lines, note = c.clusterTaskLogs(ctx, rec)
+		return lines, note, false
+	}
+	page, err := c.readTaskLog(ctx, rec, maxLogRead)
+	if err != nil {
+		return nil, "The task's log could not be read: " + err.Error(), false
+	}
+	all := page.Lines
+	switch {
+	case len(all) == 0 && rec.State == queue.Queued:
+		return nil, "No log line yet: the task has not run.", false
+	case len(all) == 0 && rec.State == queue.Running:
+		return nil, "No log line yet.", false
+	case len(all) == 0:
+		return nil, "This task logged nothing (at the daemons' --log-level).", false
+	}
+	first := 0
+	if len(all) > maxTaskLines {
+		first = len(all) - maxTaskLines
+		note = fmt.Sprintf("The last %d of %d lines.", maxTaskLines, len(all))
+		more = true
+	}
+	if page.More {
+		note = fmt.Sprintf("The last %d of the first %d lines read; loomd task logs %s has them all.", maxTaskLines, len(all), shellQuote(rec.TaskID))
+	}
+	attempt, source := -1, ""
+	for _, l := range all[first:] {
+		ll := logLine{Time: l.Time, Level: l.Level, Msg: l.Msg}
+		switch l.Level {
+		case "WARN":
+			ll.Class = "log-warn"
+		case "ERROR":
+			ll.Class = "log-error"
+		}
+		if l.Attempt != attempt || l.Source != source {
+			attempt, source = l.Attempt, l.Source
+			switch {
+			case attempt > 0:
+				ll.Head = fmt.Sprintf("Attempt %d on %s", attempt, source)
+			default:
+				ll.Head = "On " + source
+			}
+		}
+		var attrs []string
+		for _, a := range l.Attrs {
+			if !hiddenAttrs[a.K] {
+				attrs = append(attrs, a.K+"="+a.V)
+			}
+		}
+		ll.Attrs = strings.Join(attrs, " ")
+		lines = append(lines, ll)
+	}
+	return lines, note, more
+}
+
+// taskLogText serves a task's whole log as text (GET
+// /ui/tasks/{id}/log.txt): every line read, one per line, each with its
+// attempt and daemon.
+func (c *Console) taskLogText(w http.ResponseWriter, r *http.Request) {
+	rec, ok := c.loadTask(w, r)
+	if !ok {
+		return
+	}
+	if c.cfg.TaskLogs == nil {
+		c.notFound(w, r, "This loomd keeps no task logs (--task-log-max 0).")
+		return
+	}
+	page, err := c.readTaskLog(r.Context(), rec, maxLogRead)
+	if err != nil {
+		c.unavailable(w, r, "reading the log of task "+rec.TaskID, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	var b strings.Builder
+	for _, l := range page.Lines {
+		fmt.Fprintf(&b, "attempt=%d source=%s %s\n", l.Attempt, l.Source, logstream.Format(l.Entry))
+	}
+	if page.More {
+		fmt.Fprintf(&b, "# the first %d lines; loomd task logs %s has them all\n", len(page.Lines), shellQuote(rec.TaskID))
+	}
+	_, _ = io.WriteString(w, b.String())
+}
+
+// clusterTaskLogs reads a cluster task's plugin log lines from the job
+// log, for a daemon that keeps no task logs.
+func (c *Console) clusterTaskLogs(ctx context.Context, rec queue.Record) ([]logLine, string) {
+	const elsewhere = "This loomd keeps no task logs (--task-log-max 0): a task's log lines go to the daemon's log (stderr, with task=%s); a cluster job's tasks' also to its job log (loomd cluster logs NAME)."
 	if rec.ClusterID == "" || c.cfg.JobLog == nil {
 		return nil, fmt.Sprintf(elsewhere, rec.TaskID)
 	}

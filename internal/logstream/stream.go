@@ -555,6 +555,20 @@ func (s *Stream) Last(ctx context.Context, key string) (uint64, error) {
 	return m.Sequence, nil
 }
 
+// LastBatch is the key's newest stored batch; ok is false when it has
+// none.
+func (s *Stream) LastBatch(ctx context.Context, key string) (b Batch, ok bool, err error) {
+	m, err := s.st.GetLastMsgForSubject(ctx, s.Subject(key))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Batch{}, false, nil
+	}
+	if err != nil {
+		return Batch{}, false, fmt.Errorf("reading the %s of %s: %w", s.o.What, key, err)
+	}
+	b, err = s.decode(key, m.Sequence, m.Time, m.Header, m.Data)
+	return b, err == nil, err
+}
+
 // Wait returns once the key's log has a batch after sequence after, or
 // when ctx ends (without error: the caller reads what there is).
 func (s *Stream) Wait(ctx context.Context, key string, after uint64) error {

@@ -166,17 +166,23 @@ type Task struct {
 	Secrets func() *redact.Set
 }
 
+// KindEnd is the entry that closes an attempt's lines: how it ended. It
+// is stored only after lines of the attempt, or for an attempt that
+// ended without a result.
+const KindEnd = "end"
+
 // Start tracks the task's lines until the returned end is called with the
-// attempt's error (nil when the hook ran, whatever its result). A task
-// that logs nothing costs a map entry. end stores what the task logged
+// attempt's outcome: its result's status, or the error that left it
+// without one. A task that logs nothing and ends with a result costs a
+// map entry and nothing in the store. end stores what the task logged
 // (waiting up to 2 s for the store) before it returns, so once a task's
 // record says it finished, its lines can be read.
-func (l *Log) Start(t Task) (end func(runErr error)) {
+func (l *Log) Start(t Task) (end func(status int, runErr error)) {
 	r := &run{l: l, t: t, key: Key(t.ID)}
 	untrack := l.tee.Track(t.ID, r.line)
-	return func(runErr error) {
+	return func(status int, runErr error) {
 		untrack()
-		r.end(runErr)
+		r.end(status, runErr)
 	}
 }
 
@@ -220,15 +226,7 @@ func (r *run) line(e logstream.Entry) {
 
 // add bounds and stores one entry; r.mu is held.
 func (r *run) add(e logstream.Entry) {
-	if r.hdr == nil {
-		r.hdr = nats.Header{headerOrigin: []string{r.t.Origin}}
-		if r.t.Tenant != "" {
-			r.hdr.Set(headerTenant, r.t.Tenant)
-		}
-		if r.t.Secrets != nil {
-			r.set = r.t.Secrets()
-		}
-	}
+	r.prepare()
 	e.Attempt = r.t.Attempt
 	e.Attrs = dropKnown(e.Attrs, r.t.ID)
 	e = logstream.Clean(e, r.set)
@@ -259,29 +257,50 @@ func (r *run) add(e logstream.Entry) {
 	}
 }
 
+// prepare makes, on the first entry, the messages' header and the task's
+// secrets; r.mu is held.
+func (r *run) prepare() {
+	if r.hdr != nil {
+		return
+	}
+	r.hdr = nats.Header{headerOrigin: []string{r.t.Origin}}
+	if r.t.Tenant != "" {
+		r.hdr.Set(headerTenant, r.t.Tenant)
+	}
+	if r.t.Secrets != nil {
+		r.set = r.t.Secrets()
+	}
+}
+
 func (r *run) put(e logstream.Entry) {
 	r.wrote = true
 	r.l.st.Put(r.key, r.hdr, e)
 }
 
-// end stores the attempt's last words and what its tail kept.
-func (r *run) end(runErr error) {
+// end stores what the tail kept and the attempt's last entry.
+func (r *run) end(status int, runErr error) {
 	r.mu.Lock()
-	if runErr != nil {
-		r.add(logstream.Entry{Time: time.Now(), Kind: logstream.KindLog, Level: "WARN",
-			Msg: "the attempt ended without a result: " + runErr.Error()})
-	}
 	r.ended = true
 	if r.over && r.cut > 0 {
 		r.put(logstream.Entry{Time: time.Now(), Kind: logstream.KindLog, Level: "WARN", Attempt: r.t.Attempt,
 			Msg: fmt.Sprintf("%d lines (%s) of this attempt were not stored here: its log passed its bound of %d lines or %s",
 				r.cut, kib(r.cutBytes), r.l.o.MaxLines, kib(r.l.o.MaxTaskBytes))})
 	}
-	if r.over {
-		for _, e := range r.tail {
-			r.put(e)
+	for _, e := range r.tail {
+		r.put(e)
+	}
+	r.tail = nil
+	if r.wrote || runErr != nil {
+		e := logstream.Entry{Time: time.Now(), Kind: KindEnd, Level: "INFO", Msg: fmt.Sprintf("the attempt ended: status %d", status)}
+		switch {
+		case runErr != nil:
+			e.Level, e.Msg = "WARN", "the attempt ended without a result: "+runErr.Error()
+		case status != 0:
+			e.Level = "WARN"
 		}
-		r.tail = nil
+		r.prepare()
+		e.Attempt = r.t.Attempt
+		r.put(logstream.Clean(e, r.set))
 	}
 	wrote := r.wrote
 	r.mu.Unlock()
@@ -399,6 +418,17 @@ func (l *Log) Owner(ctx context.Context, id, origin string) (tenant string, err 
 			after = b.Seq
 		}
 	}
+}
+
+// Ended reports whether the newest entry stored for task id closes an
+// attempt (KindEnd): for a task loomd keeps no record of (a Coopr
+// server's), the end of its log as far as loomd knows.
+func (l *Log) Ended(ctx context.Context, id string) (bool, error) {
+	b, ok, err := l.st.LastBatch(ctx, Key(id))
+	if err != nil || !ok || len(b.Entries) == 0 {
+		return false, err
+	}
+	return b.Entries[len(b.Entries)-1].Kind == KindEnd, nil
 }
 
 // Wait returns once task id's log has a batch after cursor after, or ctx

@@ -82,7 +82,7 @@ func TestLog(t *testing.T) {
 	before := e.msgs(t)
 	quiet := e.log.Start(Task{ID: "quiet-1", Origin: OriginQueue, Attempt: 1})
 	e.logger.Info("unrelated line", "task", "someone-else")
-	quiet(nil)
+	quiet(0, nil)
 	if n := e.msgs(t); n != before {
 		t.Fatalf("a task that logged nothing stored %d messages", n-before)
 	}
@@ -98,7 +98,7 @@ func TestLog(t *testing.T) {
 	plugin.Info("installing nginx", "version", "1.25")
 	e.logger.With("component", "worker").Error("worker died running a task", "task", "t.1", "cause", "token s3cret-api-token refused")
 	e.logger.Info("someone else's line", "task", "t.2")
-	end(errors.New("worker died (pid 7): signal: killed"))
+	end(0, errors.New("worker died (pid 7): signal: killed"))
 	plugin.Info("after the end")
 
 	p := e.read(t, "t.1", Filter{Origin: OriginQueue})
@@ -138,12 +138,13 @@ func TestLog(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	end = e.log.Start(Task{ID: "t.1", Tenant: "acme", Origin: OriginQueue, Attempt: 3})
 	e.logger.Warn("retrying", "task", "t.1")
-	end(nil)
+	end(1, nil)
 	if err := <-woke; err != nil {
 		t.Fatal(err)
 	}
 	p2, err := e.log.Read(ctx, "t.1", p.Next, 100, Filter{})
-	if err != nil || len(p2.Lines) != 1 || p2.Lines[0].Msg != "retrying" || p2.Lines[0].Attempt != 3 || p2.Lines[0].Level != "WARN" {
+	if err != nil || len(p2.Lines) != 2 || p2.Lines[0].Msg != "retrying" || p2.Lines[0].Attempt != 3 || p2.Lines[0].Level != "WARN" ||
+		p2.Lines[1].Kind != KindEnd || p2.Lines[1].Msg != "the attempt ended: status 1" || p2.Lines[1].Level != "WARN" {
 		t.Fatalf("attempt 3: %+v %v", p2.Lines, err)
 	}
 	// Another origin, and an older incarnation, are filtered out.
@@ -205,12 +206,18 @@ func TestBounds(t *testing.T) {
 			total += logstream.Size(logstream.Entry{Kind: logstream.KindLog, Level: "INFO", Msg: msg, Source: "d1"})
 			e.logger.Info(msg, "task", id)
 		}
-		end(nil)
+		end(0, nil)
 		p := e.read(t, id, Filter{})
 		var plain []int
 		notes := 0
 		cut := 0
-		for _, l := range p.Lines {
+		for i, l := range p.Lines {
+			if l.Kind == KindEnd {
+				if i != len(p.Lines)-1 || l.Msg != "the attempt ended: status 0" {
+					t.Fatalf("round %d: end entry %d of %d: %q", round, i, len(p.Lines), l.Msg)
+				}
+				continue
+			}
 			if l.Level == "WARN" {
 				notes++
 				if strings.Contains(l.Msg, "were not stored here") {
@@ -258,7 +265,7 @@ func TestPaused(t *testing.T) {
 	for i := range 5 {
 		e.logger.Info("line", "task", "p-1", "i", i)
 	}
-	end(nil)
+	end(0, nil)
 	if n := e.msgs(t); n != before {
 		t.Fatalf("%d messages stored while the store was full", n-before)
 	}
@@ -266,7 +273,7 @@ func TestPaused(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		p := e.read(t, "p-1", Filter{})
-		if len(p.Lines) == 1 && strings.HasPrefix(p.Lines[0].Msg, "5 task log lines were dropped here: the store was (nearly) full") {
+		if len(p.Lines) == 1 && strings.HasPrefix(p.Lines[0].Msg, "6 task log lines were dropped here: the store was (nearly) full") {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -76,8 +76,18 @@
           const fresh = doc.querySelector('[data-live="' + el.dataset.live + '"]');
           if (!fresh) return;
           const open = new Set([...el.querySelectorAll("details[open]")].map((d) => d.textContent.slice(0, 80)));
+          // A followed box (a task's log) scrolled to its end stays at
+          // its end as lines arrive; one scrolled up stays where it was.
+          const follow = {};
+          el.querySelectorAll("[data-follow]").forEach((b) => {
+            follow[b.dataset.follow] = b.scrollTop + b.clientHeight >= b.scrollHeight - 8 ? -1 : b.scrollTop;
+          });
           el.replaceChildren(...fresh.childNodes);
           el.querySelectorAll("details").forEach((d) => { if (open.has(d.textContent.slice(0, 80))) d.open = true; });
+          el.querySelectorAll("[data-follow]").forEach((b) => {
+            const at = follow[b.dataset.follow];
+            b.scrollTop = at === undefined || at < 0 ? b.scrollHeight : at;
+          });
           enhance(el);
         });
         document.dispatchEvent(new CustomEvent("loom:updated"));
@@ -97,6 +107,7 @@
   document.addEventListener("DOMContentLoaded", () => {
     setupTheme();
     enhance(document);
+    document.querySelectorAll("[data-follow]").forEach((b) => { b.scrollTop = b.scrollHeight; });
     live();
   });
 })();
