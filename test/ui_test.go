@@ -227,8 +227,9 @@ func (b *browser) screenshot(name string) {
 }
 
 // writeUIPlugins writes the test's plugins: noop (answers its VERSION,
-// declares the sensitive field vault_word) and failing (fails with a
-// message naming the task).
+// declares the sensitive field vault_word) and failing (logs what it
+// checks, the vault word given, waits for the file config.gate names in
+// its work dir when given, then fails with a message naming the task).
 func writeUIPlugins(t *testing.T, plugins, version string) {
 	t.Helper()
 	dir := filepath.Join(plugins, "noop")
@@ -246,8 +247,18 @@ func writeUIPlugins(t *testing.T, plugins, version string) {
 	writeAtomic(t, filepath.Join(dir, "plugin.json"), `{"name": "failing", "main": "main.lua", "automatortypes": ["failing"],
   "failing": {"name": "failing", "classname": "FailingAutomator", "parameters": {}}}`)
 	writeAtomic(t, filepath.Join(dir, "main.lua"), `local loom = require("loom")
+local fs = require("loom.fs")
+local time = require("loom.time")
 FailingAutomator = loom.Automator:extend("FailingAutomator")
 function FailingAutomator:install(input)
+  local c = self.task.config
+  log.info("checking the disk of " .. self.task.taskId, {device = "sda"})
+  if c.vault_word then log.warn("unlocking with " .. c.vault_word) end
+  if c.gate then
+    log.info("waiting for " .. c.gate)
+    while not fs.exists(c.gate) do time.sleep(0.05) end
+    log.info("let through by " .. c.gate)
+  end
   error("the disk of " .. self.task.taskId .. " is full")
 end
 return FailingAutomator
@@ -283,7 +294,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 
 	// A failed task: open it from the list and read its stderr.
-	fail := d.submit(`{"taskId": "fail-1", "taskName": "INSTALL", "config": {"service": {"name": "web", "action": {"type": "failing"}}}}`)
+	fail := d.submit(fmt.Sprintf(`{"taskId": "fail-1", "taskName": "INSTALL", "config": {"vault_word": %q, "service": {"name": "web", "action": {"type": "failing"}}}}`, uiSecret))
 	if got := d.wait(fail.TaskID); got.State != queue.Failed {
 		t.Fatalf("the failing task is %s", got.State)
 	}
@@ -296,6 +307,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	if s := b.text("#input-text"); !strings.Contains(s, `"taskId": "fail-1"`) {
 		t.Fatalf("the failed task's input reads %q", s)
+	}
+	// Its own log: the plugin's lines (the vault word redacted) and how
+	// the attempt ended, under the attempt and the daemon that ran it.
+	logs := b.text("#log-lines")
+	for _, want := range []string{"Attempt 1 on ", "checking the disk of fail-1", "device=sda", "unlocking with [REDACTED]", "the attempt ended: status 1"} {
+		if !strings.Contains(logs, want) {
+			t.Fatalf("the failed task's log lacks %q:\n%s", want, logs)
+		}
 	}
 	// Times are in the viewer's zone (the browser runs in New York).
 	var when string
@@ -319,6 +338,30 @@ func TestConsoleInBrowser(t *testing.T) {
 	if got := d.wait(again); got.State != queue.Failed {
 		t.Fatalf("the new run of fail-1 is %s", got.State)
 	}
+
+	// A running task's log, live: its page shows the lines so far, then
+	// the ones it logs once let through, without a reload.
+	gate := filepath.Join(e.work, clTenant, "automatortypes", "failing", "gate-live-1")
+	if err := os.MkdirAll(filepath.Dir(gate), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d.submit(`{"taskId": "live-1", "taskName": "INSTALL", "config": {"gate": "gate-live-1", "service": {"name": "web", "action": {"type": "failing"}}}}`)
+	b.open("/ui/tasks/live-1")
+	b.waitJS("the running task's first lines", `(() => {
+		const l = document.querySelector("#log-lines");
+		return l !== null && l.textContent.includes("waiting for gate-live-1");
+	})()`, time.Minute)
+	b.eval(`window.loomNotReloaded = true`, nil)
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS("the line logged after the gate, live", `(() => {
+		const l = document.querySelector("#log-lines");
+		return window.loomNotReloaded === true && l !== null && l.textContent.includes("let through by gate-live-1") &&
+			l.textContent.includes("the attempt ended: status 1");
+	})()`, time.Minute)
+	b.check("task logs")
+	b.shot("task-logs", "#log-lines")
 
 	// A queued task (no daemon serves its type) with a secret in its
 	// input: the page shows the input redacted; then cancel it.
