@@ -30,6 +30,20 @@ type Session struct {
 	// hook is the thread nested hooks run on (HookThread), of hookOf.
 	hook   *lua.LState
 	hookOf *vm
+	// extra are the modules Preload added, given to every VM the
+	// session opens.
+	extra map[string]func(L *lua.LState) lua.LValue
+}
+
+// Preload makes require(name) in the session's VM (the prompt's code, and
+// hooks run from it) return what open builds, once per VM, before the
+// bindings are looked at: the REPL's loom.test.
+func (s *Session) Preload(name string, open func(L *lua.LState) lua.LValue) {
+	if s.extra == nil {
+		s.extra = map[string]func(L *lua.LState) lua.LValue{}
+	}
+	s.extra[name] = open
+	s.v.extra = s.extra
 }
 
 // NewSession opens a session on a plugin type, or on a bare sandbox with
@@ -65,6 +79,7 @@ func (s *Session) open(typeName string) error {
 		s.v.endTask()
 		s.v.close()
 	}
+	v.extra = s.extra
 	s.pt, s.v = pt, v
 	s.refreshSelf()
 	return nil
@@ -193,6 +208,7 @@ func (s *Session) Redact(str string) string { return s.v.secrets.String(str) }
 // be half-updated, exactly as after a hook timeout.
 func (s *Session) recover() {
 	if nv, err := newSessionVM(s.rt, s.pt); err == nil {
+		nv.extra = s.extra
 		s.v.close()
 		s.v = nv
 		s.refreshSelf()
@@ -401,3 +417,25 @@ func (s *Session) SetContext(ctx context.Context) {
 // returns for each name): loomd test's insulate blocks put it back as it
 // was, so a module first required inside one is loaded afresh later.
 func (s *Session) Modules() *lua.LTable { return s.v.loaded }
+
+// TypeFields returns the parameter fields a loaded type declares (every
+// group's), by name, or nil when no type has that name: the REPL's :set
+// checks values against them.
+func (rt *Runtime) TypeFields(name string) map[string]Field {
+	pt, ok := rt.snap.Load().types[name]
+	if !ok {
+		return nil
+	}
+	out := map[string]Field{}
+	for _, g := range pt.def.Parameters {
+		if g == nil {
+			continue
+		}
+		for n, f := range g.Fields {
+			if f != nil {
+				out[n] = *f
+			}
+		}
+	}
+	return out
+}

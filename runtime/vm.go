@@ -59,6 +59,10 @@ type vm struct {
 	// nested in that code and keep its state (saveState).
 	nested int
 
+	// extra are modules a session adds (Session.Preload: the REPL's
+	// loom.test), resolved before the bindings.
+	extra map[string]func(L *lua.LState) lua.LValue
+
 	// names caches funcName's answers for the current task (a pcall loop
 	// builds a traceback per caught error); begin clears it.
 	names map[*lua.LFunction]string
@@ -206,6 +210,8 @@ func (v *vm) require(L *lua.LState) int {
 
 	var val lua.LValue
 	switch {
+	case v.extra[name] != nil:
+		val = v.extra[name](L)
 	case strings.HasPrefix(name, "loom.") && v.hasBinding(strings.TrimPrefix(name, "loom.")):
 		val = v.openBinding(strings.TrimPrefix(name, "loom."))
 	case v.rt.stdlib[name] != nil:

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -176,5 +177,32 @@ func TestLinodeAcceptance(t *testing.T) {
 	left := s.stop(t)
 	if len(left) != 1 || !strings.Contains(left[0], "production-db") {
 		t.Errorf("after --sweep: %v, want only production-db", left)
+	}
+}
+
+// TestRunPermit: --permit lets loomd run's plugins reach a host their
+// allow-list does not name (a local server to debug against), and only
+// with it.
+func TestRunPermit(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"id": 9}`)) }))
+	defer srv.Close()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "p", "p.json"), `{"name": "p", "providertypes": ["p"], "p": {"name": "p", "classname": "P",
+  "parameters": {"admin": {"fields": {"api_url": {"type": "text"}}}}}, "permissions": {"http": ["api.example.com"]}}`)
+	writeFile(t, filepath.Join(dir, "p", "p.lua"), `local http = require("loom.http")
+P = require("loom").Provider:extend("P")
+function P:create(input)
+  self.result.result.providerid = tostring(http.get(input.fields.api_url .. "/x"):json().id)
+  self.result.status = 0
+end`)
+	task := filepath.Join(dir, "task.json")
+	writeFile(t, task, `{"taskId": "t-1", "taskName": "CREATE", "config": {"hostname": "n1", "provider": {"providertype": "p", "provisioner": {"api_url": "`+srv.URL+`"}}}}`)
+	r := loomd(t, "", "run", task, "--plugins", dir)
+	if r.code != 1 || !strings.Contains(r.stdout, "not in the plugin's permissions.http") && !strings.Contains(r.stdout, "permission") {
+		t.Fatalf("without --permit: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = loomd(t, "", "run", task, "--plugins", dir, "--permit", "127.0.0.1")
+	if r.code != 0 || !strings.Contains(r.stdout, `"providerid": "9"`) {
+		t.Fatalf("with --permit: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

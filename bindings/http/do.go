@@ -62,6 +62,9 @@ func (b *Binding) do(h bindings.Host, r *request) (*response, error) {
 	if err != nil {
 		return nil, err
 	}
+	if b.opts.Intercept != nil {
+		rt = intercepted{b.opts.Intercept, rt}
+	}
 	if r.tls.insecureSkipVerify {
 		log.Warn("http: TLS certificate verification disabled by opts.tls.insecure_skip_verify",
 			slog.String("method", r.method), slog.String("url", r.displayURL))
@@ -355,4 +358,17 @@ func truncate(s string, n int) string {
 		s = s[:len(s)-1]
 	}
 	return s + "..."
+}
+
+// intercepted asks Options.Intercept before the transport.
+type intercepted struct {
+	first func(req *nethttp.Request) (*nethttp.Response, error, bool)
+	next  nethttp.RoundTripper
+}
+
+func (t intercepted) RoundTrip(req *nethttp.Request) (*nethttp.Response, error) {
+	if resp, err, ok := t.first(req); ok {
+		return resp, err
+	}
+	return t.next.RoundTrip(req)
 }

@@ -92,6 +92,12 @@ type Options struct {
 	// unix_socket options. Any other RoundTripper (a test fake) serves
 	// every request, and calls with tls or unix_socket options fail.
 	Transport nethttp.RoundTripper
+	// Intercept, when set, sees every request first (after the
+	// allow-list): one it answers (ok true) never reaches the transport.
+	// loomd repl's fakes answer for the hosts they claim this way, while
+	// every other request keeps the real transport (TLS options, proxies,
+	// the listener registry's deny rule).
+	Intercept func(req *nethttp.Request) (resp *nethttp.Response, err error, ok bool)
 	// Proxy selects the proxy for the default transport. Nil means
 	// net/http.ProxyFromEnvironment (HTTP_PROXY, HTTPS_PROXY, NO_PROXY).
 	// It is ignored when Transport is set.

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/loomrt/loom/bindings"
+	"github.com/loomrt/loom/internal/plugtest"
 	"github.com/loomrt/loom/internal/repl"
 )
 
@@ -19,6 +20,7 @@ type replOptions struct {
 	g        *globalOptions
 	typeName string
 	timeout  time.Duration
+	permit   []string
 }
 
 func (a *App) newReplCmd(g *globalOptions) *cobra.Command {
@@ -49,6 +51,7 @@ stdout, errors to stderr, and the exit status is 1 if any statement failed.`,
 		},
 	}
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "deadline for each statement and hook, overriding the plugins' own timeouts (default: none for statements, the plugins' for hooks)")
+	addPermitFlag(cmd, &o.permit)
 	return cmd
 }
 
@@ -73,8 +76,14 @@ func (a *App) runRepl(ctx context.Context, o *replOptions) error {
 		g.pluginsDir = empty
 		o.g = &g
 	}
+	// The test kit: fakes the prompt opens (:fake http HOST, loom.test).
+	kit, err := plugtest.NewKit(nil)
+	if err != nil {
+		return err
+	}
+	defer kit.Close()
 	// Load problems are shown by the REPL (banner, :plugins, :reload).
-	rt, err := a.newRuntime(ctx, o.g, runtimeConfig{timeout: o.timeout, logger: discardLogger()})
+	rt, err := a.newRuntime(ctx, o.g, runtimeConfig{timeout: o.timeout, logger: discardLogger(), permit: o.permit, kit: kit})
 	if err != nil {
 		return err
 	}
@@ -105,6 +114,7 @@ func (a *App) runRepl(ctx context.Context, o *replOptions) error {
 		LogLevel:    level,
 		Signals:     sigs,
 		Modules:     a.moduleSpecs(o.g),
+		Kit:         kit,
 	})
 	if err != nil {
 		return usageErr(err)

@@ -20,6 +20,7 @@ type runOptions struct {
 	g       *globalOptions
 	file    string
 	timeout time.Duration
+	permit  []string
 }
 
 func (a *App) newRunCmd(g *globalOptions) *cobra.Command {
@@ -41,7 +42,14 @@ usage errors, a malformed task, or a plugin that is missing or failed to load.`,
 		},
 	}
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "deadline for each hook, overriding the plugin definitions' timeouts (default: theirs, or 10m)")
+	addPermitFlag(cmd, &o.permit)
 	return cmd
+}
+
+// addPermitFlag adds --permit, for loomd run and loomd repl: hosts that
+// every plugin may reach on top of its permissions.http allow-list.
+func addPermitFlag(cmd *cobra.Command, permit *[]string) {
+	cmd.Flags().StringSliceVar(permit, "permit", nil, "also let the plugins reach this host (repeat or comma-separate; \"127.0.0.1\" for a local server to debug against), on top of their permissions.http allow-lists")
 }
 
 func (a *App) runRun(ctx context.Context, o *runOptions) error {
@@ -67,7 +75,7 @@ func (a *App) runRun(ctx context.Context, o *runOptions) error {
 	}
 	// One task: the hooks other types (or this one) leave undefined are
 	// not this run's business; a task for one fails with its own message.
-	rt, err := a.newRuntime(ctx, o.g, runtimeConfig{timeout: o.timeout, logger: logger, quietMissingHooks: true})
+	rt, err := a.newRuntime(ctx, o.g, runtimeConfig{timeout: o.timeout, logger: logger, quietMissingHooks: true, permit: o.permit})
 	if err != nil {
 		return err
 	}

@@ -12,11 +12,13 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	lua "github.com/yuin/gopher-lua"
 
 	"github.com/loomrt/loom/bindings"
 	httpb "github.com/loomrt/loom/bindings/http"
 	sshb "github.com/loomrt/loom/bindings/ssh"
 	"github.com/loomrt/loom/bindings/std"
+	"github.com/loomrt/loom/internal/plugtest"
 	"github.com/loomrt/loom/runtime"
 )
 
@@ -40,10 +42,21 @@ func (o *sshOptions) addFlags(fs *pflag.FlagSet) {
 
 // newBindings builds the registry of Lua modules loomd gives plugins.
 func (a *App) newBindings(g *globalOptions, logger *slog.Logger) *bindings.Registry {
-	return std.New(std.Options{
-		HTTP: httpb.Options{UserAgent: "loomd/" + a.Version, Listeners: g.listeners},
-		SSH:  a.sshBindingOptions(g, logger),
-	})
+	return a.newBindingsWith(g, logger, nil)
+}
+
+// newBindingsWith is newBindings with the REPL's test kit: its HTTP fakes
+// answer before the network, its SSH fakes are dialled in process and
+// their host keys trusted.
+func (a *App) newBindingsWith(g *globalOptions, logger *slog.Logger, kit *plugtest.Kit) *bindings.Registry {
+	h := httpb.Options{UserAgent: "loomd/" + a.Version, Listeners: g.listeners}
+	s := a.sshBindingOptions(g, logger)
+	if kit != nil {
+		h.Intercept = kit.Intercept
+		s.Dial = kit.Dial
+		s.KnownHosts = append(s.KnownHosts, kit.KnownHosts())
+	}
+	return std.New(std.Options{HTTP: h, SSH: s})
 }
 
 // hostKeysFile is loomd's own known_hosts: --host-keys, else the
@@ -164,6 +177,11 @@ type runtimeConfig struct {
 	sources []runtime.PluginSource
 	// quietMissingHooks logs undefined hooks at debug level (loomd run).
 	quietMissingHooks bool
+	// permit are hosts added to every plugin's permissions.http
+	// allow-list (--permit: a local server to debug against).
+	permit []string
+	// kit is the REPL's test kit (fakes), or nil.
+	kit *plugtest.Kit
 }
 
 // newRuntime builds and loads a runtime from the global options.
@@ -171,16 +189,32 @@ func (a *App) newRuntime(ctx context.Context, g *globalOptions, rc runtimeConfig
 	if err := a.checkHostKeyFiles(g, rc.logger); err != nil {
 		return nil, usageErr(err)
 	}
+	var permit func() []string
+	if len(rc.permit) > 0 || rc.kit != nil {
+		permit = func() []string {
+			p := append([]string(nil), rc.permit...)
+			if rc.kit != nil {
+				p = append(p, rc.kit.Permitted()...)
+			}
+			return p
+		}
+	}
+	var hook func(*lua.LState, *lua.FunctionProto, int)
+	if rc.kit != nil {
+		hook = rc.kit.InstructionHook
+	}
 	rt, err := runtime.New(runtime.Options{
-		PluginsDir: g.pluginsDir,
-		WorkDir:    g.workDir,
-		Tenant:     g.tenant,
-		Bindings:   a.newBindings(g, rc.logger),
-		Logger:     rc.logger,
-		Timeout:    rc.timeout,
-		PoolSize:   rc.poolSize,
-		Folders:    rc.folders,
-		Sources:    rc.sources,
+		PluginsDir:      g.pluginsDir,
+		WorkDir:         g.workDir,
+		Tenant:          g.tenant,
+		Bindings:        a.newBindingsWith(g, rc.logger, rc.kit),
+		PermitHTTP:      permit,
+		InstructionHook: hook,
+		Logger:          rc.logger,
+		Timeout:         rc.timeout,
+		PoolSize:        rc.poolSize,
+		Folders:         rc.folders,
+		Sources:         rc.sources,
 
 		ProvisionerID: g.provisionerID,
 		WorkerID:      g.workerID,

@@ -18,6 +18,14 @@ import (
 // VM. An assertion (or error) in a handler fails the test where it was
 // raised.
 func (f *fileRun) pumpWhile(L *lua.LState, fn func()) {
+	if handlerErr := f.serveWhile(fn); handlerErr != nil {
+		L.Error(handlerErr, 0)
+	}
+}
+
+// serveWhile is pumpWhile that returns a handler's error object instead
+// of raising it.
+func (f *fileRun) serveWhile(fn func()) lua.LValue {
 	calls := f.pump.open()
 	defer f.pump.close()
 	g := f.gate
@@ -50,9 +58,7 @@ func (f *fileRun) pumpWhile(L *lua.LState, fn func()) {
 		break
 	}
 	g.active.Store(false)
-	if handlerErr != nil {
-		L.Error(handlerErr, 0)
-	}
+	return handlerErr
 }
 
 // noteInterrupted keeps a hook stopped by the test's --timeout, so the

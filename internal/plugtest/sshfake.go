@@ -35,6 +35,9 @@ type sshRouter struct {
 	hosts      map[string]*sshFake // "host:port" -> fake
 	knownHosts string
 	real       map[string][]string // real servers' addr -> known_hosts lines
+	// fallback, in the REPL's kit, dials what no fake claims (nil in
+	// tests: they never reach the network).
+	fallback func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 func newSSHRouter(knownHosts string) *sshRouter {
@@ -117,6 +120,9 @@ func (r *sshRouter) dial(ctx context.Context, _, addr string) (net.Conn, error) 
 		known = append(known, k)
 	}
 	r.mu.Unlock()
+	if f == nil && r.fallback != nil {
+		return r.fallback(ctx, "tcp", addr)
+	}
 	if f == nil {
 		sort.Strings(known)
 		hint := "no SSH fake is open"

@@ -27,6 +27,8 @@ import (
 	"sync"
 	"time"
 
+	lua "github.com/yuin/gopher-lua"
+
 	"github.com/loomrt/loom/bindings"
 	"github.com/loomrt/loom/internal/plugtest"
 	"github.com/loomrt/loom/runtime"
@@ -71,6 +73,11 @@ type Options struct {
 	Signals <-chan os.Signal
 	// Modules documents the loom.* bindings, for completion.
 	Modules []bindings.ModuleSpec
+	// Kit, when set, is loomd test's kit at the prompt: :fake http HOST,
+	// :fake ssh HOST, require("loom.test"), and :run serving the fakes'
+	// Lua handlers. The runtime must route loom.http and loom.ssh through
+	// it (plugtest.Kit's Intercept, Dial, InstructionHook).
+	Kit *plugtest.Kit
 }
 
 // REPL is one plugin REPL. It is used by one goroutine; the completer runs
@@ -123,7 +130,7 @@ func New(opts Options) (*REPL, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening a session on %q: %w", opts.Type, err)
 	}
-	return &REPL{
+	r := &REPL{
 		opts:    opts,
 		rt:      opts.Runtime,
 		out:     opts.Out,
@@ -132,7 +139,22 @@ func New(opts Options) (*REPL, error) {
 		timeout: opts.Timeout,
 		s:       s,
 		help:    newHelpTopics(opts.Modules),
-	}, nil
+	}
+	r.attachKit()
+	return r, nil
+}
+
+// attachKit gives the session's current VM the kit (require("loom.test"))
+// after the session opened or replaced it; fakes of a replaced VM close.
+func (r *REPL) attachKit() {
+	k := r.opts.Kit
+	if k == nil {
+		return
+	}
+	r.s.Preload("loom.test", k.Module)
+	if note := k.Attach(r.rt, r.s, r.logger); note != "" {
+		fmt.Fprintf(r.errw, "note: %s\n", note)
+	}
 }
 
 // Close releases the session.
@@ -440,6 +462,9 @@ func (r *REPL) fail(err error) {
 
 func (r *REPL) noteReset() {
 	fmt.Fprintln(r.errw, "note: the interrupted VM was replaced by a fresh one: globals set at the prompt are gone, the task is kept")
+	r.mu.Lock()
+	r.attachKit()
+	r.mu.Unlock()
 }
 
 // commandHelp is the :help text, one command per line.
@@ -460,6 +485,11 @@ const commandHelp = `Commands:
   :result             show the last :run result (Lua sees it as _ and self.result)
   :test [PATTERN]     run the current plugin's *_test.lua files from disk, as loomd test does
                       (only the tests whose name matches the PATTERN regexp, when given)
+  :fake http HOST [permit]  open an HTTP fake that loom.http reaches for HOST instead of the network
+                      (in the global fake: fake:route("GET", "/v1/x", {json = {...}}), handlers too;
+                      permit also lets plugins reach the fake's own 127.0.0.1 address)
+  :fake ssh HOST      open an SSH fake host that loom.ssh reaches instead of HOST (in fake;
+                      fake:on("uptime", "up 3 days"), fake:file(path)); :fake lists the fakes
   :reload             re-read the plugins from disk, keeping the task
   :timeout [D]        show or set the deadline of each statement and :run (e.g. 30s; 0 for none)
   :quit               leave (Ctrl-D does too)
@@ -468,7 +498,7 @@ continues on the next line. Ctrl-C interrupts a running statement or hook.`
 
 // commandNames lists the commands, for completion.
 func commandNames() []string {
-	return []string{":call", ":help", ":load", ":plugins", ":quit", ":reload", ":result", ":run", ":set", ":task", ":test", ":timeout"}
+	return []string{":call", ":fake", ":help", ":load", ":plugins", ":quit", ":reload", ":result", ":run", ":set", ":task", ":test", ":timeout"}
 }
 
 // command runs one :command; it reports whether to quit.
@@ -494,6 +524,8 @@ func (r *REPL) command(ctx context.Context, line string) bool {
 		err = r.cmdRun(ctx, arg)
 	case ":call":
 		err = r.cmdCall(ctx, arg)
+	case ":fake":
+		err = r.cmdFake(arg)
 	case ":result":
 		err = r.cmdResult()
 	case ":test":
@@ -594,6 +626,7 @@ func (r *REPL) cmdLoad(name string) error {
 	}
 	r.s.Close()
 	r.s = ns
+	r.attachKit()
 	r.mu.Unlock()
 	info, _ := r.typeInfo(name)
 	fmt.Fprintf(r.out, "loaded %s (%s, plugin %s): hooks %s; self is a fresh instance\n",
@@ -608,10 +641,13 @@ func (r *REPL) cmdTask(arg string) error {
 			fmt.Fprintln(r.out, "no task: set one with :task FILE or :task {json}")
 			return nil
 		}
+		// Redacted as everything the REPL prints: the sensitive fields'
+		// values (and credential-like keys) are not shown.
+		raw := r.rt.RedactTask(t.Raw())
 		var b bytes.Buffer
-		if err := json.Indent(&b, t.Raw(), "", "  "); err != nil {
+		if err := json.Indent(&b, raw, "", "  "); err != nil {
 			b.Reset()
-			b.Write(t.Raw())
+			b.Write(raw)
 		}
 		fmt.Fprintln(r.out, strings.TrimRight(b.String(), "\n"))
 		return nil
@@ -661,6 +697,9 @@ func (r *REPL) cmdSet(arg string) error {
 	var v any
 	if err := decodeJSON([]byte(val), &v); err != nil {
 		v = val
+	}
+	if err := r.checkSet(t, path, v); err != nil {
+		return fmt.Errorf("not set: %w", err)
 	}
 	doc, err := setPath(doc, strings.Split(path, "."), v, "")
 	if err != nil {
@@ -746,7 +785,21 @@ func (r *REPL) cmdRun(parent context.Context, hook string) error {
 	defer done()
 	start := time.Now()
 	r.mu.Lock()
-	res, err := r.s.Run(ctx, hook, r.logger)
+	var res *runtime.Result
+	var err error
+	if k := r.opts.Kit; k != nil {
+		// The hook runs while the fakes' Lua handlers are served.
+		unmatched, herr := k.Run(ctx, func() { res, err = r.s.Run(ctx, hook, r.logger) })
+		r.attachKit()
+		for _, u := range unmatched {
+			fmt.Fprintf(r.errw, "note: %s\n", u)
+		}
+		if herr != nil {
+			fmt.Fprintf(r.errw, "note: %v\n", herr)
+		}
+	} else {
+		res, err = r.s.Run(ctx, hook, r.logger)
+	}
 	r.mu.Unlock()
 	took := time.Since(start)
 	if err != nil {
@@ -957,4 +1010,168 @@ func (r *REPL) cmdTest(parent context.Context, arg string) error {
 		return fmt.Errorf("no test name matches %q (names are the describe and it texts joined by spaces; the pattern is a case-sensitive regexp)", arg)
 	}
 	return nil
+}
+
+// cmdFake is :fake http HOST [permit], :fake ssh HOST, and :fake (list).
+func (r *REPL) cmdFake(arg string) error {
+	k := r.opts.Kit
+	if k == nil {
+		return errors.New("no test kit in this REPL")
+	}
+	f := strings.Fields(arg)
+	if len(f) == 0 {
+		list := k.Fakes()
+		if len(list) == 0 {
+			fmt.Fprintln(r.out, "no fakes: :fake http HOST or :fake ssh HOST opens one")
+		}
+		for _, l := range list {
+			fmt.Fprintln(r.out, l)
+		}
+		return nil
+	}
+	if len(f) < 2 || (f[0] != "http" && f[0] != "ssh") || len(f) > 3 || (len(f) == 3 && (f[0] != "http" || f[2] != "permit")) {
+		return errors.New("usage: :fake http HOST [permit] | :fake ssh HOST | :fake")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	L := r.s.State()
+	var v lua.LValue
+	var err error
+	if f[0] == "http" {
+		v, err = k.NewHTTPFake(L, f[1], len(f) == 3)
+	} else {
+		v, err = k.NewSSHFake(L, f[1])
+	}
+	if err != nil {
+		return err
+	}
+	L.SetGlobal("fake", v)
+	if f[0] == "http" {
+		fmt.Fprintf(r.out, "fake: an HTTP fake for %s (loom.http reaches it instead of the network); it answers 404 until you add routes: fake:route(\"GET\", \"/path\", {json = {...}}) or a handler function(req)\n", f[1])
+	} else {
+		fmt.Fprintf(r.out, "fake: an SSH fake host for %s (loom.ssh reaches it instead of the network; any credentials log in); a command it has no answer for exits 127: fake:on(\"uptime\", \"up 3 days\")\n", f[1])
+	}
+	return nil
+}
+
+// taskStringKeys are the Coopr task keys that hold strings.
+var taskStringKeys = map[string]bool{
+	"taskId": true, "jobId": true, "clusterId": true, "nodeId": true, "taskName": true, "tenantId": true,
+	"config.hostname": true, "config.providerid": true, "config.flavor": true, "config.image": true,
+	"config.ipaddresses.access_v4": true, "config.ipaddresses.bind_v4": true, "config.ipaddresses.access_v6": true,
+	"config.provider.providertype": true, "config.service.name": true, "config.service.action.type": true,
+	"config.ssh-auth.user": true, "config.ssh-auth.password": true, "config.ssh-auth.identityfile": true,
+}
+
+// checkSet checks a :set value against the contract: the Coopr task's
+// string keys, and a plugin field's type in its definition (a text or
+// password field holds a string, a checkbox a boolean, a number field a
+// number, a select one of its options); an unknown field is refused with
+// a "did you mean".
+func (r *REPL) checkSet(t *runtime.Task, path string, v any) error {
+	quoteHint := func(what string) error {
+		return fmt.Errorf("%s holds a string, and %s is a %s: quote it to set the string, :set %s \"%v\"", what, jsonText(v), jsonKind(v), path, v)
+	}
+	if taskStringKeys[path] {
+		if _, ok := v.(string); !ok {
+			return quoteHint(path)
+		}
+		return nil
+	}
+	var typ, field string
+	switch {
+	case strings.HasPrefix(path, "config.provider.provisioner."):
+		typ, field = taskValue(t, "config", "provider", "providertype"), strings.TrimPrefix(path, "config.provider.provisioner.")
+	case strings.HasPrefix(path, "config.service.action.fields."):
+		typ, field = taskValue(t, "config", "service", "action", "type"), strings.TrimPrefix(path, "config.service.action.fields.")
+	default:
+		return nil
+	}
+	if typ == "" || strings.Contains(field, ".") {
+		return nil
+	}
+	fields := r.rt.TypeFields(typ)
+	if fields == nil {
+		return nil
+	}
+	def, ok := fields[field]
+	if !ok {
+		var names []string
+		for n := range fields {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return fmt.Errorf("%s declares no field %q%s: its hooks never see it (fields: %s)", typ, field, runtime.DidYouMean(field, names), strings.Join(names, ", "))
+	}
+	what := fmt.Sprintf("%s's field %s (%s)", typ, field, orText(def.Type))
+	switch def.Type {
+	case "checkbox":
+		if _, ok := v.(bool); !ok {
+			return fmt.Errorf("%s holds true or false, and %s is a %s", what, jsonText(v), jsonKind(v))
+		}
+	case "number":
+		if _, ok := v.(json.Number); !ok {
+			return fmt.Errorf("%s holds a number, and %s is a %s", what, jsonText(v), jsonKind(v))
+		}
+	case "list":
+	default:
+		s, ok := v.(string)
+		if !ok {
+			return quoteHint(what)
+		}
+		if def.Type == "select" && len(def.Options) > 0 {
+			for _, o := range def.Options {
+				if fmt.Sprint(o) == s {
+					return nil
+				}
+			}
+			return fmt.Errorf("%s is one of %s, not %q", what, jsonText(def.Options), s)
+		}
+	}
+	return nil
+}
+
+func orText(t string) string {
+	if t == "" {
+		return "text"
+	}
+	return t
+}
+
+func jsonText(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case string:
+		return "string"
+	case json.Number:
+		return "number"
+	case bool:
+		return "boolean"
+	case nil:
+		return "null"
+	case []any:
+		return "list"
+	}
+	return "object"
+}
+
+// taskValue is the string at a path of the task, or "".
+func taskValue(t *runtime.Task, path ...string) string {
+	var doc any
+	if decodeJSON(t.Raw(), &doc) != nil {
+		return ""
+	}
+	for _, p := range path {
+		m, ok := doc.(map[string]any)
+		if !ok {
+			return ""
+		}
+		doc = m[p]
+	}
+	s, _ := doc.(string)
+	return s
 }

@@ -15,7 +15,10 @@ import (
 	lua "github.com/yuin/gopher-lua"
 
 	"github.com/loomrt/loom/bindings"
+	httpb "github.com/loomrt/loom/bindings/http"
+	sshb "github.com/loomrt/loom/bindings/ssh"
 	"github.com/loomrt/loom/bindings/std"
+	"github.com/loomrt/loom/internal/plugtest"
 	"github.com/loomrt/loom/runtime"
 	"github.com/loomrt/loom/runtime/luatest"
 )
@@ -479,5 +482,85 @@ func TestCRLFWriter(t *testing.T) {
 	// A CR at the end of one write still pairs with the LF of the next.
 	if got, want := b.String(), "=1+1\r\n2\r\na\r\nb\r\n\r\n"; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// newKitREPL is a REPL on the examples with loomd test's kit, wired as
+// loomd repl wires it.
+func newKitREPL(t *testing.T, in string, typ string) (*REPL, *lockedBuffer, *lockedBuffer) {
+	t.Helper()
+	kit, err := plugtest.NewKit(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kit.Close)
+	reg := std.New(std.Options{HTTP: httpb.Options{Intercept: kit.Intercept},
+		SSH: sshb.Options{Dial: kit.Dial, KnownHosts: []string{kit.KnownHosts()}}})
+	rt, err := runtime.New(runtime.Options{PluginsDir: "../../examples", Folders: []string{"../../examples/linode", "../../examples/plugins/skeleton-automator"},
+		WorkDir: t.TempDir(), Bindings: reg, InstructionHook: kit.InstructionHook, PermitHTTP: kit.Permitted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	return newREPL(t, Options{Runtime: rt, Type: typ, In: strings.NewReader(in), Kit: kit})
+}
+
+// The REPL has the test kit: :fake http HOST with a Lua handler served
+// while :run's hook runs, :fake ssh HOST, require("loom.test"); :task
+// redacts the sensitive fields; :set checks the definition's types.
+func TestKitAtThePrompt(t *testing.T) {
+	task := `{"taskId":"t-1","taskName":"CREATE","config":{"hostname":"web1","flavor":"g6-nanode-1","image":"linode/debian12","provider":{"providertype":"linode","provisioner":{"api_token":"tok-secret-98765","root_pass":"Root-pass-1234567"}}}}`
+	in := strings.Join([]string{
+		":fake http api.linode.com",
+		"seen = {}",
+		`fake:route("GET", "/v4/linode/instances", function(req) seen[#seen + 1] = req.headers["x-filter"]; return {json = {data = {}}} end)`,
+		`fake:route("POST", "/v4/linode/instances", {json = {id = 7, label = "web1", status = "provisioning", ipv4 = {"203.0.113.9"}}})`,
+		":task " + task,
+		":task",
+		":run",
+		"=seen[1]",
+		":set config.provider.provisioner.poll_interval 5",
+		":set config.provider.provisioner.regoin \"eu-west\"",
+		":set config.provider.provisioner.region \"eu-west\"",
+		`t = require("loom.test").task("DELETE", {fields = {api_token = "x"}, providerid = "7"})`,
+		"=t.config.provider.providertype, t.taskName",
+		":fake ssh 10.0.0.9",
+		`fake:on("uptime", "up 3 days")`,
+		`c = require("loom.ssh").connect({host = "10.0.0.9", user = "root", password = "pw"})`,
+		`=c:exec("uptime").stdout`,
+		":fake",
+	}, "\n") + "\n"
+	r, out, errb := newKitREPL(t, in, "linode")
+	if err := r.Run(context.Background()); !errors.Is(err, ErrFailed) {
+		t.Errorf("the refused :set lines should fail the run: %v", err)
+	}
+	o, e := out.String(), errb.String()
+	for _, w := range []string{
+		"fake: an HTTP fake for api.linode.com",
+		`"api_token": "[REDACTED]"`, `"root_pass": "[REDACTED]"`,
+		"created linode 7 (web1)", `"providerid": "7"`,
+		`"{\"label\":\"web1\"}"`,
+		`config.provider.provisioner.region = "eu-west"`,
+		`"linode"` + "\n" + `"DELETE"`,
+		`"up 3 days"`,
+		"http api.linode.com at http://127.0.0.1:", "ssh 10.0.0.9 port 22 (created at :fake ssh 10.0.0.9)",
+	} {
+		if !strings.Contains(o, w) {
+			t.Errorf("stdout lacks %q:\n%s", w, o)
+		}
+	}
+	if strings.Contains(o, "tok-secret-98765") {
+		t.Errorf("the token was printed:\n%s", o)
+	}
+	for _, w := range []string{
+		`not set: linode's field poll_interval (text) holds a string, and 5 is a number: quote it`,
+		`not set: linode declares no field "regoin" (did you mean "region"?)`,
+	} {
+		if !strings.Contains(e, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, e)
+		}
 	}
 }
