@@ -59,17 +59,21 @@ fuzz:
 # daemons on a 3-node nats-server cluster whose stream leader is killed
 # with kill -9 during 1,000 tasks, then the cluster's quorum lost for 30 s
 # (LOOM_FAULTS_SHORT=1 skips that case). Each counts lost, stuck, wrong and
-# twice-run tasks, which must all be 0.
+# twice-run tasks, which must all be 0. Then the cluster lifecycle test
+# (make lifecycle, below).
 faults:
 	LOOM_FAULTS=1 LOOM_FAILOVER_TASKS=1000 $(GO) test -count=1 -timeout 15m -run 'TestFault' -v ./test/ ./internal/queue/
+	$(MAKE) --no-print-directory lifecycle
 
 # The randomized cluster lifecycle test (test/cluster_lifecycle_test.go):
 # sequences of random spec edits and service actions on real sshd hosts,
 # with kill -9 of the CLI, failing actions and a host down then back,
-# invariants checked after each step. The seed is printed;
-# LOOM_LIFECYCLE_SEED=<seed> replays it. CI runs 10 sequences (about 4
-# minutes); LOOM_LIFECYCLE_SEQUENCES=300 LOOM_LIFECYCLE_BUDGET=3h is the
-# long run.
+# invariants checked after each step; every 4th sequence runs through two
+# daemons on a 3-node NATS cluster, with kill -9 of the job's daemon as
+# one more fault. The seed is printed; LOOM_LIFECYCLE_SEED=<seed> replays
+# a run, LOOM_LIFECYCLE_SEQ_SEED=<seed> one sequence. CI runs 10 sequences
+# (about 4 minutes, no new one after LOOM_LIFECYCLE_BUDGET=4m);
+# LOOM_LIFECYCLE_SEQUENCES=300 LOOM_LIFECYCLE_BUDGET=3h is the long run.
 lifecycle:
 	LOOM_LIFECYCLE=1 LOOM_LIFECYCLE_SEQUENCES=$${LOOM_LIFECYCLE_SEQUENCES:-10} $(GO) test -count=1 -timeout 30m -run 'TestClusterLifecycleRandom' -v ./test/
 

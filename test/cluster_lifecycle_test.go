@@ -9,6 +9,11 @@ package test
 // every service is in the state the spec implies (files, process, config),
 // no finished task ran twice, a destroy leaves no claim, process or file.
 //
+// Every LOOM_LIFECYCLE_DAEMON_EVERY-th sequence (default 4th; 0: none)
+// runs through two loomd daemons sharing a 3-node NATS cluster instead of
+// --local, with one more fault: kill -9 of the daemon that runs the job
+// (the other takes it over; the killed one starts again).
+//
 // It runs with LOOM_LIFECYCLE=1 (make lifecycle): LOOM_LIFECYCLE_SEQUENCES
 // sequences (default 10) of LOOM_LIFECYCLE_STEPS steps (default 6), no new
 // sequence after LOOM_LIFECYCLE_BUDGET (default 4m). The seed is printed;
@@ -18,7 +23,9 @@ package test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -54,9 +61,14 @@ func TestClusterLifecycleRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0x10014))
 	start := time.Now()
 	ran, faults := 0, map[string]int{}
+	every := 4
+	if v, err := strconv.Atoi(os.Getenv("LOOM_LIFECYCLE_DAEMON_EVERY")); err == nil && v >= 0 {
+		every = v
+	}
 	if s, err := strconv.ParseUint(os.Getenv("LOOM_LIFECYCLE_SEQ_SEED"), 10, 64); err == nil {
-		t.Logf("sequence seed %d", s)
-		lifecycleSequence(t, rand.New(rand.NewPCG(s, 0x10014)), steps, faults)
+		daemon := os.Getenv("LOOM_LIFECYCLE_SEQ_DAEMON") != ""
+		t.Logf("sequence seed %d (daemon mode: %v)", s, daemon)
+		lifecycleSequence(t, rand.New(rand.NewPCG(s, 0x10014)), steps, daemon, faults)
 		t.Logf("faults: %v", faults)
 		return
 	}
@@ -66,13 +78,21 @@ func TestClusterLifecycleRandom(t *testing.T) {
 			break
 		}
 		s := rng.Uint64()
+		daemon := every > 0 && i%every == every-1
 		ok := t.Run(fmt.Sprintf("seq%d", i), func(t *testing.T) {
-			t.Logf("sequence seed %d", s)
-			lifecycleSequence(t, rand.New(rand.NewPCG(s, 0x10014)), steps, faults)
+			t.Logf("sequence seed %d (daemon mode: %v)", s, daemon)
+			lifecycleSequence(t, rand.New(rand.NewPCG(s, 0x10014)), steps, daemon, faults)
 		})
 		ran++
+		if daemon {
+			faults["daemon-sequences"]++
+		}
 		if !ok {
-			t.Errorf("sequence %d failed (replay it with LOOM_LIFECYCLE_SEQ_SEED=%d, the whole run with LOOM_LIFECYCLE_SEED=%d)", i, s, seed)
+			replay := fmt.Sprintf("LOOM_LIFECYCLE_SEQ_SEED=%d", s)
+			if daemon {
+				replay += " LOOM_LIFECYCLE_SEQ_DAEMON=1"
+			}
+			t.Errorf("sequence %d failed (replay it with %s, the whole run with LOOM_LIFECYCLE_SEED=%d)", i, replay, seed)
 		}
 	}
 	t.Logf("%d sequences in %v; faults: %v", ran, time.Since(start).Round(time.Second), faults)
@@ -130,14 +150,26 @@ type lcSeq struct {
 	rng   *rand.Rand
 	m     lcModel
 	runs  map[string]int  // run id → times it ran (effects)
-	flown map[string]bool // run ids in flight when the CLI was killed
+	flown map[string]bool // run ids in flight when the CLI (or daemon) was killed
 	stats map[string]int
+	// In daemon mode: the two daemons and how to start each again.
+	daemons [2]*daemon
+	dargs   [2][]string
 }
 
-func lifecycleSequence(t *testing.T, rng *rand.Rand, steps int, stats map[string]int) {
+func lifecycleSequence(t *testing.T, rng *rand.Rand, steps int, daemonMode bool, stats map[string]int) {
 	e := newRegEnv(t, 4)
 	e.write(filepath.Join(e.scripts(), "svc.sh"), lcScript(0), 0o755)
 	s := &lcSeq{t: t, e: e, rng: rng, m: lcModel{web: 1, held: map[string]bool{}}, runs: map[string]int{}, flown: map[string]bool{}, stats: stats}
+	if daemonMode {
+		nc := startNATSCluster(t)
+		for i, name := range []string{"a", "b"} {
+			s.dargs[i] = append([]string{"--tenant", clTenant, "--ack-wait", "2s", "--known-hosts", e.known},
+				nc.daemonArgs(filepath.Join(e.dir, "data-"+name))...)
+			s.daemons[i] = startDaemon(t, e.dir, name+".log", nil, s.dargs[i]...)
+		}
+		e.server = s.daemons[0].url() + "," + s.daemons[1].url()
+	}
 	e.writeRegSpec(s.m.spec())
 	s.apply("create", nil)
 	for i := 0; i < steps; i++ {
@@ -146,6 +178,53 @@ func lifecycleSequence(t *testing.T, rng *rand.Rand, steps int, stats map[string
 	if !s.m.destroyed {
 		s.m.destroyed = true
 		s.apply("final destroy", []string{"destroy", "shop", "--local"})
+	}
+}
+
+// where drops --local in daemon mode: the command then goes to the
+// daemons (e.server).
+func (s *lcSeq) where(args []string) []string {
+	if s.e.server == "" {
+		return args
+	}
+	return slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == "--local" })
+}
+
+// owner is the daemon running the cluster's job (-1: none runs it).
+func (s *lcSeq) owner() int {
+	for _, d := range s.daemons {
+		code, body := d.call("GET", "/v1/clusters/shop/job", "")
+		if code != http.StatusOK {
+			continue
+		}
+		var rec struct {
+			State string `json:"state"`
+			PID   int    `json:"pid"`
+		}
+		if json.Unmarshal(body, &rec) != nil || rec.State != "running" {
+			return -1
+		}
+		for i, d := range s.daemons {
+			if d.cmd.Process.Pid == rec.PID {
+				return i
+			}
+		}
+		return -1
+	}
+	return -1
+}
+
+// markFlown records the runs in flight now: they may run again.
+func (s *lcSeq) markFlown(via ...string) {
+	st := s.state(via...)
+	for _, j := range st.Jobs {
+		for _, tk := range j.Tasks {
+			for _, r := range tk.Runs {
+				if r.Status == "running" {
+					s.flown[r.ID] = true
+				}
+			}
+		}
 	}
 }
 
@@ -239,6 +318,7 @@ func (s *lcSeq) apply(what string, args []string) {
 	if args == nil {
 		args = []string{"apply", e.spec, "--local"}
 	}
+	args = s.where(args)
 	fault := "none"
 	switch r := s.rng.IntN(10); {
 	case r < 2:
@@ -247,6 +327,8 @@ func (s *lcSeq) apply(what string, args []string) {
 		fault = "fail"
 	case r < 5:
 		fault = "down"
+	case r < 7 && e.server != "":
+		fault = "daemon"
 	}
 	t.Logf("%s (fault: %s)", what, fault)
 	s.stats[fault]++
@@ -258,15 +340,21 @@ func (s *lcSeq) apply(what string, args []string) {
 		s.collect()
 		// What was in flight may run again (locally, a killed run is run
 		// again by its id); nothing that finished may.
-		st := s.state()
-		for _, j := range st.Jobs {
-			for _, tk := range j.Tasks {
-				for _, r := range tk.Runs {
-					if r.Status == "running" {
-						s.flown[r.ID] = true
-					}
-				}
-			}
+		s.markFlown()
+	case "daemon":
+		// kill -9 of the daemon running the job: the other takes it over,
+		// the CLI follows through it; the killed one starts again.
+		p := e.start(append(append([]string(nil), args...), "--log-format", "json")...)
+		s.waitActivity(p)
+		if i := s.owner(); i >= 0 {
+			t.Logf("  daemon %c (running the job) killed", 'a'+i)
+			addr := s.daemons[i].addr
+			s.daemons[i].kill9()
+			s.markFlown("--server", s.daemons[1-i].url())
+			s.daemons[i] = startDaemon(t, e.dir, fmt.Sprintf("%c.log", 'a'+i), nil, append(s.dargs[i], "--listen", addr)...)
+		}
+		if code := p.wait(t, 4*time.Minute); code != 0 && code != 1 {
+			t.Fatalf("%s across a daemon's death: exit %d\n%s\n%s", what, code, p.stdout.String(), lastLines(p.stderr.String(), 20))
 		}
 	case "fail":
 		task, svc := s.pickTask(args)
@@ -308,7 +396,7 @@ func (s *lcSeq) run(args []string) int {
 	p := s.e.start(args...)
 	code := p.wait(s.t, 4*time.Minute)
 	if code != 0 {
-		s.t.Logf("  loomd %s: exit %d\n%s", strings.Join(args[:min(len(args), 3)], " "), code, lastLines(p.stdout.String(), 12))
+		s.t.Logf("  loomd %s: exit %d\n%s\n%s", strings.Join(args[:min(len(args), 3)], " "), code, lastLines(p.stdout.String(), 12), lastLines(p.stderr.String(), 4))
 	}
 	return code
 }
@@ -351,9 +439,9 @@ func (s *lcSeq) pickTask(args []string) (string, string) {
 	case args[0] == "destroy":
 		pargs = []string{"plan", "--destroy", "shop", "--local", "--json"}
 	case slices.Contains(args, "--action"):
-		pargs = append(pargs, args[3:]...)
+		pargs = append(pargs, args[slices.Index(args, "--action"):]...)
 	}
-	out, _ := s.e.loomd(0, pargs...)
+	out, _ := s.e.loomd(0, s.where(pargs)...)
 	var doc planDoc
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		s.t.Fatalf("plan --json: %v\n%s", err, out)
@@ -439,9 +527,11 @@ type lcState struct {
 	} `json:"jobs"`
 }
 
-func (s *lcSeq) state() lcState {
+// state reads the cluster's state (via: flags saying where, else the
+// sequence's).
+func (s *lcSeq) state(via ...string) lcState {
 	var st lcState
-	out, _ := s.e.loomd(0, "cluster", "get", "shop", "--local")
+	out, _ := s.e.loomd(0, s.where(append([]string{"cluster", "get", "shop", "--local"}, via...))...)
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		s.t.Fatal(err)
 	}
@@ -455,7 +545,8 @@ func (s *lcSeq) check(what string) {
 	want := m.expected()
 	fail := func(format string, a ...any) {
 		t.Helper()
-		t.Fatalf("after %s: "+format, append([]any{what}, a...)...)
+		ids := slices.Sorted(maps.Keys(s.runs))
+		t.Fatalf("after %s: "+format+"\nruns seen on the hosts: %v", append(append([]any{what}, a...), ids)...)
 	}
 	// The store: the cluster matches the spec, its last job completed.
 	if j := st.Jobs[len(st.Jobs)-1]; j.Status != "complete" {

@@ -381,6 +381,10 @@ func TestResumeWithRollback(t *testing.T) {
 	if job.Status != state.JobFailed || len(cl.Nodes) != 3 || count(f.log, "DELETE@t-db-1") != 0 {
 		t.Fatalf("first run: job %s, %d nodes, ran %v", job.Status, len(cl.Nodes), f.log)
 	}
+	ch := planChange(t, cl, sp, PlanOptions{Rollback: true})
+	if _, j := Begin(cl, ch, time.Now()); j != job || j.Status != state.JobRunning || j.Message != "" {
+		t.Fatalf("a resumed job, once begun: %s %q", j.Status, j.Message)
+	}
 	cl, again, ch := run(t, cl, sp, f, PlanOptions{Rollback: true}, Options{})
 	if ch.Resume != job || again != job {
 		t.Fatalf("the second run did not resume job %s: %s", job.ID, ch.Reason)

@@ -20,9 +20,12 @@ import (
 // that resumes a job returns that job. The caller saves the cluster, then
 // calls Run.
 func Begin(cl *state.Cluster, ch *Change, now time.Time) (*state.Cluster, *state.Job) {
-	if ch.Resume != nil {
-		ch.Resume.Options.Rollback = ch.Options.Rollback
-		return cl, ch.Resume
+	if j := ch.Resume; j != nil {
+		// Resumed: running again from now on (readers of the state
+		// must not take its last failure for this run's end).
+		j.Options.Rollback = ch.Options.Rollback
+		j.Status, j.Message, j.Ended = state.JobRunning, "", time.Time{}
+		return cl, j
 	}
 	if cl == nil {
 		cl = &state.Cluster{Name: ch.Cluster, Created: now, Nodes: map[string]*state.Node{}, NextJob: 1, NextNum: 1000}

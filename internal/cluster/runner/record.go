@@ -113,6 +113,11 @@ func openRecords(ctx context.Context, js jetstream.JetStream, replicas int) (*re
 	if err != nil {
 		return nil, fmt.Errorf("creating kv bucket %s: %w", Bucket, err)
 	}
+	// Read from the leader: a record read right after its CAS write must
+	// not come from a replica that has not applied it yet.
+	if kv, err = state.LeaderReads(ctx, js, Bucket); err != nil {
+		return nil, err
+	}
 	return &records{kv: kv, timeout: 10 * time.Second}, nil
 }
 

@@ -59,7 +59,37 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, replicas int) (*KVStore
 	if err != nil {
 		return nil, fmt.Errorf("creating kv bucket %s: %w", Bucket, err)
 	}
+	if kv, err = LeaderReads(ctx, js, Bucket); err != nil {
+		return nil, err
+	}
 	return &KVStore{kv: kv, js: js}, nil
+}
+
+// LeaderReads binds bucket so that its reads go to its stream's leader.
+// A key-value bucket's stream allows direct gets, which any replica
+// answers: on a NATS cluster, a read right after a write (this daemon's
+// or another's) may get the value from before it. The cluster state and
+// the job records are planned from and written back with a revision
+// check: a stale read plans from a state that is gone. So the stream's
+// direct gets are turned off and the bucket bound again (a handle decides
+// how it reads when it is bound: another daemon's CreateOrUpdateKeyValue
+// turning them on again changes no handle bound here).
+func LeaderReads(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
+	stream, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, fmt.Errorf("kv bucket %s: %w", bucket, err)
+	}
+	if cfg := stream.CachedInfo().Config; cfg.AllowDirect {
+		cfg.AllowDirect = false
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("kv bucket %s: turning direct gets off: %w", bucket, err)
+		}
+	}
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("kv bucket %s: %w", bucket, err)
+	}
+	return kv, nil
 }
 
 // meta is what <name>.c holds: the cluster without its nodes and jobs.

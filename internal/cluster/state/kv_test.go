@@ -131,3 +131,33 @@ func TestKVLock(t *testing.T) {
 		t.Fatalf("after unlock: %v", err)
 	}
 }
+
+// TestKVLeaderReads: the bucket's stream allows no direct gets (a replica
+// could answer them with a value from before the last write), the store
+// still reads and writes, and opening it again (another daemon's start
+// turns direct gets on) leaves them off.
+func TestKVLeaderReads(t *testing.T) {
+	s := openKV(t)
+	ctx := context.Background()
+	direct := func() bool {
+		t.Helper()
+		st, err := s.js.Stream(ctx, "KV_"+Bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Config.AllowDirect
+	}
+	if direct() {
+		t.Fatal("the cluster bucket allows direct gets")
+	}
+	again, err := OpenKV(ctx, s.js, 1)
+	if err != nil || direct() {
+		t.Fatalf("opened again: %v, direct gets %v", err, direct())
+	}
+	if err := again.Put(&Cluster{Name: "shop", Status: Active, Nodes: map[string]*Node{}}); err != nil {
+		t.Fatal(err)
+	}
+	if cl, err := s.Get("shop"); err != nil || cl.Status != Active {
+		t.Fatalf("read back: %v %v", cl, err)
+	}
+}
