@@ -21,6 +21,7 @@ package test
 // one sequence of it (each sequence prints its own seed).
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -212,6 +213,27 @@ func (s *lcSeq) owner() int {
 		return -1
 	}
 	return -1
+}
+
+// keep copies what explains a failure (the state, the daemons' logs, the
+// job log of --local) out of the test's temporary dir, which goes away.
+func (s *lcSeq) keep() string {
+	dir, err := os.MkdirTemp("", "loom-lifecycle-fail-")
+	if err != nil {
+		return ""
+	}
+	if out, err := s.e.cmd(context.Background(), s.where([]string{"cluster", "get", "shop", "--local"})...).Output(); err == nil {
+		os.WriteFile(filepath.Join(dir, "state.json"), out, 0o644)
+	}
+	for _, pat := range []string{filepath.Join(s.e.dir, "*.log"), filepath.Join(s.e.state, "*.log")} {
+		files, _ := filepath.Glob(pat)
+		for _, f := range files {
+			if data, err := os.ReadFile(f); err == nil {
+				os.WriteFile(filepath.Join(dir, filepath.Base(f)), data, 0o644)
+			}
+		}
+	}
+	return "state and logs kept in " + dir
 }
 
 // markFlown records the runs in flight now: they may run again.
@@ -546,7 +568,7 @@ func (s *lcSeq) check(what string) {
 	fail := func(format string, a ...any) {
 		t.Helper()
 		ids := slices.Sorted(maps.Keys(s.runs))
-		t.Fatalf("after %s: "+format+"\nruns seen on the hosts: %v", append(append([]any{what}, a...), ids)...)
+		t.Fatalf("after %s: "+format+"\nruns seen on the hosts: %v\n%s", append(append([]any{what}, a...), ids, s.keep())...)
 	}
 	// The store: the cluster matches the spec, its last job completed.
 	if j := st.Jobs[len(st.Jobs)-1]; j.Status != "complete" {
