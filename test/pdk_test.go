@@ -95,6 +95,24 @@ func TestLoomdNew(t *testing.T) {
 				t.Errorf("%s: %v", f, err)
 			}
 		}
+		// The entry table is a declared class of loom.Provider (or
+		// loom.Automator), so the editor types self and the hooks' input;
+		// extend is generic, returning that class.
+		src, _ := os.ReadFile(filepath.Join(folder, c.name+".lua"))
+		base, input := "loom.Provider", "---@param input loom.CreateInput"
+		if c.family == "automator" {
+			base, input = "loom.Automator", "---@param input loom.AutomatorInput"
+		}
+		if !strings.Contains(string(src), ": "+base+"\n") || !strings.Contains(string(src), input) {
+			t.Errorf("%s does not declare its class of %s and its hooks' input:\n%s", c.name, base, src)
+		}
+		stub, _ := os.ReadFile(filepath.Join(folder, rc.Library[0], "loom.d.lua"))
+		for _, want := range []string{"---@generic T\n---@param name `T`", "---@return T\nfunction Base:extend(name, fields) end",
+			"---@class loom.Provider: LoomProvider", "function os.time(t) end", "function debug.traceback(message, level) end"} {
+			if !strings.Contains(string(stub), want) {
+				t.Errorf("loom.d.lua lacks %q", want)
+			}
+		}
 	}
 	r := loomd(t, "", "plugins", "check", dir)
 	if r.code != 0 || !strings.Contains(r.stdout, "2 plugin types OK, 0 errors, 0 warnings") {

@@ -106,6 +106,18 @@ func checkStubGrammar(lines []string, declared map[string]bool) []string {
 	}
 	fields := map[string]bool{}
 	var params []string
+	// generics are the ---@generic names of the function being documented.
+	generics := map[string]bool{}
+	checkType = func(check func(int, string)) func(int, string) {
+		return func(i int, typ string) {
+			// `T` captures a type name from a string argument.
+			typ = strings.ReplaceAll(typ, "`", "")
+			for g := range generics {
+				typ = regexp.MustCompile(`\b`+regexp.QuoteMeta(g)+`\b`).ReplaceAllString(typ, "any")
+			}
+			check(i, typ)
+		}
+	}(checkType)
 	for i, line := range lines {
 		if !strings.HasPrefix(line, "---@") {
 			if m := funcRe.FindStringSubmatch(line); m != nil {
@@ -121,11 +133,19 @@ func checkStubGrammar(lines []string, declared map[string]bool) []string {
 			}
 			if !strings.HasPrefix(line, "---") {
 				params = nil
+				generics = map[string]bool{}
 			}
 			continue
 		}
 		tag, rest, _ := strings.Cut(strings.TrimPrefix(line, "---@"), " ")
 		switch tag {
+		case "generic":
+			// ---@generic T[: PARENT]: T names a type until the function.
+			for _, g := range strings.Split(rest, ",") {
+				name, _, _ := strings.Cut(strings.TrimSpace(g), ":")
+				generics[strings.TrimSpace(name)] = true
+			}
+			continue
 		case "meta":
 		case "class":
 			if classRe.FindStringSubmatch(line) == nil {

@@ -19,10 +19,131 @@ function pending(name) end
 function before_each(fn) end
 ---@param fn fun()
 function after_each(fn) end
+---@param fn fun()
+function setup(fn) end
+---@param fn fun()
+function teardown(fn) end
+---@param fn fun()
+function strict_setup(fn) end
+---@param fn fun()
+function strict_teardown(fn) end
+---@param fn fun()
+function lazy_setup(fn) end
+---@param fn fun()
+function lazy_teardown(fn) end
+---@param fn fun()
+function before_all(fn) end
+---@param fn fun()
+function after_all(fn) end
+---@param fn fun()
+function finally(fn) end
+---@param name string|fun()
+---@param fn? fun()
+function insulate(name, fn) end
+---@param name string|fun()
+---@param fn? fun()
+function expose(name, fn) end
+---@param name string
+---@param fn fun()
+function context(name, fn) end
 
+---@class loomtest.Spy
+---@field calls {vals: any[], refs: any[], n: integer}[]
+---@field returnvals {vals: any[], n: integer}[]
+---@field callback? function
+---@field target_table? table
+---@field target_key? any
+---@overload fun(...): ...
+local Spy = {}
+---@return any original
+function Spy:revert() end
+---@return loomtest.Spy
+function Spy:clear() end
+---@param times? integer
+---@return boolean, integer
+function Spy:called(times) end
+---@param ... any
+---@return boolean
+function Spy:called_with(...) end
+---@param ... any
+---@return boolean
+function Spy:returned_with(...) end
+---@param ... any
+---@return loomtest.Spy
+function Spy.returns(...) end
+---@param fn function
+---@return loomtest.Spy
+function Spy.invokes(fn) end
+---@param ... any
+---@return {returns: fun(...): loomtest.Spy, invokes: fun(fn: function): loomtest.Spy}
+function Spy.on_call_with(...) end
+---@type {returns: fun(...): loomtest.Spy, invokes: fun(fn: function): loomtest.Spy}
+Spy.by_default = nil
+
+---@class loomtest.spy
+---@overload fun(fn: function): loomtest.Spy
+spy = {}
+---@param fn function
+---@return loomtest.Spy
+function spy.new(fn) end
+---@param tbl table
+---@param key any
+---@return loomtest.Spy
+function spy.on(tbl, key) end
+---@param v any
+---@return boolean
+function spy.is_spy(v) end
+
+---@class loomtest.stub
+---@overload fun(tbl: table, key: any, ...: any): loomtest.Spy
+stub = {}
+---@param tbl table
+---@param key any
+---@param ... any
+---@return loomtest.Spy
+function stub.new(tbl, key, ...) end
+---@param v any
+---@return boolean
+function stub.is_stub(v) end
+
+---@class loomtest.mock
+---@overload fun(tbl: table, dostub?: boolean): table
+mock = {}
+---@param tbl table
+---@return table
+function mock.revert(tbl) end
+
+--- Matchers for called_with, returned_with, on_call_with and assert.same:
+--- match._, match.is_string(), match.is_table(), match.is_same(v), match.is_not_nil(), ...
+---@type table<string, any>
+match = {}
+
+--- luassert's assert: assert.equals(...), and chains of words such as
+--- assert.is_not.equal(a, b), assert.has_no.errors(fn),
+--- assert.spy(s).was.called_with(...), assert.stub(s).was_not.called().
 ---@class loomtest.assert
 ---@overload fun(v: any, msg?: string): any
+---@field [string] any
 assert = {}
+---@param expected number
+---@param actual number
+---@param tolerance number
+---@param msg? string
+function assert.near(expected, actual, tolerance, msg) end
+---@param list table
+---@param msg? string
+function assert.unique(list, msg) end
+---@param fn fun()
+---@param pattern string
+---@param msg? string
+---@return any err
+function assert.error_matches(fn, pattern, msg) end
+---@param s loomtest.Spy|function
+---@return table
+function assert.spy(s) end
+---@param s loomtest.Spy|function
+---@return table
+function assert.stub(s) end
 ---@param expected any
 ---@param actual any
 ---@param msg? string
@@ -104,6 +225,8 @@ function assert.fail(msg) end
 ---@field order string[]
 ---@field config table
 ---@field leftovers string[]
+---@field again? table<string, loomtest.Result>
+---@field changes? table<string, string[]>
 
 ---@class loomtest.Request
 ---@field method string
@@ -270,9 +393,21 @@ function test.task(name, opts) end
 ---@return loomtest.Result result
 ---@return string[] logs
 function test.run(task, opts) end
----@param opts? {type?: string, fields?: table, config?: table, steps?: (string|table)[], stop_on_failure?: boolean}
+---@param opts? {type?: string, fields?: table, config?: table, steps?: (string|table)[], stop_on_failure?: boolean, idempotent?: boolean}
 ---@return loomtest.Chain
 function test.chain(opts) end
+---@class loomtest.Acceptance
+---@field env table<string, string> the declared values: inside #acceptance tests and the sweeper only
+---@field prefix string starts the names of what acceptance tests make
+---@field live boolean
+---@field replay boolean
+local Acc = {}
+---@param kind string
+---@param id string|number
+function Acc:track(kind, id) end
+---@param opts {env?: string[], optional?: table<string, string>, hosts?: string[], sweeper?: fun(s: {prefix: string, tracked: {kind: string, id: string}[], env: table<string, string>})}
+---@return loomtest.Acceptance
+function test.acceptance(opts) end
 ---@param opts? {host?: string, hosts?: string[], permit?: boolean, strict?: boolean, routes?: table}
 ---@return loomtest.HTTPFake
 function test.http(opts) end
