@@ -13,6 +13,7 @@ import (
 
 	"github.com/loomrt/loom/bindings"
 	"github.com/loomrt/loom/bindings/luaval"
+	"github.com/loomrt/loom/bindings/redact"
 )
 
 // request is one parsed call: everything the Lua side asked for.
@@ -88,7 +89,10 @@ func (r *request) addSecret(s string) {
 // scrub replaces this call's credentials in s.
 func (r *request) scrub(s string) string {
 	for _, sec := range r.secrets {
-		if sec != "" && strings.Contains(s, sec) {
+		// As the redact package: a value shorter than redact.MinLen is
+		// not cut out (a one-character bearer would garble every message
+		// and hide nothing).
+		if len(sec) >= redact.MinLen && strings.Contains(s, sec) {
 			s = strings.ReplaceAll(s, sec, "[REDACTED]")
 		}
 	}
