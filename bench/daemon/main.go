@@ -30,9 +30,16 @@ import (
 const pluginLua = `local loom = require("loom")
 Noop = loom.Automator:extend("Noop")
 local VERSION = "%s"
-function Noop:install(input) self.result.result.version = VERSION end
+local LINES = %d
+function Noop:install(input)
+  for i = 1, LINES do log.info("step " .. i .. " of " .. LINES) end
+  self.result.result.version = VERSION
+end
 return Noop
 `
+
+// pluginLog is -plugin-log: the lines every task's hook logs.
+var pluginLog = flag.Int("plugin-log", 0, "log lines (loom.log info) each task's hook writes; with -log-level info they reach the task's log")
 
 func main() {
 	bin := flag.String("loomd", "loomd", "loomd binary")
@@ -275,7 +282,7 @@ func writePlugin(dir, typ, version string) error {
 		return err
 	}
 	tmp := filepath.Join(dir, "main.lua.tmp")
-	if err := os.WriteFile(tmp, []byte(fmt.Sprintf(pluginLua, version)), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(fmt.Sprintf(pluginLua, version, *pluginLog)), 0o644); err != nil {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(p, "main.lua"))

@@ -324,7 +324,6 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		retain = -1 // the queue's "forever"
 	}
 	metrics := api.NewMetrics()
-	attempts := &attemptLog{} // the attempt a task's log lines are from
 	qcfg := queue.Config{
 		Retain:       retain,
 		DataDir:      o.data,
@@ -346,7 +345,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		StoreReserve: storeReserve,
 		Replicas:     o.replicas,
 		Logger:       logger.With("component", "queue"),
-		OnTransition: func(t queue.Transition) { metrics.Observe(t); attempts.observe(t) },
+		OnTransition: metrics.Observe,
 		Listeners:    o.g.listeners,
 	}
 	if len(o.natsURLs) > 0 {
@@ -416,7 +415,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		return err
 	}
 	defer taskLogs.Close()
-	tasks := taskRunner{next: runner, logs: taskLogs, tee: tee, attempts: attempts, jobs: cj.jobs, jobLog: cj.log, source: q.Owner(), secrets: rt.TaskSecrets}
+	tasks := taskRunner{next: runner, logs: taskLogs, tee: tee, jobs: cj.jobs, jobLog: cj.log, source: q.Owner(), secrets: rt.TaskSecrets}
 	runner = tasks.from(tasklog.OriginQueue)
 
 	// The console's reload runs what the hot reload runs; the Coopr link

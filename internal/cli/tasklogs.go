@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
@@ -97,24 +96,6 @@ func storeCapacity(ctx context.Context, q *queue.Queue, log *slog.Logger) int64 
 	return c
 }
 
-// attemptLog remembers the attempt this daemon claimed each task for
-// (queue.Config.OnTransition sees the claim just before the run), so its
-// log lines say which attempt they are from.
-type attemptLog struct{ m sync.Map }
-
-func (a *attemptLog) observe(t queue.Transition) {
-	if t.Record.State == queue.Running && t.From != queue.Running && !t.Lost {
-		a.m.Store(t.Record.TaskID, t.Record.Attempts)
-	}
-}
-
-func (a *attemptLog) take(id string) int {
-	if v, ok := a.m.LoadAndDelete(id); ok {
-		return v.(int)
-	}
-	return 0
-}
-
 // taskRunner runs every task with its log lines kept in its own log (and
 // a cluster job's task's also in the job's log), from whichever source
 // the task came (origin): the queue or a Coopr server.
@@ -123,7 +104,6 @@ type taskRunner struct {
 	origin   string
 	logs     taskLogs
 	tee      *logstream.Tee
-	attempts *attemptLog
 	jobs     *clusterrunner.Runner
 	jobLog   joblog.Sink
 	source   string
@@ -145,16 +125,23 @@ type taskHead struct {
 }
 
 func (r taskRunner) Run(ctx context.Context, task []byte) ([]byte, int, error) {
+	// A queued task's record says what the log needs; only a cluster
+	// job's task is read for its job, and a Coopr server's task for its
+	// id and tenant.
 	var t taskHead
-	if json.Unmarshal(task, &t) != nil || t.TaskID == "" {
+	attempt := 0
+	if rec, ok := queue.RunningRecord(ctx); ok && r.origin == tasklog.OriginQueue {
+		t.TaskID, t.TenantID, t.ClusterID, attempt = rec.TaskID, rec.TenantID, rec.ClusterID, rec.Attempts
+		if t.ClusterID != "" {
+			var head taskHead
+			_ = json.Unmarshal(task, &head)
+			t.JobID = head.JobID
+		}
+	} else if json.Unmarshal(task, &t) != nil || t.TaskID == "" {
 		return r.next.Run(ctx, task) // the runtime says what is wrong with it
 	}
 	if t.ClusterID != "" && t.JobID != "" && r.jobs != nil && r.jobs.IsJob(t.ClusterID, t.JobID) {
 		defer r.tee.Track(t.TaskID, joblog.Copy(r.jobLog, r.source, t.ClusterID, t.JobID))()
-	}
-	attempt := 0
-	if r.origin == tasklog.OriginQueue {
-		attempt = r.attempts.take(t.TaskID)
 	}
 	if r.logs.l == nil {
 		return r.next.Run(ctx, task)
