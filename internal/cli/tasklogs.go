@@ -100,14 +100,14 @@ func storeCapacity(ctx context.Context, q *queue.Queue, log *slog.Logger) int64 
 // a cluster job's task's also in the job's log), from whichever source
 // the task came (origin): the queue or a Coopr server.
 type taskRunner struct {
-	next     queue.Runner
-	origin   string
-	logs     taskLogs
-	tee      *logstream.Tee
-	jobs     *clusterrunner.Runner
-	jobLog   joblog.Sink
-	source   string
-	secrets  func([]byte) *redact.Set
+	next    queue.Runner
+	origin  string
+	logs    taskLogs
+	tee     *logstream.Tee
+	jobs    *clusterrunner.Runner
+	jobLog  joblog.Sink
+	source  string
+	secrets func([]byte) *redact.Set
 }
 
 // from is the runner for tasks of one origin.

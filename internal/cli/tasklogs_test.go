@@ -22,7 +22,9 @@ var benchTask = []byte(`{"taskId":"01KBENCH0000000000000000001","jobId":"0000013
 
 type nopRunner struct{}
 
-func (nopRunner) Run(context.Context, []byte) ([]byte, int, error) { return []byte(`{"status":0}`), 0, nil }
+func (nopRunner) Run(context.Context, []byte) ([]byte, int, error) {
+	return []byte(`{"status":0}`), 0, nil
+}
 
 // BenchmarkTaskRunner is what the daemon adds to every task it runs for
 // its log, when the task logs nothing: the runner's read of the task's
