@@ -31,7 +31,7 @@ func TestTracebackCapped(t *testing.T) {
 			self.result.result.tail = tail(3000000)
 			self.result.result.deep = deep(200)
 			self.result.result.short = debug.traceback("short")`
-		rt := boxRuntimeTimeout(t, code, nil, time.Minute)
+		rt := boxRuntimeTimeout(t, code, nil, noDeadline)
 		res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
 		if res.Status != 0 {
 			t.Fatalf("status %d: %s", res.Status, res.Message)
@@ -65,7 +65,7 @@ func TestPatternsMatchLua51(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := boxRuntimeTimeout(t, "self.result.result.out = (function()\n"+string(script)+"\nend)()", nil, time.Minute)
+	rt := boxRuntimeTimeout(t, "self.result.result.out = (function()\n"+string(script)+"\nend)()", nil, noDeadline)
 	res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
 	if res.Status != 0 {
 		t.Fatalf("status %d: %s", res.Status, res.Message)
@@ -108,7 +108,7 @@ func TestCapsFailFast(t *testing.T) {
 		{"table.concat", `local s = string.rep("x", 1048576); local t = {}; for i = 1, 64 do t[i] = s end; return table.concat(t)`, "table.concat: result exceeds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rt := boxRuntimeTimeout(t, tc.code, nil, time.Minute)
+			rt := boxRuntimeTimeout(t, tc.code, nil, noDeadline)
 			res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
 			if res.Status == 0 || res.Error["kind"] != "limit" || !strings.Contains(res.Message, tc.msg) {
 				t.Fatalf("status %d, error %v, message %q; want kind limit and %q", res.Status, res.Error, res.Message, tc.msg)
@@ -129,7 +129,7 @@ func TestPatternsOnBigInputs(t *testing.T) {
 		self.result.result.n, self.result.result.len, self.result.result.words = n, #r, words
 		self.result.result.trimmed = #trimmed
 		self.result.result.last = select(2, s:find(".*d"))`
-	rt := boxRuntimeTimeout(t, code, nil, time.Minute)
+	rt := boxRuntimeTimeout(t, code, nil, noDeadline)
 	res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
 	if res.Status != 0 {
 		t.Fatalf("status %d: %s", res.Status, res.Message)
@@ -168,7 +168,7 @@ func TestBuiltinsLikeLua51(t *testing.T) {
 		local ok = true
 		for i = 2, #big do ok = ok and big[i - 1] <= big[i] end
 		r.s5 = ok`
-	rt := boxRuntimeTimeout(t, code, nil, time.Minute)
+	rt := boxRuntimeTimeout(t, code, nil, noDeadline)
 	res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
 	if res.Status != 0 {
 		t.Fatalf("status %d: %s", res.Status, res.Message)

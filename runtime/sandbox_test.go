@@ -39,6 +39,15 @@ func boxRuntime(t *testing.T, code string, logs *luatest.LogBuffer) *runtime.Run
 	return boxRuntimeTimeout(t, code, logs, 300*time.Millisecond)
 }
 
+// noDeadline, as boxRuntimeTimeout's timeout, leaves the hook the
+// runtime's default deadline (10 minutes). A probe that a cap or the step
+// budget must stop, or that must succeed, gets it: those counts do not
+// depend on the machine's speed, but a deadline of a minute does (under
+// -race on a loaded machine a 40M-step budget took over a minute, and the
+// probe failed as a timeout). Only the probes the deadline is meant to
+// stop get a short one.
+const noDeadline time.Duration = 0
+
 func boxRuntimeTimeout(t *testing.T, code string, logs *luatest.LogBuffer, timeout time.Duration) *runtime.Runtime {
 	t.Helper()
 	dir := t.TempDir()
@@ -122,9 +131,9 @@ func TestSandboxEscapes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			// A probe the deadline is meant to stop gets 300 ms; the others
-			// 10 s, so a loaded machine (or -race) cannot turn their refusal
+			// none, so a loaded machine (or -race) cannot turn their refusal
 			// into a timeout.
-			timeout := 10 * time.Second
+			timeout := noDeadline
 			if strings.Contains(tc.want, "timed out") {
 				timeout = 300 * time.Millisecond
 			}
@@ -178,7 +187,7 @@ func TestSandboxCapsThatSucceed(t *testing.T) {
 		print("printed", "via log")
 	`
 	logs := &luatest.LogBuffer{}
-	rt := boxRuntimeTimeout(t, code, logs, time.Minute)
+	rt := boxRuntimeTimeout(t, code, logs, noDeadline)
 	res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
 	if res.Status != 0 {
 		t.Fatalf("status %d: %s", res.Status, res.Message)
@@ -249,7 +258,7 @@ func TestSourceSizeCap(t *testing.T) {
 // TestLogCap: a huge log message is truncated, not written whole.
 func TestLogCap(t *testing.T) {
 	logs := &luatest.LogBuffer{}
-	rt := boxRuntimeTimeout(t, `for i = 1, 20 do log.info(("x"):rep(1e6)) end`, logs, time.Minute)
+	rt := boxRuntimeTimeout(t, `for i = 1, 20 do log.info(("x"):rep(1e6)) end`, logs, noDeadline)
 	res := luatest.Run(t, rt, luatest.Task("CREATE", "box", nil))
 	if res.Status != 0 {
 		t.Fatal(res.Message)
@@ -290,10 +299,10 @@ func TestLimitAndTimeoutKinds(t *testing.T) {
 		code, kind string
 		timeout    time.Duration
 	}{
-		// A generous deadline: under -race the step budget must still
-		// trip before it.
-		{`return string.find(("a"):rep(300), ("a-"):rep(3) .. "b")`, "limit", time.Minute},
-		{`return ("x"):rep(1e9)`, "limit", time.Minute},
+		// No deadline but the default: the step budget must trip,
+		// however slow the machine.
+		{`return string.find(("a"):rep(300), ("a-"):rep(3) .. "b")`, "limit", noDeadline},
+		{`return ("x"):rep(1e9)`, "limit", noDeadline},
 		{`while true do end`, "timeout", 300 * time.Millisecond},
 	} {
 		rt := boxRuntimeTimeout(t, tc.code, nil, tc.timeout)
