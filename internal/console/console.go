@@ -120,6 +120,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+
+	// minInterval is the least time between two events of one stream
+	// (tests; default minInterval).
+	minInterval time.Duration
 }
 
 // TaskLogs keeps the tasks' own logs (*tasklog.Log has it).
@@ -200,7 +204,10 @@ func New(cfg Config) (*Console, error) {
 	c := &Console{cfg: cfg, log: cfg.Logger, pages: pages, keys: newSessionKeys(cfg.Token, cfg.Tokens), stopped: make(chan struct{}),
 		assetV: assetVersion()}
 	c.static = http.StripPrefix(Prefix+"/static/", http.FileServer(http.FS(sub)))
-	c.hub = newHub(cfg.MaxStreams)
+	if cfg.minInterval <= 0 {
+		cfg.minInterval = minInterval
+	}
+	c.hub = newHub(cfg.MaxStreams, cfg.minInterval)
 	if cfg.Changes != nil {
 		stop := cfg.Changes.OnChange(c.taskChanged)
 		go func() { <-c.stopped; stop() }()
@@ -229,8 +236,7 @@ func (c *Console) Handler() http.Handler { return c.mux }
 // PluginsChanged tells open plugin pages that a reload happened (the hot
 // reload calls it).
 func (c *Console) PluginsChanged() {
-	c.hub.publish(topicPlugins)
-	c.hub.publish(topicOverview)
+	c.hub.publish(topicPlugins, topicOverview)
 }
 
 func (c *Console) routes() *http.ServeMux {

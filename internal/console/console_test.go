@@ -629,6 +629,43 @@ func readEvents(t *testing.T, lines <-chan string, n int, timeout time.Duration)
 	return out
 }
 
+// waitHeartbeat reads until a heartbeat comes, and fails on an event or
+// after timeout.
+func waitHeartbeat(t *testing.T, lines <-chan string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("the stream ended before its first heartbeat")
+			}
+			if d, ok := strings.CutPrefix(l, "data: "); ok {
+				t.Fatalf("event %q on an idle stream", d)
+			}
+			if strings.HasPrefix(l, ": heartbeat") {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no heartbeat on an idle stream after %v", timeout)
+		}
+	}
+}
+
+// pendingTopics are the topics the hub's streams have pending, sorted.
+func (h *hub) pendingTopics() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for s := range h.subs {
+		for t := range s.pending {
+			out = append(out, t)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // readEventsFor collects events and heartbeats for d.
 func readEventsFor(lines <-chan string, d time.Duration) (events []string, beats int) {
 	end := time.After(d)
@@ -651,7 +688,10 @@ func readEventsFor(lines <-chan string, d time.Duration) (events []string, beats
 }
 
 func TestEventsThroughAProxy(t *testing.T) {
-	h := newHarness(t, Config{Token: testToken})
+	// A stream sends at most one batch an interval: with an interval of
+	// an hour, the first change is sent at once and every later one is
+	// held back for the whole test, however slow the machine.
+	h := newHarness(t, Config{Token: testToken, minInterval: time.Hour})
 	h.q.add(queue.Record{TaskID: "q1", State: queue.Queued, Family: "automator", Type: "shell"}, `{}`)
 	target, _ := url.Parse(h.srv.URL)
 	proxy := httptest.NewServer(httputil.NewSingleHostReverseProxy(target))
@@ -669,29 +709,28 @@ func TestEventsThroughAProxy(t *testing.T) {
 	if ct := stream.Header.Get("Content-Type"); ct != "text/event-stream" || stream.Header.Get("X-Accel-Buffering") != "no" {
 		t.Fatalf("stream headers: %v", stream.Header)
 	}
-	// Wait until the stream is subscribed, then change the task many
-	// times: the viewer gets the changes coalesced, not one per write.
-	for h.c.hub.streams() == 0 {
-		time.Sleep(10 * time.Millisecond)
-	}
-	start := time.Now()
+	// The 200 response comes once the stream is subscribed. While idle
+	// it sends heartbeats, and nothing else.
+	lines := sseLines(stream.Body)
+	waitHeartbeat(t, lines, 10*time.Second)
+	// Change the task many times: the viewer gets the first change's
+	// topics in one batch, then nothing for the rest until the interval
+	// has passed (coalesced, not one event per write).
 	for i := range 200 {
 		h.q.add(queue.Record{TaskID: "q1", State: queue.Running, Family: "automator", Type: "shell", Attempts: i}, `{}`)
 	}
-	lines := sseLines(stream.Body)
 	ev := readEvents(t, lines, 2, 10*time.Second)
 	slices.Sort(ev)
 	if !slices.Equal(ev, []string{"task:q1", "tasks"}) {
-		t.Fatalf("events %v", ev)
+		t.Fatalf("events %v, want the first change's topics in one batch", ev)
 	}
-	// Nothing more comes for those 200 writes but heartbeats.
-	// At most one batch a second (two topics each): not one per write.
-	more, beats := readEventsFor(lines, 1500*time.Millisecond)
-	if len(more) > 4 {
-		t.Fatalf("200 changes gave %d more events in the next 1.5s: %v (started %v ago)", len(more), more, time.Since(start))
+	h.q.add(queue.Record{TaskID: "q1", State: queue.Succeeded, Family: "automator", Type: "shell"}, `{}`)
+	if more, _ := readEventsFor(lines, 1500*time.Millisecond); len(more) > 0 {
+		t.Fatalf("201 changes gave %d more events within the interval: %v", len(more), more)
 	}
-	if beats == 0 {
-		t.Fatalf("no heartbeat on an idle stream")
+	// The changes since are pending, to be sent once the interval passed.
+	if p := h.c.hub.pendingTopics(); !slices.Equal(p, []string{"task:q1", "tasks"}) {
+		t.Fatalf("pending after the batch: %v, want task:q1 and tasks", p)
 	}
 	// Streams need a session; an unknown topic is refused.
 	if resp, _ := h.do(h.client(), "GET", "/ui/events?topic=tasks", nil); resp.StatusCode != http.StatusUnauthorized {
@@ -699,6 +738,31 @@ func TestEventsThroughAProxy(t *testing.T) {
 	}
 	if resp, _ := h.do(cl, "GET", "/ui/events?topic=secrets", nil); resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("unknown topic: %d", resp.StatusCode)
+	}
+}
+
+// TestEventsHeldBackAreSent: changes held back by the interval are sent
+// once it passed, coalesced into one batch.
+func TestEventsHeldBackAreSent(t *testing.T) {
+	h := newHarness(t, Config{minInterval: 100 * time.Millisecond})
+	cl := h.client()
+	h.do(cl, "GET", "/ui/", nil)
+	req, _ := http.NewRequest("GET", h.srv.URL+"/ui/events?topic=task:q1&topic=tasks", nil)
+	stream, err := cl.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	lines := sseLines(stream.Body)
+	for round := range 3 {
+		for i := range 50 {
+			h.q.add(queue.Record{TaskID: "q1", State: queue.Running, Family: "automator", Type: "shell", Attempts: i}, `{}`)
+		}
+		ev := readEvents(t, lines, 2, 10*time.Second)
+		slices.Sort(ev)
+		if !slices.Equal(ev, []string{"task:q1", "tasks"}) {
+			t.Fatalf("round %d: events %v, want task:q1 and tasks", round, ev)
+		}
 	}
 }
 

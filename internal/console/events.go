@@ -39,11 +39,12 @@ const (
 )
 
 type hub struct {
-	mu     sync.Mutex
-	subs   map[*stream]struct{}
-	max    int
-	closed bool
-	done   chan struct{}
+	mu       sync.Mutex
+	subs     map[*stream]struct{}
+	max      int
+	interval time.Duration // the least time between two events of a stream
+	closed   bool
+	done     chan struct{}
 }
 
 type stream struct {
@@ -52,8 +53,8 @@ type stream struct {
 	wake    chan struct{} // capacity 1: "something is pending"
 }
 
-func newHub(max int) *hub {
-	return &hub{subs: map[*stream]struct{}{}, max: max, done: make(chan struct{})}
+func newHub(max int, interval time.Duration) *hub {
+	return &hub{subs: map[*stream]struct{}{}, max: max, interval: interval, done: make(chan struct{})}
 }
 
 // subscribe adds a stream for topics; nil when the hub is full or closed.
@@ -96,16 +97,23 @@ func (h *hub) follows(topic string) bool {
 	return false
 }
 
-// publish marks topic dirty on every stream that follows it. It never
-// blocks.
-func (h *hub) publish(topic string) {
+// publish marks the topics of one change dirty on every stream that
+// follows them, all at once: a stream sends them in one event batch, not
+// the first alone and the rest an interval later. It never blocks.
+func (h *hub) publish(topics ...string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.subs {
-		if !s.topics[topic] {
+		dirty := false
+		for _, topic := range topics {
+			if s.topics[topic] {
+				s.pending[topic] = true
+				dirty = true
+			}
+		}
+		if !dirty {
 			continue
 		}
-		s.pending[topic] = true
 		select {
 		case s.wake <- struct{}{}:
 		default:
@@ -137,12 +145,11 @@ func (h *hub) close() {
 
 // taskChanged routes a task record change to the pages showing it.
 func (c *Console) taskChanged(ch queue.Change) {
-	c.hub.publish("task:" + ch.TaskID)
-	c.hub.publish(topicTasks)
-	c.hub.publish(topicOverview)
+	topics := []string{"task:" + ch.TaskID, topicTasks, topicOverview}
 	if ch.Cluster != "" {
-		c.hub.publish("cluster:" + ch.Cluster)
+		topics = append(topics, "cluster:"+ch.Cluster)
 	}
+	c.hub.publish(topics...)
 }
 
 // validTopic accepts the topics pages use.
@@ -225,7 +232,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case <-s.wake:
-			if wait := minInterval - time.Since(last); wait > 0 {
+			if wait := c.hub.interval - time.Since(last); wait > 0 {
 				t := time.NewTimer(wait)
 				select {
 				case <-t.C:
@@ -305,8 +312,7 @@ func (c *Console) watchClusters(ctx context.Context) {
 	wctx, cancel := context.WithCancel(context.Background())
 	go func() { <-c.stopped; cancel() }()
 	if err := st.Watch(wctx, func(name string) {
-		c.hub.publish("cluster:" + name)
-		c.hub.publish(topicClusters)
+		c.hub.publish("cluster:"+name, topicClusters)
 	}); err != nil {
 		c.log.Warn("console: cluster pages will not update by themselves", "err", err)
 		return
