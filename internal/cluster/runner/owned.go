@@ -182,9 +182,20 @@ func (f fenced) Append(c *state.Cluster, ch []state.Change) error {
 
 // run runs the job's steps to their end, or until the job ends here.
 func (o *owned) run() {
-	done := make(chan struct{})
-	defer close(done)
-	go o.renewLoop(done)
+	// The lease (and the state lock) is renewed until the job ends here:
+	// renewing stops before the job lets go of the cluster, or a renewal
+	// right after the unlock would take the lock again, and hold it for a
+	// whole lease after the job ended.
+	done, renewing := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(renewing)
+		o.renewLoop(done)
+	}()
+	stopRenewing := sync.OnceFunc(func() {
+		close(done)
+		<-renewing
+	})
+	defer stopRenewing()
 	o.mu.Lock()
 	req, id := o.rec.Request, o.rec.ID
 	o.mu.Unlock()
@@ -227,9 +238,11 @@ func (o *owned) run() {
 		case errors.Is(cause, errLost) || errors.Is(context.Cause(o.life), errLost):
 			return // another daemon runs it: write nothing
 		case errors.Is(cause, errShutdown):
+			stopRenewing()
 			o.release(steps, cause)
 			return
 		case errors.Is(cause, errCancel):
+			stopRenewing()
 			o.finish(StateCancelled, steps, fmt.Sprintf("%v: run the apply again to resume it", cause))
 			return
 		case errors.Is(cause, errLapse):
@@ -257,6 +270,7 @@ func (o *owned) run() {
 		if out.State != Complete {
 			st = StateFailed
 		}
+		stopRenewing()
 		o.finish(st, steps, out.Message)
 		return
 	}
@@ -286,10 +300,17 @@ func (o *owned) saveSteps(steps []Step) {
 	}
 }
 
-// finish records the job's end and lets go of the cluster.
+// finish lets go of the cluster and records the job's end, in that
+// order: whoever sees the job ended (a follower, a daemon taking the next
+// job) finds the cluster's state lock free, not held by a job that is
+// over. Meanwhile the record still says running, so a submit is told to
+// wait for it.
 func (o *owned) finish(st string, steps []Step, msg string) {
 	o.logEntry("ended", fmt.Sprintf("job %s %s", o.rec.ID, st), joblog.Attr{K: "state", V: st}, joblog.Attr{K: "message", V: msg})
 	o.flush()
+	if err := o.r.cfg.Store.Unlock(o.cluster, lockOwner(o.r.cfg.Owner)); err != nil {
+		o.log.Warn("releasing the cluster's state lock failed; it expires with its lease", "err", err)
+	}
 	for i := range 20 {
 		err := o.update(func(r *Record) {
 			r.Steps, r.State, r.Message, r.Ended = steps, st, msg, time.Now()
@@ -306,9 +327,6 @@ func (o *owned) finish(st string, steps []Step, msg string) {
 		case <-time.After(time.Second):
 		}
 	}
-	if err := o.r.cfg.Store.Unlock(o.cluster, lockOwner(o.r.cfg.Owner)); err != nil {
-		o.log.Warn("releasing the cluster's state lock failed; it expires with its lease", "err", err)
-	}
 	o.r.metrics.ended.WithLabelValues(st).Inc()
 	level := slog.LevelInfo
 	if st != StateComplete {
@@ -317,10 +335,12 @@ func (o *owned) finish(st string, steps []Step, msg string) {
 	o.log.Log(context.Background(), level, "cluster job "+st, "message", msg)
 }
 
-// release hands the job to the other daemons (this one shuts down).
+// release hands the job to the other daemons (this one shuts down): the
+// cluster's lock first, then the record, as finish does.
 func (o *owned) release(steps []Step, cause error) {
 	o.logEntry("interrupted", fmt.Sprintf("job %s interrupted: %v; a loomd sharing the queue resumes it", o.rec.ID, cause))
 	o.flush()
+	_ = o.r.cfg.Store.Unlock(o.cluster, lockOwner(o.r.cfg.Owner))
 	err := o.update(func(r *Record) {
 		r.Steps = steps
 		r.addEvent(state.Event{Time: time.Now(), Kind: state.EventInterrupted, By: o.r.who, Message: cause.Error()})
@@ -330,7 +350,6 @@ func (o *owned) release(steps []Step, cause error) {
 	if err != nil && !errors.Is(err, errLost) {
 		o.log.Warn("handing the cluster job over failed; its lease runs out and another daemon takes it over", "err", err)
 	}
-	_ = o.r.cfg.Store.Unlock(o.cluster, lockOwner(o.r.cfg.Owner))
 	o.r.metrics.ended.WithLabelValues("interrupted").Inc()
 	o.log.Info("cluster job handed over: another daemon sharing the queue resumes it", "cause", cause)
 }
