@@ -518,28 +518,44 @@ func TestRegressSavedPlan(t *testing.T) {
 // service on one node runs that (and what depends on it); a stopped
 // service stays stopped across applies; a service process killed behind
 // loomd's back is drift for plan --refresh, and apply --refresh starts it.
+// Run locally, then through a daemon (which plans, refreshes and runs).
 func TestRegressActionsAndDrift(t *testing.T) {
+	t.Run("local", func(t *testing.T) { actionsAndDrift(t, false) })
+	t.Run("daemon", func(t *testing.T) { actionsAndDrift(t, true) })
+}
+
+func actionsAndDrift(t *testing.T, daemon bool) {
 	e := newRegEnv(t, 3)
+	if daemon {
+		d := startDaemon(t, e.dir, "d.log", nil, "--tenant", clTenant, "--known-hosts", e.known)
+		e.server = d.url()
+	}
+	where := func(args ...string) []string {
+		if daemon {
+			return args
+		}
+		return append(args, "--local")
+	}
 	e.writeRegSpec(regSpec{db: 1, web: 2})
-	e.loomd(0, "apply", e.spec, "--local")
+	e.loomd(0, where("apply", e.spec)...)
 	e.fxLines()
 
-	e.loomd(0, "apply", e.spec, "--local", "--action", "restart", "--service", "web", "--node", "shop-web-2")
+	e.loomd(0, where("apply", e.spec, "--action", "restart", "--service", "web", "--node", "shop-web-2")...)
 	if fx := e.fxLines(); strings.Join(fx, ", ") != "STOP web@shop-web-2, START web@shop-web-2" {
 		t.Errorf("restart web on shop-web-2 ran %v", fx)
 	}
 	// Restarting db restarts web too (it depends on db at runtime).
-	e.loomd(0, "apply", e.spec, "--local", "--action", "restart", "--service", "db")
+	e.loomd(0, where("apply", e.spec, "--action", "restart", "--service", "db")...)
 	if fx := e.fxLines(); !has(fx, "STOP db@shop-db-1", "START db@shop-db-1", "STOP web@shop-web-1", "START web@shop-web-2") {
 		t.Errorf("restart db ran %v", fx)
 	}
 	// A stop holds: apply leaves web stopped; start brings it back.
-	e.loomd(0, "apply", e.spec, "--local", "--action", "stop", "--service", "web", "--node", "shop-web-1")
+	e.loomd(0, where("apply", e.spec, "--action", "stop", "--service", "web", "--node", "shop-web-1")...)
 	e.fxLines()
-	if out, _ := e.loomd(0, "plan", e.spec, "--local"); !strings.Contains(out, "No changes") || !strings.Contains(out, "was stopped by a stop action") {
+	if out, _ := e.loomd(0, where("plan", e.spec)...); !strings.Contains(out, "No changes") || !strings.Contains(out, "was stopped by a stop action") {
 		t.Errorf("plan after a stop action:\n%s", out)
 	}
-	e.loomd(0, "apply", e.spec, "--local", "--action", "start", "--service", "web", "--node", "shop-web-1")
+	e.loomd(0, where("apply", e.spec, "--action", "start", "--service", "web", "--node", "shop-web-1")...)
 	if fx := e.fxLines(); strings.Join(fx, ", ") != "START web@shop-web-1" {
 		t.Errorf("start web on shop-web-1 ran %v", fx)
 	}
@@ -552,22 +568,22 @@ func TestRegressActionsAndDrift(t *testing.T) {
 	}
 	syscall.Kill(n, syscall.SIGKILL)
 	time.Sleep(200 * time.Millisecond)
-	if out, _ := e.loomd(0, "plan", e.spec, "--local"); !strings.Contains(out, "No changes") {
+	if out, _ := e.loomd(0, where("plan", e.spec)...); !strings.Contains(out, "No changes") {
 		t.Errorf("plan without --refresh sees no drift:\n%s", out)
 	}
-	out, _ := e.loomd(0, "plan", e.spec, "--local", "--refresh")
+	out, _ := e.loomd(0, where("plan", e.spec, "--refresh")...)
 	if !strings.Contains(out, "Drift: web on shop-web-2: its check failed") || !strings.Contains(out, "START   web") && !strings.Contains(out, "START") {
 		t.Errorf("plan --refresh:\n%s", out)
 	}
 	e.fxLines()
-	e.loomd(0, "apply", e.spec, "--local", "--refresh")
+	e.loomd(0, where("apply", e.spec, "--refresh")...)
 	if fx := e.fxLines(); !has(fx, "START web@shop-web-2") || countPrefix(fx, "START") != 1 || countPrefix(fx, "CHECK") != 3 {
 		t.Errorf("apply --refresh ran %v", fx)
 	}
-	if out, _ := e.loomd(0, "plan", e.spec, "--local", "--refresh"); !strings.Contains(out, "No changes") {
+	if out, _ := e.loomd(0, where("plan", e.spec, "--refresh")...); !strings.Contains(out, "No changes") {
 		t.Errorf("plan --refresh after the repair:\n%s", out)
 	}
-	e.loomd(0, "destroy", "shop", "--local")
+	e.loomd(0, where("destroy", "shop")...)
 	if n := e.processes(); n != 0 {
 		t.Errorf("destroy left %d service processes", n)
 	}
