@@ -292,6 +292,7 @@ func connExec(L *lua.LState) int {
 		maxCapture: f.size("max_capture", defaultMaxCapture),
 		cleanup:    f.str("cleanup"),
 		loginEnv:   f.boolean("login_env", false),
+		shell:      f.str("shell"),
 	}
 	if v := f.value("stdin"); v != lua.LNil {
 		s, ok := v.(lua.LString)
@@ -299,6 +300,9 @@ func connExec(L *lua.LState) int {
 			bindings.Raise(L, bindings.Errorf("config", "conn:exec: option \"stdin\": want a string, got %s", v.Type()))
 		}
 		spec.stdin = strings.NewReader(string(s))
+	}
+	if strings.ContainsAny(spec.shell, "\x00\n") {
+		bindings.Raise(L, bindings.Errorf("config", "conn:exec: option \"shell\": %q is not a shell's path or name", spec.shell))
 	}
 	spec.sudo = c.m.sudoOption(f, "sudo")
 	for _, cb := range []struct {

@@ -39,6 +39,11 @@ type execSpec struct {
 	// (through the same sudo), on a second session. It removes what the
 	// command could not remove itself after a KILL (task files).
 	cleanup string
+	// shell runs cmd on the node: "" is the login shell ($SHELL, as sshd
+	// runs a command), or sh under sudo. The binding's own commands use
+	// /bin/sh: a second start of a login shell whose rc files are slow
+	// (they already ran once for the session) would double their cost.
+	shell string
 	// loginEnv gives a command run through sudo the login user's
 	// environment back, as sudo -E would: read and restored in the
 	// command's own session (see loginEnvCapture).
@@ -285,7 +290,7 @@ func (r *runner) commandLine() string {
 				fmt.Fprintf(&prefix, "export %s=%s; ", k, Quote(spec.env[k]))
 			}
 		}
-		return fmt.Sprintf("/bin/sh -c %s sh %s '' %s", Quote(groupWrapper), r.ctl.started, Quote(prefix.String()+spec.cmd))
+		return fmt.Sprintf("/bin/sh -c %s sh %s %s %s", Quote(groupWrapper), r.ctl.started, Quote(spec.shell), Quote(prefix.String()+spec.cmd))
 	}
 	for _, k := range keys {
 		fmt.Fprintf(&prefix, "export %s=%s; ", k, Quote(spec.env[k]))
@@ -294,16 +299,20 @@ func (r *runner) commandLine() string {
 	if spec.sudo.password != "" {
 		auth = "-S -p " + Quote(string(r.ctl.prompt))
 	}
+	shell := spec.shell
+	if shell == "" {
+		shell = "sh"
+	}
 	if !spec.loginEnv {
-		return fmt.Sprintf("sudo %s -u %s -- /bin/sh -c %s sh %s sh %s", auth, Quote(spec.sudo.user),
-			Quote(groupWrapper), r.ctl.started, Quote(prefix.String()+spec.cmd))
+		return fmt.Sprintf("sudo %s -u %s -- /bin/sh -c %s sh %s %s %s", auth, Quote(spec.sudo.user),
+			Quote(groupWrapper), r.ctl.started, Quote(shell), Quote(prefix.String()+spec.cmd))
 	}
 	// One session: the login shell's /bin/sh prints the environment, then
 	// becomes sudo; the wrapper restores it from stdin before the command.
 	r.ctl.env = "loom-env-" + randToken()
 	r.envEnd = "loom-env-end-" + randToken()
-	return fmt.Sprintf("/bin/sh -c %s sh %s sudo %s -u %s -- /bin/sh -c %s sh %s sh %s %s", Quote(loginEnvCapture), r.ctl.env,
-		auth, Quote(spec.sudo.user), Quote(groupEnvWrapper), r.ctl.started, Quote(prefix.String()+spec.cmd), r.envEnd)
+	return fmt.Sprintf("/bin/sh -c %s sh %s sudo %s -u %s -- /bin/sh -c %s sh %s %s %s %s", Quote(loginEnvCapture), r.ctl.env,
+		auth, Quote(spec.sudo.user), Quote(groupEnvWrapper), r.ctl.started, Quote(shell), Quote(prefix.String()+spec.cmd), r.envEnd)
 }
 
 // event is something a stream reader saw.

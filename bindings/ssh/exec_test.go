@@ -396,3 +396,21 @@ func TestLoginEnvBlockRemovesLoaderVars(t *testing.T) {
 		t.Errorf("block:\n%s", block)
 	}
 }
+
+// TestExecShell: a command runs in the login shell (bash for the test
+// users) unless exec names another one; under sudo, sh.
+func TestExecShell(t *testing.T) {
+	e := newEnv(t, sshdtest.Config{}, nil)
+	e.run(`c = conn(NPUSER)`)
+	for code, want := range map[string]string{
+		`c:exec("echo $0").stdout`:                                "bash\n",
+		`c:exec("echo $0", {shell = "/bin/sh"}).stdout`:           "sh\n",
+		`c:exec("echo $0", {sudo = true}).stdout`:                 "sh\n",
+		`c:exec("echo $0", {sudo = true, shell = "bash"}).stdout`: "bash\n",
+	} {
+		if got := e.str(code); got != want {
+			t.Errorf("%s = %q, want %q", code, got, want)
+		}
+	}
+	wantKind(t, e.luaErr(`c:exec("true", {shell = "sh\nx"})`), "config", "shell")
+}

@@ -59,7 +59,8 @@ var moduleSpec = bindings.ModuleSpec{
 				"(and \"timeout\" when timed out). opts: timeout (none; the hook deadline always applies), kill_grace (5s), " +
 				"env = {NAME = value} (Setenv, else an export prefix), stdin (string), pty (false; merges stderr into stdout), " +
 				"sudo = true | {user = \"root\", password = ...} (sudo -n without a password; with one, the password is written " +
-				"only when sudo prompts with a random marker and never reaches output), login_env (false; with sudo, the login user's " +
+				"only when sudo prompts with a random marker and never reaches output), shell (the login shell, as sshd runs a command; sh under sudo; \"/bin/sh\" " +
+				"skips a second start of a login shell with slow rc files), login_env (false; with sudo, the login user's " +
 				"environment as sudo -E gives it, read in the same session), on_stdout / on_stderr = function(line) " +
 				"callbacks, max_capture (\"4MiB\" per stream; the rest is drained and counted, truncated = true), cleanup (shell code run " +
 				"on the node, as the same user, after a stopped command is dead: task files it could not remove). The command runs in a " +

@@ -162,7 +162,7 @@ func (b *Binding) put(ctx context.Context, cfg *connConfig, key string, logger *
 		if ps.atomic {
 			cmd += " && mv -f -- " + Quote(target) + " " + Quote(dst)
 		}
-		res, err := b.run(ctx, cfg, key, logger, execSpec{cmd: cmd, maxCapture: 64 << 10})
+		res, err := b.run(ctx, cfg, key, logger, execSpec{shell: "/bin/sh", cmd: cmd, maxCapture: 64 << 10})
 		if err == nil && res.exitCode != 0 {
 			err = cfg.connError("permission", "chown %s %s failed: %s (use sudo=true)", ownerSpec(ps.owner, ps.group), dst, shorten(string(res.stderr)))
 		}
@@ -230,7 +230,7 @@ func (b *Binding) putSudo(ctx context.Context, cfg *connConfig, key string, logg
 	if ps.atomic {
 		sc.WriteString("mv -f \"$stage\" \"$dst\"\n")
 	}
-	res, err := b.run(ctx, cfg, key, logger, execSpec{cmd: sc.String(), sudo: ps.sudo, maxCapture: 64 << 10})
+	res, err := b.run(ctx, cfg, key, logger, execSpec{shell: "/bin/sh", cmd: sc.String(), sudo: ps.sudo, maxCapture: 64 << 10})
 	if err == nil && res.exitCode != 0 {
 		err = cfg.connError("io", "installing %s with sudo failed (exit %d): %s", dst, res.exitCode, shorten(string(res.stderr)))
 	}
@@ -244,7 +244,7 @@ func (b *Binding) putSudo(ctx context.Context, cfg *connConfig, key string, logg
 // removeRemote deletes a temp file as the login user, best effort (the
 // operation that made it already failed and is what gets reported).
 func (b *Binding) removeRemote(ctx context.Context, cfg *connConfig, key string, logger *slog.Logger, p string) {
-	if _, err := b.run(ctx, cfg, key, logger, execSpec{cmd: "rm -f -- " + Quote(p), maxCapture: 4 << 10}); err != nil {
+	if _, err := b.run(ctx, cfg, key, logger, execSpec{shell: "/bin/sh", cmd: "rm -f -- " + Quote(p), maxCapture: 4 << 10}); err != nil {
 		logger.Warn("ssh: could not remove a temp file", "conn", cfg.String(), "path", p, "err", err)
 	}
 }
@@ -260,7 +260,7 @@ func ownerSpec(owner, group string) string {
 // chown runs chown on the host (as the login user, or through sudo).
 func (b *Binding) chown(ctx context.Context, cfg *connConfig, key string, logger *slog.Logger, target, owner, group string, sudo *sudoSpec) error {
 	cmd := "chown " + Quote(ownerSpec(owner, group)) + " -- " + Quote(target)
-	res, err := b.run(ctx, cfg, key, logger, execSpec{cmd: cmd, sudo: sudo, maxCapture: 64 << 10})
+	res, err := b.run(ctx, cfg, key, logger, execSpec{shell: "/bin/sh", cmd: cmd, sudo: sudo, maxCapture: 64 << 10})
 	if err != nil {
 		return err
 	}
@@ -455,7 +455,7 @@ func (b *Binding) putDirTar(ctx context.Context, cfg *connConfig, key string, lo
 		pw.CloseWithError(err)
 		done <- tarDone{st, err}
 	}()
-	res, err := b.run(ctx, cfg, key, logger, execSpec{cmd: cmd, stdin: pr, sudo: sudo, maxCapture: 256 << 10})
+	res, err := b.run(ctx, cfg, key, logger, execSpec{shell: "/bin/sh", cmd: cmd, stdin: pr, sudo: sudo, maxCapture: 256 << 10})
 	pr.CloseWithError(errors.New("upload_dir: remote side finished")) // unblock the writer if tar stopped reading
 	td := <-done
 	if err != nil {
@@ -645,7 +645,7 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 // readRemote returns a remote file's content, at most max bytes.
 func (b *Binding) readRemote(ctx context.Context, cfg *connConfig, key string, logger *slog.Logger, remote string, max int64, sudo *sudoSpec) ([]byte, error) {
 	if sudo != nil && sudo.user != cfg.user {
-		res, err := b.run(ctx, cfg, key, logger, execSpec{cmd: "cat -- " + Quote(remote), sudo: sudo, maxCapture: max + 1})
+		res, err := b.run(ctx, cfg, key, logger, execSpec{shell: "/bin/sh", cmd: "cat -- " + Quote(remote), sudo: sudo, maxCapture: max + 1})
 		if err != nil {
 			return nil, err
 		}
@@ -843,7 +843,7 @@ func connUploadDir(L *lua.LState) int {
 			}
 		}
 		if after != "" {
-			res, err := c.m.b.run(h.Context(), c.cfg, c.key, h.Logger(), execSpec{cmd: "{\n" + after + "\n} </dev/null", maxCapture: 256 << 10})
+			res, err := c.m.b.run(h.Context(), c.cfg, c.key, h.Logger(), execSpec{shell: "/bin/sh", cmd: "{\n" + after + "\n} </dev/null", maxCapture: 256 << 10})
 			if err != nil {
 				bindings.Raise(L, err)
 			}

@@ -93,6 +93,7 @@ var types = []bindings.TypeSpec{
 			{Name: "stdin", Type: "string", Optional: true, Doc: "standard input"},
 			{Name: "pty", Type: "boolean", Optional: true, Doc: "allocate a terminal; merges stderr into stdout (false)"},
 			{Name: "sudo", Type: sudoType, Optional: true, Doc: "run through sudo"},
+			{Name: "shell", Type: "string", Optional: true, Doc: "the shell that runs cmd (the login shell; sh under sudo)"},
 			{Name: "login_env", Type: "boolean", Optional: true, Doc: "through sudo, give the command the login user's environment back, as sudo -E would (false)"},
 			{Name: "on_stdout", Type: "fun(line: string)", Optional: true, Doc: "called with each line of stdout"},
 			{Name: "on_stderr", Type: "fun(line: string)", Optional: true, Doc: "called with each line of stderr"},

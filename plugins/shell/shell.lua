@@ -400,6 +400,10 @@ function ShellAutomator:run_script(input)
     -- variables; sudo here resets them, and the binding gives them back,
     -- read in the script's own session (no extra round trip).
     login_env = sudo ~= nil and not off[fields.sudo_env],
+    -- The command is POSIX sh and starts the wrapper with sh: the login
+    -- shell's rc files ran once for the session already, and a second
+    -- start would run them again (slow on nodes with a heavy .bashrc).
+    shell = "/bin/sh",
     timeout = timeout,
     cleanup = cleanup(cache, run_id),
     -- Operators see the script's progress with --log-level debug; the

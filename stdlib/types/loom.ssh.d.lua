@@ -83,6 +83,7 @@ local loom_ssh_conn = {}
 ---@field stdin? string standard input
 ---@field pty? boolean allocate a terminal; merges stderr into stdout (false)
 ---@field sudo? boolean|ssh.SudoOptions run through sudo
+---@field shell? string the shell that runs cmd (the login shell; sh under sudo)
 ---@field login_env? boolean through sudo, give the command the login user's environment back, as sudo -E would (false)
 ---@field on_stdout? fun(line: string) called with each line of stdout
 ---@field on_stderr? fun(line: string) called with each line of stderr
@@ -184,15 +185,17 @@ function loom_ssh.quote(...) end
 --- (none; the hook deadline always applies), kill_grace (5s), env = {NAME = value} (Setenv, else an
 --- export prefix), stdin (string), pty (false; merges stderr into stdout), sudo = true | {user =
 --- "root", password = ...} (sudo -n without a password; with one, the password is written only when
---- sudo prompts with a random marker and never reaches output), login_env (false; with sudo, the
---- login user's environment as sudo -E gives it, read in the same session), on_stdout / on_stderr =
---- function(line) callbacks, max_capture ("4MiB" per stream; the rest is drained and counted,
---- truncated = true), cleanup (shell code run on the node, as the same user, after a stopped
---- command is dead: task files it could not remove). The command runs in a process group of its
---- own; on timeout, hook deadline or cancellation (kind "cancelled"), a second session sends the
---- whole group TERM, then KILL after kill_grace, as root and through sudo too: no process is left
---- behind, and stopped says what was killed. A dropped connection raises "transport_lost" (the
---- command is never re-run); sudo refusals raise "auth" or "permission".
+--- sudo prompts with a random marker and never reaches output), shell (the login shell, as sshd
+--- runs a command; sh under sudo; "/bin/sh" skips a second start of a login shell with slow rc
+--- files), login_env (false; with sudo, the login user's environment as sudo -E gives it, read in
+--- the same session), on_stdout / on_stderr = function(line) callbacks, max_capture ("4MiB" per
+--- stream; the rest is drained and counted, truncated = true), cleanup (shell code run on the node,
+--- as the same user, after a stopped command is dead: task files it could not remove). The command
+--- runs in a process group of its own; on timeout, hook deadline or cancellation (kind
+--- "cancelled"), a second session sends the whole group TERM, then KILL after kill_grace, as root
+--- and through sudo too: no process is left behind, and stopped says what was killed. A dropped
+--- connection raises "transport_lost" (the command is never re-run); sudo refusals raise "auth" or
+--- "permission".
 ---@param cmd string
 ---@param opts? ssh.ExecOptions
 ---@return ssh.ExecResult
