@@ -296,21 +296,21 @@ function ShellAutomator:ship(input, cache)
   shipped[#shipped + 1] = "lib"
 
   local q = ssh.quote
+  -- Every exec on the node counts (a few ms each, more on a busy node):
+  -- the current trees go aside with one mv, the new ones in with another.
   local swap = table.concat({
     "set -e",
-    "cache=" .. q(cache) .. "; new=" .. q(staging),
-    "mkdir -p \"$new/scripts\" \"$new/archives\" \"$new/lib\"",
+    "cache=" .. q(cache) .. "; new=" .. q(staging) .. "; old=\"$new.old\"",
+    "mkdir -p \"$new/scripts\" \"$new/archives\" \"$new/lib\" \"$old\" \"$cache/run\"",
     "chmod 0755 \"$cache\" \"$new/scripts\" \"$new/archives\" \"$new/lib\"",
-    "for d in scripts archives lib; do",
-    "  rm -rf \"$cache/$d.old\"",
-    "  if [ -e \"$cache/$d\" ]; then mv \"$cache/$d\" \"$cache/$d.old\"; fi",
-    "  mv \"$new/$d\" \"$cache/$d\"",
-    "done",
-    "rm -rf \"$cache/scripts.old\" \"$cache/archives.old\" \"$cache/lib.old\"",
-    "rmdir \"$new\"",
-    -- Staging dirs of BOOTSTRAPs that were interrupted.
-    "for old in \"$cache\"/.incoming.*; do [ -e \"$old\" ] && rm -rf \"$old\"; done",
-    "mkdir -p \"$cache/run\"; chmod 0700 \"$cache/run\"",
+    "chmod 0700 \"$cache/run\"",
+    "set --",
+    "for d in scripts archives lib; do if [ -e \"$cache/$d\" ]; then set -- \"$@\" \"$cache/$d\"; fi; done",
+    "if [ $# -gt 0 ]; then mv -- \"$@\" \"$old/\"; fi",
+    "mv -- \"$new/scripts\" \"$new/archives\" \"$new/lib\" \"$cache/\"",
+    -- The old trees, this staging dir, those of BOOTSTRAPs that were
+    -- interrupted, and the *.old dirs earlier versions left.
+    "rm -rf -- \"$cache\"/.incoming.* \"$cache/scripts.old\" \"$cache/archives.old\" \"$cache/lib.old\"",
   }, "\n")
   local st = self:remote(input, "shipping " .. table.concat(shipped, ", ") .. " to " .. cache, "upload_dir", sources,
     staging, { sudo = sudo, after = swap, follow_links = true })
