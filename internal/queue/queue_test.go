@@ -739,3 +739,55 @@ func TestSetTypesServesEveryShard(t *testing.T) {
 		}
 	}
 }
+
+// On a single server, consumers keep their state in memory (no state file
+// rewritten with O_SYNC per ack). A consumer an earlier loomd created with
+// file state is created again in memory, and the task waiting in its
+// stream runs; so does one queued before a restart.
+func TestConsumersKeepStateInMemory(t *testing.T) {
+	cfg := testConfig(t)
+	q := open(t, cfg)
+	ctx := context.Background()
+	// An earlier loomd's consumer, with file state, and a task for it.
+	old := q.consumerConfig(shell, 0)
+	old.MemoryStorage = false
+	if _, err := q.shards[0].js.CreateOrUpdateConsumer(ctx, taskStreamName(0), old); err != nil {
+		t.Fatal(err)
+	}
+	id := "mem-0"
+	for i := 1; shardOf(id) != 0; i++ {
+		id = fmt.Sprintf("mem-%d", i)
+	}
+	submit(t, q, task(id, "shell"))
+	serve(t, q, newCounter(nil), 2, shell)
+	if got := wait(t, q, id); got.State != Succeeded {
+		t.Fatalf("%s = %s, want succeeded", id, got.State)
+	}
+	memory := func(q *Queue) {
+		t.Helper()
+		ok := eventually(func() bool {
+			for shard := range StateShards {
+				c, err := q.shards[shard].js.Consumer(ctx, taskStreamName(shard), shell.consumerName())
+				if err != nil || !c.CachedInfo().Config.MemoryStorage {
+					return false
+				}
+			}
+			return true
+		})
+		if !ok {
+			t.Fatalf("the consumers of %s do not all keep their state in memory", shell)
+		}
+	}
+	memory(q)
+	// Restart with a task queued meanwhile.
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q = open(t, cfg)
+	submit(t, q, task("mem-after", "shell"))
+	serve(t, q, newCounter(nil), 2, shell)
+	if got := wait(t, q, "mem-after"); got.State != Succeeded {
+		t.Fatalf("mem-after = %s after a restart, want succeeded", got.State)
+	}
+	memory(q)
+}
