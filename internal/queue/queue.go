@@ -666,22 +666,27 @@ func (q *Queue) startWatch() error {
 // OnChange callbacks.
 func (q *Queue) wake(e jetstream.KeyValueEntry) {
 	id := strings.TrimPrefix(e.Key(), keyPrefix)
-	if q.hasChangeSubs() {
-		if rec, err := decodeRecord(e); err == nil {
-			q.emit(Change{TaskID: rec.TaskID, TenantID: rec.TenantID, Cluster: rec.ClusterID, Type: rec.Type, State: rec.State})
-		}
-	}
+	subs := q.hasChangeSubs()
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	ws := q.waiters[id]
-	if len(ws) == 0 {
+	waiting := len(q.waiters[id]) > 0
+	q.mu.Unlock()
+	if !subs && !waiting {
 		return
 	}
+	// Decoded once for both.
 	rec, err := decodeRecord(e)
 	if err != nil {
 		return
 	}
-	for _, ch := range ws {
+	if subs {
+		q.emit(Change{TaskID: rec.TaskID, TenantID: rec.TenantID, Cluster: rec.ClusterID, Type: rec.Type, State: rec.State})
+	}
+	if !waiting {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, ch := range q.waiters[id] {
 		select { // keep only the newest record in the buffer
 		case <-ch:
 		default:
