@@ -213,11 +213,16 @@ func (rt *Runtime) callHeld(ctx context.Context, c *CallRequest, logger *slog.Lo
 		fail(&CallError{Class: ClassRetry, Message: fmt.Sprintf("creating the work dir for %s: %v (check --work-dir)", pt.name, err)})
 		return done()
 	}
-	if !contains(pt.hooks, h.Name) {
+	hooks, _, herr := pt.hookList(tenant)
+	if herr != nil {
+		fail(&CallError{Class: ClassRetry, Message: fmt.Sprintf("provisioning a VM for %s: %v", pt.name, herr)})
+		return done()
+	}
+	if !contains(hooks, h.Name) {
 		// The contract's answer for an absent optional hook (required
 		// hooks are checked at load).
 		res.Defaulted = true
-		out, cerr := h.absent(r.input, func(n string) bool { return contains(pt.hooks, n) })
+		out, cerr := h.absent(r.input, func(n string) bool { return contains(hooks, n) })
 		if cerr != nil {
 			fail(cerr)
 		} else {

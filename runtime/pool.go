@@ -31,6 +31,7 @@ type pool struct {
 	inUse   atomic.Int64
 	created atomic.Int64
 	retired atomic.Int64
+	puts    atomic.Int64 // a counter of returns, so TrimIdleVMs knows the pool used last
 }
 
 func newPool(max int, newVM func(tenant string) (*vm, error)) *pool {
@@ -76,6 +77,29 @@ func (p *pool) put(v *vm) {
 	p.idle[v.tenant] = append(p.idle[v.tenant], v)
 	p.nIdle++
 	p.mu.Unlock()
+	p.puts.Store(lastPut.Add(1))
+}
+
+// lastPut orders the pools' most recent returns.
+var lastPut atomic.Int64
+
+// closeIdle closes the idle VMs and returns how many; the pool stays
+// open.
+func (p *pool) closeIdle() int {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = make(map[string][]*vm)
+	p.nIdle = 0
+	p.mu.Unlock()
+	n := 0
+	for _, list := range idle {
+		for _, v := range list {
+			p.retired.Add(1)
+			v.close()
+			n++
+		}
+	}
+	return n
 }
 
 // add seeds the pool with an already provisioned VM.

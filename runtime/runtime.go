@@ -74,6 +74,15 @@ type Options struct {
 	// this way, so a plugin half-written or broken on disk never reaches
 	// them.
 	Sources []PluginSource
+	// LazyTypes makes a type's first VM with its first task or call, not
+	// at load, so a process holds VMs only for the types it runs. Loading
+	// then checks no more than that the plugin's code compiles: a type
+	// whose code fails when it runs fails its first task instead of the
+	// load, and missing hooks are not reported. For versions another
+	// runtime validated (Sources): loomd's workers, each of which could
+	// serve any of the daemon's types, held a VM of every one of them
+	// (about 140 KiB each: 7 MiB with 50 types).
+	LazyTypes bool
 	// PermitHTTP, when set, returns hosts added to every non-empty
 	// permissions.http allow-list. loomd test uses it for the fakes a
 	// test permits explicitly; loomd itself never sets it.
@@ -157,6 +166,10 @@ type pluginType struct {
 	pool    *pool
 	hooks   []string // hooks the entry table defines
 	missing []string // hooks it does not define (or inherits as failing defaults)
+	// inspected is set once hooks and missing are known: at load, or
+	// (Options.LazyTypes) when hookList first needs them.
+	inspectMu sync.Mutex
+	inspected bool
 
 	workDirs sync.Map // work dirs known to exist, by tenant
 }
@@ -343,7 +356,7 @@ func (rt *Runtime) Reload(ctx context.Context) (ReloadReport, error) {
 				continue
 			}
 			next.types[name] = pt
-			if !pt.kind().Coopr {
+			if !pt.kind().Coopr || rt.opts.LazyTypes {
 				continue // a called kind's absent hooks are answered by the host
 			}
 			for _, h := range pt.missing {
@@ -414,11 +427,15 @@ func (rt *Runtime) buildType(p *plugin, name string) (*pluginType, error) {
 	td := p.def.Types[name]
 	pt := &pluginType{name: name, family: td.kind.Family, plugin: p, def: td}
 	pt.pool = newPool(rt.opts.PoolSize, func(tenant string) (*vm, error) { return newVM(rt, pt, tenant) })
+	if rt.opts.LazyTypes {
+		return pt, nil
+	}
 	v, err := newVM(rt, pt, rt.opts.Tenant)
 	if err != nil {
 		return nil, err
 	}
 	pt.hooks, pt.missing = v.inspectHooks()
+	pt.inspected = true
 	if k := pt.kind(); !k.Coopr {
 		var lacking []string
 		for _, h := range pt.missing {
@@ -486,6 +503,48 @@ func (pt *pluginType) kind() *Kind {
 // inspectHooks lists the family's hooks the entry table defines, and
 // those it lacks or inherits from the failing base defaults. It follows
 // __index chains of tables only: no Lua runs.
+// TrimIdleVMs closes the idle VMs of every plugin type but the one that
+// ran last, and returns how many it closed. A process that can serve many
+// types, one task at a time (a loomd worker), calls it when it has been
+// idle a while: the next task of another type provisions a VM again.
+func (rt *Runtime) TrimIdleVMs() int {
+	s := rt.snap.Load()
+	if s == nil {
+		return 0
+	}
+	var last *pluginType
+	for _, pt := range s.types {
+		if last == nil || pt.pool.puts.Load() > last.pool.puts.Load() {
+			last = pt
+		}
+	}
+	n := 0
+	for _, pt := range s.types {
+		if pt != last {
+			n += pt.pool.closeIdle()
+		}
+	}
+	return n
+}
+
+// hookList is the hooks the type defines and those it does not. With
+// Options.LazyTypes they are read from a VM the first time they are
+// needed (the VM goes back to the pool); an error is the VM's.
+func (pt *pluginType) hookList(tenant string) (hooks, missing []string, err error) {
+	pt.inspectMu.Lock()
+	defer pt.inspectMu.Unlock()
+	if !pt.inspected {
+		v, err := pt.pool.get(tenant)
+		if err != nil {
+			return nil, nil, err // tried again with the next call
+		}
+		pt.hooks, pt.missing = v.inspectHooks()
+		pt.inspected = true
+		pt.pool.put(v)
+	}
+	return pt.hooks, pt.missing, nil
+}
+
 func (v *vm) inspectHooks() (defined, missing []string) {
 	hooks := v.pt.kind().HookNames()
 	var defaults *lua.LTable
@@ -525,11 +584,14 @@ func (rt *Runtime) Types() []TypeInfo {
 	s := rt.snap.Load()
 	out := make([]TypeInfo, 0, len(s.types))
 	for _, pt := range s.types {
+		pt.inspectMu.Lock() // hookList may fill them in (Options.LazyTypes)
+		hooks, missing := pt.hooks, pt.missing
+		pt.inspectMu.Unlock()
 		out = append(out, TypeInfo{
 			Name: pt.name, Family: pt.family, Plugin: pt.plugin.def.Name,
 			Description: pt.plugin.def.Description, Dir: pt.plugin.display,
 			Definition: pt.plugin.defFile, Classname: pt.def.Classname,
-			Version: pt.plugin.version, Hooks: pt.hooks, Missing: pt.missing, Raw: pt.def.Raw,
+			Version: pt.plugin.version, Hooks: hooks, Missing: missing, Raw: pt.def.Raw,
 			Key: pt.kind().Key, Coopr: pt.kind().Coopr,
 			MemoryLimit: pt.def.memoryLimit(pt.plugin.def), Host: pt.def.hostSettings,
 		})

@@ -55,6 +55,7 @@ func main() {
 	logLevel := flag.String("log-level", "warn", "loomd --log-level (info logs a line per finished task)")
 	ceiling := flag.Bool("ceiling", false, "measure only the work-queue streams with fsync on every write (no loomd): one stream, then -shards of them, in turn")
 	shards := flag.Int("shards", 4, "with -ceiling: the sharded run's stream count (loomd shards its task stream in 4)")
+	idleSamples := flag.Int("idle-samples", 5, "tasks each submitted after 1.5 s without any (workers give memory back after 1 s idle): their latency, then the idle workers' RSS")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of loomd (--pprof) taken during the throughput run to this file")
 	profileSeconds := flag.Int("profile-seconds", 5, "with -cpuprofile: seconds to profile, from the start of the throughput run")
 	flag.Parse()
@@ -68,7 +69,7 @@ func main() {
 		return
 	}
 	prof := profile{file: *cpuProfile, seconds: *profileSeconds}
-	if err := run(*bin, *plugins, *tasks, *clients, *concurrency, *samples, *reloads, *keep, *fsync, *isolation, *logLevel, prof); err != nil {
+	if err := run(*bin, *plugins, *tasks, *clients, *concurrency, *samples, *reloads, *idleSamples, *keep, *fsync, *isolation, *logLevel, prof); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -80,7 +81,7 @@ type profile struct {
 	seconds int
 }
 
-func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads int, keep bool, fsync, isolation, logLevel string, prof profile) error {
+func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads, nIdle int, keep bool, fsync, isolation, logLevel string, prof profile) error {
 	dir, err := os.MkdirTemp("", "loomd-bench-")
 	if err != nil {
 		return err
@@ -227,7 +228,71 @@ func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads
 	slices.Sort(rl)
 	fmt.Printf("hot reload, plugin file written until a new task runs the new version (%d reloads): median %.0f ms, max %.0f ms\n",
 		nReloads, ms(rl[len(rl)/2]), ms(rl[len(rl)-1]))
+
+	// 6. A task after an idle spell, then the idle workers' memory.
+	if nIdle > 0 {
+		var il []time.Duration
+		for i := range nIdle {
+			time.Sleep(1500 * time.Millisecond)
+			t0 := time.Now()
+			if _, err := submitAndWait(hc, base, fmt.Sprintf("idle-%d", i), fmt.Sprintf("noop%02d", i%nPlugins)); err != nil {
+				return err
+			}
+			il = append(il, time.Since(t0))
+		}
+		slices.Sort(il)
+		fmt.Printf("submit-to-result latency of a task after 1.5 s idle (%d samples): p50 %.2f ms, max %.2f ms\n", nIdle, ms(il[len(il)/2]), ms(il[len(il)-1]))
+		time.Sleep(1500 * time.Millisecond)
+		ws := workerMemory(cmd.Process.Pid)
+		if len(ws) > 0 {
+			var maxRSS, sumRSS, sumAnon, sumPSS float64
+			for _, w := range ws {
+				maxRSS = max(maxRSS, w.rss)
+				sumRSS += w.rss
+				sumAnon += w.anon
+				sumPSS += w.pss
+			}
+			n := float64(len(ws))
+			fmt.Printf("idle workers (1.5 s after their last task): %d, RSS max %.1f MiB, mean %.1f MiB (private anonymous %.1f MiB, PSS %.1f MiB)\n",
+				len(ws), maxRSS, sumRSS/n, sumAnon/n, sumPSS/n)
+		}
+	}
 	return nil
+}
+
+// memory is a process's RSS, anonymous RSS and PSS, in MiB.
+type memory struct{ rss, anon, pss float64 }
+
+// workerMemory is the memory of pid's children (loomd's workers).
+func workerMemory(pid int) []memory {
+	var out []memory
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if f := procStat(e.Name()); len(f) > 1 && f[1] == fmt.Sprint(pid) {
+			var m memory
+			m.rss = kibField(filepath.Join("/proc", e.Name(), "status"), "VmRSS:") / 1024
+			m.anon = kibField(filepath.Join("/proc", e.Name(), "status"), "RssAnon:") / 1024
+			m.pss = kibField(filepath.Join("/proc", e.Name(), "smaps_rollup"), "Pss:") / 1024
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// kibField reads a "Name: N kB" line of a /proc file.
+func kibField(path, name string) float64 {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(l, name); ok {
+			var kb float64
+			fmt.Sscanf(strings.TrimSpace(v), "%f", &kb)
+			return kb
+		}
+	}
+	return -1
 }
 
 // fetchProfile writes loomd's CPU profile of the next prof.seconds.

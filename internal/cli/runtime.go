@@ -182,6 +182,9 @@ type runtimeConfig struct {
 	permit []string
 	// kit is the REPL's test kit (fakes), or nil.
 	kit *plugtest.Kit
+	// lazyTypes makes each type's first VM with its first task (a worker
+	// runs versions the daemon validated, and only some of its types).
+	lazyTypes bool
 }
 
 // newRuntime builds and loads a runtime from the global options.
@@ -220,6 +223,7 @@ func (a *App) newRuntime(ctx context.Context, g *globalOptions, rc runtimeConfig
 		WorkerID:      g.workerID,
 
 		QuietMissingHooks: rc.quietMissingHooks,
+		LazyTypes:         rc.lazyTypes,
 	})
 	if err != nil {
 		return nil, usageErr(err)

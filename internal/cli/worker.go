@@ -93,13 +93,16 @@ func (a *App) runWorker(ctx context.Context, o *workerOptions) error {
 		return err
 	}
 	logger := slog.New(c.LogHandler(lvl))
-	rc := runtimeConfig{timeout: o.timeout, logger: logger}
+	// One hook at a time per worker: one idle VM per type is all it
+	// reuses (the runtime's default keeps eight).
+	rc := runtimeConfig{timeout: o.timeout, logger: logger, poolSize: 1}
 	if o.fromDaemon {
 		// The versions the daemon validated: the folders may be
 		// half-written or hold a broken version the daemon refused.
 		if rc.sources, err = c.ReceivePlugins(); err != nil {
 			return err
 		}
+		rc.lazyTypes = true
 	}
 	rt, err := a.newRuntime(ctx, o.g, rc)
 	if err != nil {

@@ -35,6 +35,13 @@ type ChildOptions struct {
 	// Listeners receives the daemon's own listeners from listeners
 	// frames; the worker's loom.http refuses them. Nil ignores them.
 	Listeners *listeners.Registry
+	// IdleRelease is how long the worker waits without a run before it
+	// gives memory back: the idle VMs of the types other than the last one
+	// it ran, the heap's free pages, and its mappings of the binary's code
+	// (releaseMemory); default 1s, negative never. A worker busy with
+	// tasks never pays for it; the first task after an idle spell maps the
+	// code it needs again, and a task of another type provisions a VM.
+	IdleRelease time.Duration
 }
 
 // Child is the worker side of the protocol: it runs the tasks the parent
@@ -45,14 +52,15 @@ type Child struct {
 	opts  ChildOptions
 	limit string // how the OS limit is applied, for hello and logs
 
-	current atomic.Uint64 // id of the run in flight, for log frames
-	mu      sync.Mutex
-	runs    map[uint64]*childRun
-	runq    chan queuedRun // runs execute in order on one goroutine, whose stack stays grown
-	wg      sync.WaitGroup
-	retired atomic.Bool
-	serving atomic.Bool // log records before Serve are load warnings the daemon already reported
-	watch   *watchdog
+	current  atomic.Uint64 // id of the run in flight, for log frames
+	mu       sync.Mutex
+	runs     map[uint64]*childRun
+	runq     chan queuedRun // runs execute in order on one goroutine, whose stack stays grown
+	wg       sync.WaitGroup
+	retired  atomic.Bool
+	serving  atomic.Bool // log records before Serve are load warnings the daemon already reported
+	watch    *watchdog
+	released atomic.Int64 // idle spells that gave memory back
 }
 
 type childRun struct {
@@ -75,6 +83,9 @@ func NewChild(conn io.ReadWriteCloser, opts ChildOptions) (*Child, error) {
 	}
 	if opts.ExitGrace <= 0 {
 		opts.ExitGrace = time.Second
+	}
+	if opts.IdleRelease == 0 {
+		opts.IdleRelease = time.Second
 	}
 	// One hook at a time: more Ps would only add scheduler threads
 	// spinning for work in every worker (futex and nanosleep calls were
@@ -176,11 +187,7 @@ func (c *Child) Serve(ctx context.Context, rt *runtime.Runtime) error {
 	// to end the read.
 	stop := context.AfterFunc(ctx, func() { _ = c.rwc.Close() })
 	defer stop()
-	go func() {
-		for r := range c.runq {
-			c.run(r.ctx, rt, r.id, r.task, r.cancel)
-		}
-	}()
+	go c.runLoop(rt)
 	defer close(c.runq)
 	for {
 		f, err := c.conn.Recv()
@@ -193,6 +200,37 @@ func (c *Child) Serve(ctx context.Context, rt *runtime.Runtime) error {
 			return fmt.Errorf("reading from the parent: %w", err)
 		}
 		c.handle(ctx, rt, f)
+	}
+}
+
+// runLoop runs the queued runs in order, and gives memory back once no
+// run came for IdleRelease (once per idle spell: after the start, and
+// after each run that ends one).
+func (c *Child) runLoop(rt *runtime.Runtime) {
+	var idle <-chan time.Time
+	var timer *time.Timer
+	if c.opts.IdleRelease > 0 {
+		timer = time.NewTimer(c.opts.IdleRelease)
+		defer timer.Stop()
+		idle = timer.C
+	}
+	for {
+		select {
+		case r, ok := <-c.runq:
+			if !ok {
+				return
+			}
+			c.run(r.ctx, rt, r.id, r.task, r.cancel)
+			if timer != nil && len(c.runq) == 0 {
+				timer.Reset(c.opts.IdleRelease)
+			}
+		case <-idle:
+			if len(c.runq) == 0 {
+				c.released.Add(1)
+				rt.TrimIdleVMs() // before releaseMemory's collection frees them
+				releaseMemory()
+			}
+		}
 	}
 }
 

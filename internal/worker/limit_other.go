@@ -2,7 +2,10 @@
 
 package worker
 
-import "fmt"
+import (
+	"fmt"
+	"runtime/debug"
+)
 
 // CgroupEnv names the environment variable through which the daemon
 // passes a cgroup v2 directory for workers (Linux only).
@@ -20,3 +23,10 @@ func applyMemoryLimit(mode string, budget int64) (string, error) {
 func PrepareCgroup() (string, error) { return "", fmt.Errorf("cgroups need Linux") }
 
 func oomKilled(string, int) bool { return false }
+
+// releaseMemory returns the Go heap's free pages to the OS; only Linux
+// also drops the binary's pages (see release_linux.go).
+func releaseMemory() int64 {
+	debug.FreeOSMemory()
+	return 0
+}

@@ -1351,6 +1351,7 @@ func compileFunctionExpr(context *funcContext, funcexpr *ast.FunctionExpr, ec *e
 		context.Proto.stringConstants = append(context.Proto.stringConstants, sv)
 	}
 	patchCode(context)
+	context.Proto.trim() // loom: a proto keeps only what it holds
 } // }}}
 
 func compileTableExpr(context *funcContext, reg int, ex *ast.TableExpr, ec *expcontext) { // {{{

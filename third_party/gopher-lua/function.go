@@ -109,6 +109,23 @@ func newFunctionProto(name string) *FunctionProto {
 	}
 }
 
+// loom: trim gives each of the proto's slices its exact length. The
+// compiler builds them in slices made with room to grow (1024 instructions
+// and 1024 line numbers per function, 128 of each again in the proto, 128
+// debug calls...), and a proto kept them all: about 37 KiB for a four-line
+// plugin file, for as long as the plugin version is loaded, in the daemon
+// and in every worker process.
+func (fp *FunctionProto) trim() {
+	fp.Code = append([]uint32(nil), fp.Code...)
+	fp.Constants = append([]LValue(nil), fp.Constants...)
+	fp.FunctionPrototypes = append([]*FunctionProto(nil), fp.FunctionPrototypes...)
+	fp.DbgSourcePositions = append([]int(nil), fp.DbgSourcePositions...)
+	fp.DbgLocals = append([]*DbgLocalInfo(nil), fp.DbgLocals...)
+	fp.DbgCalls = append([]DbgCall(nil), fp.DbgCalls...)
+	fp.DbgUpvalues = append([]string(nil), fp.DbgUpvalues...)
+	fp.stringConstants = append([]string(nil), fp.stringConstants...)
+}
+
 func (fp *FunctionProto) String() string {
 	return fp.str(1, 0)
 }
