@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -150,35 +151,47 @@ func (q *Queue) provisionIndex(ctx context.Context) error {
 		x.apiPrefix = "$JS." + q.cfg.Domain + ".API"
 	}
 	var err error
-	created := false
-	// The finished part first: a store from before the split has the
-	// active subjects in it, and the update hands them over.
+	var created atomic.Bool
+	// The finished parts first: a store from before the split has the
+	// active subjects in them, and the update hands them over. The shards'
+	// streams of each part at once, so that their writes overlap.
 	for _, active := range []bool{false, true} {
+		var errs [StateShards]error
+		var wg sync.WaitGroup
 		for shard := range StateShards {
-			p := indexPart(shard, active)
-			name := partName(p)
-			if _, err := q.js.Stream(ctx, name); errors.Is(err, jetstream.ErrStreamNotFound) {
-				created = true
-			}
-			prefix := indexPrefix + strconv.Itoa(shard) + "."
-			subjects := []string{prefix + "active.>"}
-			what := "queued and running tasks"
-			if !active {
-				subjects = []string{prefix + string(Succeeded) + ".>", prefix + string(Failed) + ".>", prefix + string(Cancelled) + ".>"}
-				what = "finished tasks"
-			}
-			x.streams[p], err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-				Name:        name,
-				Description: fmt.Sprintf("loomd task index of %s, shard %d of %d: one entry per task, subject loom.idx.%d.<class>.<family>.<type>.<cluster>, payload the task id", what, shard, StateShards, shard),
-				Subjects:    subjects,
-				Retention:   jetstream.LimitsPolicy,
-				Storage:     jetstream.FileStorage,
-				Replicas:    q.cfg.Replicas,
-				AllowDirect: true,
-			})
-			if err != nil {
-				return fmt.Errorf("creating stream %s: %w", name, err)
-			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p := indexPart(shard, active)
+				name := partName(p)
+				if _, err := q.js.Stream(ctx, name); errors.Is(err, jetstream.ErrStreamNotFound) {
+					created.Store(true)
+				}
+				prefix := indexPrefix + strconv.Itoa(shard) + "."
+				subjects := []string{prefix + "active.>"}
+				what := "queued and running tasks"
+				if !active {
+					subjects = []string{prefix + string(Succeeded) + ".>", prefix + string(Failed) + ".>", prefix + string(Cancelled) + ".>"}
+					what = "finished tasks"
+				}
+				var err error
+				x.streams[p], err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+					Name:        name,
+					Description: fmt.Sprintf("loomd task index of %s, shard %d of %d: one entry per task, subject loom.idx.%d.<class>.<family>.<type>.<cluster>, payload the task id", what, shard, StateShards, shard),
+					Subjects:    subjects,
+					Retention:   jetstream.LimitsPolicy,
+					Storage:     jetstream.FileStorage,
+					Replicas:    q.cfg.Replicas,
+					AllowDirect: true,
+				})
+				if err != nil {
+					errs[shard] = fmt.Errorf("creating stream %s: %w", name, err)
+				}
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs[:]...); err != nil {
+			return err
 		}
 	}
 	for i, kv := range q.kvs {
@@ -200,7 +213,7 @@ func (q *Queue) provisionIndex(ctx context.Context) error {
 	if err := q.watchCancels(); err != nil {
 		return err
 	}
-	if created {
+	if created.Load() {
 		q.ix.bg.Add(1)
 		go func() {
 			defer q.ix.bg.Done()

@@ -349,46 +349,69 @@ func registerServer(reg *listeners.Registry, srv *server.Server) func() {
 
 // provision creates or updates the stream and the buckets.
 func (q *Queue) provision(ctx context.Context) error {
-	var err error
+	// The streams and buckets are independent: created at once, so that
+	// their fsynced metadata writes overlap (a new store has about twenty:
+	// one after the other they took a third of a second of the start).
+	var errs [2*StateShards + 1]error
+	var wg sync.WaitGroup
 	for i := range q.tasks {
-		name, subjects := StreamName, []string{subjectPrefix + ">"}
-		if i > 0 {
-			name, subjects = taskStreamName(i), []string{shardPrefix + strconv.Itoa(i) + ".>"}
-		}
-		q.tasks[i], err = q.shards[i].js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name:        name,
-			Description: fmt.Sprintf("loomd tasks, shard %d of %d; one durable consumer per plugin type", i, StateShards),
-			Subjects:    subjects,
-			Retention:   jetstream.WorkQueuePolicy,
-			Storage:     jetstream.FileStorage,
-			Duplicates:  q.cfg.Duplicates,
-			Replicas:    q.cfg.Replicas,
-		})
-		if err != nil {
-			return fmt.Errorf("creating stream %s: %w", name, err)
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name, subjects := StreamName, []string{subjectPrefix + ">"}
+			if i > 0 {
+				name, subjects = taskStreamName(i), []string{shardPrefix + strconv.Itoa(i) + ".>"}
+			}
+			var err error
+			q.tasks[i], err = q.shards[i].js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+				Name:        name,
+				Description: fmt.Sprintf("loomd tasks, shard %d of %d; one durable consumer per plugin type", i, StateShards),
+				Subjects:    subjects,
+				Retention:   jetstream.WorkQueuePolicy,
+				Storage:     jetstream.FileStorage,
+				Duplicates:  q.cfg.Duplicates,
+				Replicas:    q.cfg.Replicas,
+			})
+			if err != nil {
+				errs[i] = fmt.Errorf("creating stream %s: %w", name, err)
+			}
+		}()
 	}
 	for i := range q.kvs {
-		name := fmt.Sprintf("%s_%d", StateBucket, i)
-		q.kvs[i], err = q.shards[i].js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      name,
-			Description: fmt.Sprintf("loomd task state records, key task.<id>, shard %d of %d", i, StateShards),
-			History:     8,
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("%s_%d", StateBucket, i)
+			var err error
+			q.kvs[i], err = q.shards[i].js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket:      name,
+				Description: fmt.Sprintf("loomd task state records, key task.<id>, shard %d of %d", i, StateShards),
+				History:     8,
+				Storage:     jetstream.FileStorage,
+				Replicas:    q.cfg.Replicas,
+			})
+			if err != nil {
+				errs[StateShards+i] = fmt.Errorf("creating kv bucket %s: %w", name, err)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var err error
+		q.obj, err = q.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket:      OutputBucket,
+			Description: "loomd task results too large for a kv value",
 			Storage:     jetstream.FileStorage,
 			Replicas:    q.cfg.Replicas,
 		})
 		if err != nil {
-			return fmt.Errorf("creating kv bucket %s: %w", name, err)
+			errs[2*StateShards] = fmt.Errorf("creating object store %s: %w", OutputBucket, err)
 		}
-	}
-	q.obj, err = q.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket:      OutputBucket,
-		Description: "loomd task results too large for a kv value",
-		Storage:     jetstream.FileStorage,
-		Replicas:    q.cfg.Replicas,
-	})
-	if err != nil {
-		return fmt.Errorf("creating object store %s: %w", OutputBucket, err)
+	}()
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		return err
 	}
 	return q.provisionIndex(ctx)
 }
