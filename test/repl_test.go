@@ -262,7 +262,7 @@ func TestREPLPipedTaskAndRun(t *testing.T) {
 		`:task ` + examples("tasks", "install.json"),
 		`=self.task.config.service.name`,
 		`:run`,
-		`:set config.service.action.fields.service_port 9090`,
+		`:set config.service.action.fields.service_port "9090"`,
 		`:run install`,
 		`:result`,
 		`=_.status .. "/" .. tostring(_.result.hello.web.port)`,
@@ -281,13 +281,13 @@ func TestREPLPipedTaskAndRun(t *testing.T) {
 		"[info] hello.install: install web on web00000042-1000.example.com: now installed",
 		"\"status\": 0",
 		"-- INSTALL (hello install): status 0 in ",
-		"config.service.action.fields.service_port = 9090",
-		"\"port\": 9090",
+		"config.service.action.fields.service_port = \"9090\"",
+		"\"port\": \"9090\"",
 		"-- install: status 0 in ",
 		// the last result, visible to Lua as _ and as self.result
 		"\"0/9090\"\n",
 		"0\n",
-		"\"service_port\": 9090",
+		"\"service_port\": \"9090\"",
 	} {
 		if !strings.Contains(p.stdout, w) {
 			t.Errorf("stdout lacks %q:\n%s", w, p)

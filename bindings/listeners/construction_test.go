@@ -17,14 +17,16 @@ var opensSocket = regexp.MustCompile(`\bnet\.Listen(TCP|UDP|Unix|Packet|Multicas
 // the server's own addresses), and servers that tests and the plugin test
 // kit start for plugins to call.
 var allowed = map[string]string{
-	"bindings/listeners/listeners.go":     "the registry's own Listen",
-	"internal/queue/queue.go":             "the embedded NATS server; registerServer records its sockets",
-	"internal/coopr/coopfake/coopfake.go": "a fake Coopr server for tests",
-	"internal/sshdtest/sshdtest.go":       "a test sshd",
-	"internal/plugtest/httpfake.go":       "loomd test's HTTP fake, which plugins under test are meant to call",
-	"bench/daemon/main.go":                "a benchmark's fake server",
-	"bench/daemon/ceiling.go":             "a benchmark's NATS server without a network listener",
-	"bench/cluster/main.go":               "a benchmark's fake server",
+	"bindings/listeners/listeners.go":                      "the registry's own Listen",
+	"internal/queue/queue.go":                              "the embedded NATS server; registerServer records its sockets",
+	"internal/coopr/coopfake/coopfake.go":                  "a fake Coopr server for tests",
+	"internal/sshdtest/sshdtest.go":                        "a test sshd",
+	"internal/plugtest/httpfake.go":                        "loomd test's HTTP fake, which plugins under test are meant to call",
+	"bench/daemon/main.go":                                 "a benchmark's fake server",
+	"bench/daemon/ceiling.go":                              "a benchmark's NATS server without a network listener",
+	"bench/cluster/main.go":                                "a benchmark's fake server",
+	"bench/coopr/main.go":                                  "a benchmark's stand-in Coopr server",
+	"internal/cloudfake/linodefake/cmd/linodefake/main.go": "a test's Linode API stand-in, run as its own process",
 }
 
 // TestEveryListenerIsRegistered keeps the registry complete by

@@ -388,7 +388,7 @@ func TestHelpTopics(t *testing.T) {
 		{"log.conn.method", []string{"loom.log.conn:method()"}},
 		{"conn:method", []string{"loom.log.conn:method()"}},
 		{"fail", []string{"loom.Base:fail(message string, status? integer)", "fails the task", "loom.Kind:fail(message, class, reason)"}},
-		{"loom.Provider", []string{"loom.Provider:create(input {flavor: string", "loom.Provider:delete("}},
+		{"loom.Provider", []string{"loom.Provider:create(input loom.CreateInput)", "loom.Provider:delete("}},
 		// Methods the stub leaves out come from the stdlib's source.
 		{"ClusterDriver:option", []string{"loom.ClusterDriver:option(opts, typ, ...)", "DriverOptions"}},
 	}
