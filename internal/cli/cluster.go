@@ -101,6 +101,8 @@ func (a *App) newClusterCmd(g *globalOptions) *cobra.Command {
 		Short: "Show and follow the clusters loomd apply manages (list, get, history, watch, logs, cancel, import)",
 	}
 	o.addFlags(cmd.PersistentFlags(), false)
+	// No cluster subcommand reads a spec file.
+	_ = cmd.PersistentFlags().MarkHidden("spec-max-size")
 	var all bool
 	list := &cobra.Command{
 		Use:   "list",
