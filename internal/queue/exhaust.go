@@ -344,7 +344,7 @@ func (q *Queue) rewatch(ctx context.Context) {
 	}
 	q.mu.Unlock()
 	for _, id := range ids {
-		e, err := q.kvFor(id).Get(ctx, keyPrefix+id)
+		e, err := q.recordEntry(ctx, id)
 		if err == nil {
 			q.wake(e)
 		}

@@ -83,8 +83,15 @@ cluster { name: loomtest, listen: 127.0.0.1:%d, routes: [%s] }
 			_ = p.Wait()
 		}
 	})
-	// Wait until the cluster places a 3-replica stream: a meta leader is
-	// not enough, the three peers must be known online too.
+	c.waitReady()
+	return c
+}
+
+// waitReady waits until the cluster places a 3-replica stream: a meta
+// leader is not enough, the three peers must be known online too.
+func (c *natsCluster) waitReady() {
+	t := c.t
+	t.Helper()
 	end := time.Now().Add(30 * time.Second)
 	for time.Now().Before(end) {
 		if nc, err := nats.Connect(strings.Join(c.urls, ",")); err == nil {
@@ -97,13 +104,12 @@ cluster { name: loomtest, listen: 127.0.0.1:%d, routes: [%s] }
 			cancel()
 			nc.Close()
 			if err == nil {
-				return c
+				return
 			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatalf("the cluster was not ready within 30s; logs in %s", dir)
-	return nil
+	t.Fatalf("the cluster was not ready within 30s; logs in %s", c.dir)
 }
 
 // start runs server name from its config (again, after a kill: same store).

@@ -66,6 +66,9 @@ type indexState struct {
 	cancels   map[string]bool               // cancel requests seen in LOOM_CANCEL
 	bg        sync.WaitGroup                // background deletes
 	sweepStop func()                        // stops the retention sweeper
+	// leaderReads: the state buckets are replicated, records are read
+	// from their streams' leaders (leader.go).
+	leaderReads bool
 }
 
 type indexPos struct{ rev, seq uint64 }
@@ -197,6 +200,9 @@ func (q *Queue) provisionIndex(ctx context.Context) error {
 	for i, kv := range q.kvs {
 		if x.kvStreams[i], err = q.js.Stream(ctx, "KV_"+kv.Bucket()); err != nil {
 			return fmt.Errorf("opening the stream of kv bucket %s: %w", kv.Bucket(), err)
+		}
+		if x.kvStreams[i].CachedInfo().Config.Replicas > 1 {
+			x.leaderReads = true
 		}
 	}
 	x.cancelKV, err = q.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{

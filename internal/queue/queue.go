@@ -407,6 +407,8 @@ func (q *Queue) provision(ctx context.Context) error {
 		})
 		if err != nil {
 			errs[2*StateShards] = fmt.Errorf("creating object store %s: %w", OutputBucket, err)
+		} else if q.cfg.Replicas > 1 {
+			q.obj, errs[2*StateShards] = q.leaderObjectStore(ctx, q.obj, OutputBucket)
 		}
 	}()
 	wg.Wait()
@@ -575,7 +577,7 @@ func (q *Queue) get(ctx context.Context, id string) (Record, error) {
 	if validID(id) != nil {
 		return Record{}, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	e, err := q.kvFor(id).Get(ctx, keyPrefix+id)
+	e, err := q.recordEntry(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}

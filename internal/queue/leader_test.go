@@ -1,0 +1,197 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// delayProxy forwards TCP connections from a loopback port to target,
+// delivering every byte delay after it arrived, in order, both ways.
+func delayProxy(t *testing.T, target string, delay time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	pump := func(dst, src net.Conn) {
+		type chunk struct {
+			at time.Time
+			b  []byte
+		}
+		ch := make(chan chunk, 4096)
+		go func() {
+			defer close(ch)
+			for {
+				buf := make([]byte, 32<<10)
+				n, err := src.Read(buf)
+				if n > 0 {
+					ch <- chunk{time.Now().Add(delay), buf[:n]}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+		for c := range ch {
+			time.Sleep(time.Until(c.at))
+			if _, err := dst.Write(c.b); err != nil {
+				break
+			}
+		}
+		_ = dst.Close()
+		_, _ = io.Copy(io.Discard, src)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			go pump(u, c)
+			go pump(c, u)
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// startLaggingCluster starts three nats-servers whose third, n2, gets
+// every route message (replication included) delay late: the other two
+// make the quorum, and n2 answers from a copy delay behind the leader.
+func startLaggingCluster(t *testing.T, delay time.Duration) *natsCluster {
+	t.Helper()
+	c := &natsCluster{t: t, bin: natsServerBinary(t), dir: t.TempDir(), procs: map[string]*exec.Cmd{}}
+	var cports, ports [3]int
+	for i := range 3 {
+		cports[i], ports[i] = freeLoopbackPort(t), freeLoopbackPort(t)
+	}
+	// n2 is reached, and reaches the others, only through delaying
+	// proxies; it advertises its proxy, and the others advertise theirs
+	// to it, so no route of n2's bypasses the delay.
+	slowTo := [3]string{}
+	for i := range 3 {
+		slowTo[i] = delayProxy(t, fmt.Sprintf("127.0.0.1:%d", cports[i]), delay)
+	}
+	for i := range 3 {
+		var routes []string
+		for j := range 3 {
+			switch {
+			case j == i:
+			case i == 2 || j == 2:
+				routes = append(routes, "nats-route://"+slowTo[j])
+			default:
+				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", cports[j]))
+			}
+		}
+		advertise := ""
+		if i == 2 {
+			advertise = fmt.Sprintf("advertise: %q,", slowTo[2])
+		}
+		name := fmt.Sprintf("n%d", i)
+		conf := fmt.Sprintf(`server_name: %s
+listen: 127.0.0.1:%d
+jetstream { store_dir: %q, sync_interval: always }
+cluster { name: loomlag, listen: 127.0.0.1:%d, %s pool_size: -1, routes: [%s] }
+`, name, ports[i], filepath.Join(c.dir, name), cports[i], advertise, strings.Join(routes, ", "))
+		if err := os.WriteFile(filepath.Join(c.dir, name+".conf"), []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.start(name)
+		c.urls = append(c.urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+	}
+	t.Cleanup(func() {
+		for _, p := range c.procs {
+			_ = p.Process.Kill()
+			_ = p.Wait()
+		}
+	})
+	c.waitReady()
+	return c
+}
+
+// TestClusterReadsAfterWrites: two daemons on a 3-node NATS cluster, B
+// connected to a server whose copy of every stream lags 100 ms behind
+// (its routes go through a delaying proxy; the other two make the
+// quorum). Records that A has just written (a new task, its
+// cancellation) are read by B at once: B sees them, and B's own CAS loop
+// (Cancel of a task A cancelled) sees the cancelled record instead of
+// looping on a stale revision. With direct gets (any replica answers,
+// and NATS hands a request to a subscriber on the requester's own server
+// first) B read from n2's stale copy: "not found" for the new task, and
+// queued for the cancelled one, every time.
+func TestClusterReadsAfterWrites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node NATS cluster")
+	}
+	c := startLaggingCluster(t, 100*time.Millisecond)
+	cfg := func(owner, url string) Config {
+		return Config{
+			URLs: []string{url}, Replicas: 3, Owner: owner,
+			AckWait: 10 * time.Second, RetryDelay: 50 * time.Millisecond, PollInterval: 100 * time.Millisecond,
+			Logger: testLogger(),
+		}
+	}
+	a := open(t, cfg("daemon-a", c.urls[0]))
+	b := open(t, cfg("daemon-b", c.urls[2]))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// Only records in buckets that n2 does not lead can be stale on n2.
+	lagging := map[int]bool{}
+	for s := range StateShards {
+		st, err := a.js.Stream(ctx, "KV_"+fmt.Sprintf("%s_%d", StateBucket, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lagging[s] = info.Cluster != nil && info.Cluster.Leader != "n2"
+	}
+	checked := 0
+	for i := 0; checked < 6 && i < 200; i++ {
+		id := fmt.Sprintf("lag-%03d", i)
+		if !lagging[shardOf(id)] {
+			continue
+		}
+		checked++
+		if _, _, err := a.Submit(ctx, task(id, "shell")); err != nil {
+			t.Fatalf("submit %s on daemon A: %v", id, err)
+		}
+		rec, err := b.Get(ctx, id)
+		if err != nil || rec.State != Queued {
+			t.Fatalf("daemon B read task %s right after A submitted it: %v %v (a stale replica answered)", id, rec.State, err)
+		}
+		if _, err := a.Cancel(ctx, id); err != nil {
+			t.Fatalf("cancel %s on daemon A: %v", id, err)
+		}
+		if rec, err = b.Get(ctx, id); err != nil || rec.State != Cancelled {
+			t.Fatalf("daemon B read task %s right after A cancelled it: %v %v (a stale replica answered)", id, rec.State, err)
+		}
+		if _, _, err := a.Submit(ctx, task(id+"x", "shell")); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = a.Cancel(ctx, id+"x")
+		if rec, err := b.Cancel(ctx, id+"x"); !errors.Is(err, ErrFinished) || rec.State != Cancelled {
+			t.Fatalf("daemon B cancelled task %s right after A did: %v %v, want it finished (cancelled)", id+"x", rec.State, err)
+		}
+	}
+	if checked == 0 {
+		t.Fatal("n2 leads every state bucket: nothing to check")
+	}
+}
