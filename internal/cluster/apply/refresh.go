@@ -2,6 +2,8 @@ package apply
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -59,7 +61,12 @@ func Refresh(ctx context.Context, cl *state.Cluster, sp *spec.Spec, run Runner, 
 	if err != nil {
 		return nil, err
 	}
-	stamp := o.Now().UTC().Format("20060102t150405")
+	// The run ids must be new for every refresh: the queue answers a
+	// task id it already ran with that run's outcome, so two refreshes
+	// in the same second would otherwise see the first one's checks.
+	var nonce [4]byte
+	_, _ = rand.Read(nonce[:])
+	stamp := o.Now().UTC().Format("20060102t150405") + "-" + hex.EncodeToString(nonce[:])
 	b := &taskBuilder{spec: eff, cluster: view, jobID: cl.Name + "-refresh-" + stamp}
 	var (
 		mu    sync.Mutex
