@@ -64,6 +64,7 @@ func main() {
 	pars := flag.String("parallelism", "1,16,64", "comma-separated --parallelism values; the first is the baseline")
 	keep := flag.Bool("keep", false, "keep the temp dir")
 	daemon := flag.Bool("daemon", false, "run the applies through a loomd serve (queue and cluster store) instead of --local")
+	flag.StringVar(&serveArgs, "serve-args", "", "more arguments of the loomd serve -daemon starts (space-separated, e.g. \"--concurrency 64 --pprof\")")
 	flag.Parse()
 	if err := run(*bin, *nodes, *latency, strings.Split(*pars, ","), *keep, *daemon); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -169,6 +170,9 @@ services:
 // serverURL is the daemon's URL in -daemon mode.
 var serverURL string
 
+// serveArgs are more arguments of loomd serve (-serve-args).
+var serveArgs string
+
 // serve starts loomd serve on a free loopback port and waits until it is
 // healthy.
 func serve(bin, dir string) (string, func(), error) {
@@ -180,6 +184,7 @@ func serve(bin, dir string) (string, func(), error) {
 	l.Close()
 	cmd := exec.Command(bin, "serve", "--listen", addr, "--data", filepath.Join(dir, "data"), "--log-level", "warn",
 		"--plugins", filepath.Join(dir, "plugins"), "--work-dir", filepath.Join(dir, "work"))
+	cmd.Args = append(cmd.Args, strings.Fields(serveArgs)...)
 	cmd.Env = append(os.Environ(), "HOME="+dir)
 	logf, err := os.Create(filepath.Join(dir, "serve.log"))
 	if err != nil {

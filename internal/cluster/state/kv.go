@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 )
 
 // Bucket is the JetStream key-value bucket that holds cluster state, beside
@@ -34,7 +35,11 @@ const Bucket = "LOOM_CLUSTERS"
 // keys. Writes within a round go out together and are all acknowledged
 // before the round is done; nodes are written before tasks, so a crash in
 // between leaves a finished task "running" (asked for again by its id,
-// its result merged again) rather than "done" with its result lost.
+// its result merged again) rather than "done" with its result lost. On a
+// server that takes atomic batches (NATS 2.12 and later) a round goes as
+// one batch, stored whole or not at all with one fsync: with --fsync
+// always, writing key by key cost an fsync per key (about 2 ms each on a
+// loaded disk), most of a cluster job's time through the daemon.
 type KVStore struct {
 	kv jetstream.KeyValue
 	js jetstream.JetStream
@@ -42,6 +47,10 @@ type KVStore struct {
 	Timeout time.Duration
 	// Now is the clock of lock leases (tests).
 	Now func() time.Time
+	// atomic means the bucket's stream takes atomic batches (NATS 2.12
+	// and later): a round's writes go as one batch, stored with one
+	// fsync instead of one per key.
+	atomic bool
 }
 
 // OpenKV creates (or opens) the cluster bucket on js.
@@ -62,7 +71,24 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, replicas int) (*KVStore
 	if kv, err = LeaderReads(ctx, js, Bucket); err != nil {
 		return nil, err
 	}
-	return &KVStore{kv: kv, js: js}, nil
+	return &KVStore{kv: kv, js: js, atomic: atomicBatches(ctx, js, Bucket)}, nil
+}
+
+// atomicBatches turns atomic batch publishing on for bucket's stream and
+// reports whether the server took it: NATS servers before 2.12 do not
+// know it, and the store then writes key by key.
+func atomicBatches(ctx context.Context, js jetstream.JetStream, bucket string) bool {
+	stream, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return false
+	}
+	cfg := stream.CachedInfo().Config
+	if cfg.AllowAtomicPublish {
+		return true
+	}
+	cfg.AllowAtomicPublish = true
+	info, err := js.UpdateStream(ctx, cfg)
+	return err == nil && info.CachedInfo().Config.AllowAtomicPublish
 }
 
 // LeaderReads binds bucket so that its reads go to its stream's leader.
@@ -287,7 +313,15 @@ func (s *KVStore) Put(c *Cluster) error {
 	}
 	// The cluster record last: a reader that sees it sees the rest.
 	sort.Slice(puts, func(i, j int) bool { return puts[j] == c.Name+".c" || (puts[i] != c.Name+".c" && puts[i] < puts[j]) })
-	if err := s.write(ctx, c.Name, puts, want, dels); err != nil {
+	if s.atomic {
+		err = s.writeBatch(ctx, puts, want)
+		if err == nil {
+			err = s.write(ctx, c.Name, nil, nil, dels)
+		}
+	} else {
+		err = s.write(ctx, c.Name, puts, want, dels)
+	}
+	if err != nil {
 		return fmt.Errorf("cluster %s: saving its state: %w", c.Name, err)
 	}
 	return nil
@@ -357,6 +391,56 @@ func (s *KVStore) write(ctx context.Context, name string, puts []string, vals ma
 	return errors.Join(err, errs)
 }
 
+// maxBatch is the most writes one atomic batch carries (the server's
+// default limit is 1,000).
+const maxBatch = 500
+
+// writeBatch writes puts (values from vals) as atomic batches of up to
+// maxBatch keys: each is stored whole or not at all, with one fsync on a
+// server that syncs every write, and acknowledged once, for its last
+// message. The batches go one after the other, so a crash leaves a prefix.
+func (s *KVStore) writeBatch(ctx context.Context, puts []string, vals map[string][]byte) error {
+	for len(puts) > 0 {
+		n := min(len(puts), maxBatch)
+		if err := s.batch(ctx, puts[:n], vals); err != nil {
+			return err
+		}
+		puts = puts[n:]
+	}
+	return nil
+}
+
+// batch writes one atomic batch: every message but the last is published
+// without waiting (a gap or a refused message makes the server refuse the
+// commit), the last carries the commit and waits for its acknowledgement.
+func (s *KVStore) batch(ctx context.Context, puts []string, vals map[string][]byte) error {
+	if len(puts) == 1 {
+		if _, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + Bucket + "." + puts[0], Data: vals[puts[0]]}); err != nil {
+			return fmt.Errorf("writing key %s: %w", puts[0], err)
+		}
+		return nil
+	}
+	id := nuid.Next()
+	nc := s.js.Conn()
+	for i, k := range puts {
+		m := nats.NewMsg("$KV." + Bucket + "." + k)
+		m.Data = vals[k]
+		m.Header.Set("Nats-Batch-Id", id)
+		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
+		if i < len(puts)-1 {
+			if err := nc.PublishMsg(m); err != nil {
+				return fmt.Errorf("writing key %s: %w", k, err)
+			}
+			continue
+		}
+		m.Header.Set("Nats-Batch-Commit", "1")
+		if _, err := s.js.PublishMsg(ctx, m); err != nil {
+			return fmt.Errorf("writing %d keys (%s to %s) as one batch: %w", len(puts), puts[0], k, err)
+		}
+	}
+	return nil
+}
+
 // Append implements Journal: each change is written to the key it
 // changes (nodes first, then tasks, then job and cluster records).
 func (s *KVStore) Append(c *Cluster, changes []Change) error {
@@ -407,11 +491,23 @@ func (s *KVStore) AppendChanges(name string, changes []Change) error {
 			jobStatus[ch.Job] = ch
 		}
 	}
-	if err := s.write(ctx, name, nodes, vals, dels); err != nil {
-		return fmt.Errorf("cluster %s: saving its state: %w", name, err)
-	}
-	if err := s.write(ctx, name, tasks, vals, nil); err != nil {
-		return fmt.Errorf("cluster %s: saving its state: %w", name, err)
+	if s.atomic {
+		// One batch: the round is stored whole or not at all, nodes
+		// first still (a batch larger than the server takes goes as
+		// several, in order). Deleted nodes go before it.
+		if err := s.write(ctx, name, nil, nil, dels); err != nil {
+			return fmt.Errorf("cluster %s: saving its state: %w", name, err)
+		}
+		if err := s.writeBatch(ctx, append(nodes, tasks...), vals); err != nil {
+			return fmt.Errorf("cluster %s: saving its state: %w", name, err)
+		}
+	} else {
+		if err := s.write(ctx, name, nodes, vals, dels); err != nil {
+			return fmt.Errorf("cluster %s: saving its state: %w", name, err)
+		}
+		if err := s.write(ctx, name, tasks, vals, nil); err != nil {
+			return fmt.Errorf("cluster %s: saving its state: %w", name, err)
+		}
 	}
 	for id, ch := range jobStatus {
 		err := s.update(ctx, name+".j."+id, func(v []byte) ([]byte, error) {

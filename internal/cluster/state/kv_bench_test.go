@@ -46,3 +46,40 @@ func BenchmarkKVPutGet1000(b *testing.B) {
 		j.Tasks[5].Status = TaskDone
 	}
 }
+
+// BenchmarkKVAppendRound: a round of the executor's journal on a 100-node
+// cluster (16 tasks and their nodes), as one atomic batch (the default on
+// a server that takes them) and key by key.
+func BenchmarkKVAppendRound(b *testing.B) {
+	for _, atomic := range []bool{true, false} {
+		b.Run(fmt.Sprintf("atomic=%v", atomic), func(b *testing.B) {
+			s := openKV(b)
+			if !s.atomic {
+				b.Fatal("the embedded server refused atomic batches")
+			}
+			s.atomic = atomic
+			c := &Cluster{Name: "bench", Status: Pending, Nodes: map[string]*Node{}}
+			for i := range 100 {
+				id := fmt.Sprintf("bench-n-%d", i+1)
+				c.Nodes[id] = &Node{ID: id, Num: 1000 + i, Hostname: id + ".local", State: NodeActive, Services: []string{"a", "b"}}
+			}
+			c.Jobs = []*Job{{ID: "bench-001", Action: "create", Status: JobRunning, Tasks: map[int]*Task{}}}
+			if err := s.Put(c); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				var changes []Change
+				for k := range 16 {
+					n := c.Nodes[fmt.Sprintf("bench-n-%d", (i*16+k)%100+1)]
+					idx := i*16 + k
+					changes = append(changes, Change{Node: n}, Change{Job: "bench-001", Task: &idx,
+						Rec: &Task{Status: TaskDone, Name: "INSTALL", Node: n.ID, Runs: []Run{{ID: fmt.Sprintf("bench-001-%04d-1", idx+1), Status: TaskDone}}}})
+				}
+				if err := s.Append(c, changes); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

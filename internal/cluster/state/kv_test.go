@@ -3,7 +3,9 @@ package state
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,5 +161,62 @@ func TestKVLeaderReads(t *testing.T) {
 	}
 	if cl, err := s.Get("shop"); err != nil || cl.Status != Active {
 		t.Fatalf("read back: %v %v", cl, err)
+	}
+}
+
+// TestKVAtomicRounds: the embedded server takes atomic batches; a round
+// larger than one batch is written whole; a round with a write the server
+// cannot take (a value over its message size) stores none of its writes;
+// a store without batches (an older server) writes the same keys.
+func TestKVAtomicRounds(t *testing.T) {
+	s := openKV(t)
+	if !s.atomic {
+		t.Fatal("the embedded server refused atomic batches on the cluster bucket")
+	}
+	for _, atomic := range []bool{true, false} {
+		s.atomic = atomic
+		name := fmt.Sprintf("round-%v", atomic)
+		c := &Cluster{Name: name, Status: Pending, Nodes: map[string]*Node{"n-1": {ID: "n-1", State: NodeNew}},
+			Jobs: []*Job{{ID: name + "-001", Action: "create", Status: JobRunning, Tasks: map[int]*Task{}}}}
+		if err := s.Put(c); err != nil {
+			t.Fatal(err)
+		}
+		var changes []Change
+		for i := range maxBatch + 100 {
+			idx := i
+			changes = append(changes, Change{Job: name + "-001", Task: &idx, Rec: &Task{Status: TaskDone, Name: "INSTALL", Node: "n-1",
+				Runs: []Run{{ID: fmt.Sprintf("%s-001-%04d-1", name, i+1), Status: TaskDone}}}})
+		}
+		changes = append(changes, Change{Node: &Node{ID: "n-1", State: NodeActive}})
+		if err := s.Append(c, changes); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Get(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(got.LastJob().Tasks); n != maxBatch+100 || got.Nodes["n-1"].State != NodeActive {
+			t.Fatalf("atomic %v: read back %d tasks, node %+v", atomic, n, got.Nodes["n-1"])
+		}
+		if !atomic {
+			continue
+		}
+		// A round the server cannot take whole: nothing of it is stored.
+		one, two := maxBatch+100, maxBatch+101
+		err = s.Append(c, []Change{
+			{Node: &Node{ID: "n-1", State: NodeDeleted}},
+			{Job: name + "-001", Task: &one, Rec: &Task{Status: TaskDone, Name: "START", Node: "n-1"}},
+			{Job: name + "-001", Task: &two, Rec: &Task{Status: TaskDone, Name: "START", Node: "n-1", Runs: []Run{{Message: strings.Repeat("x", int(s.js.Conn().MaxPayload())+1)}}}},
+		})
+		if err == nil {
+			t.Fatal("a round with a value over the server's message size was written")
+		}
+		got, err = s.Get(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Nodes["n-1"].State != NodeActive || got.LastJob().Tasks[one] != nil {
+			t.Fatalf("a refused round was written in part: node %+v, task %+v", got.Nodes["n-1"], got.LastJob().Tasks[one])
+		}
 	}
 }
