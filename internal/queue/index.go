@@ -62,6 +62,7 @@ type indexState struct {
 	apiPrefix string                        // $JS.API or $JS.<domain>.API
 	mu        sync.Mutex                    // guards the maps below
 	lastIndex map[string]indexPos           // task id -> its entry, as last written here
+	queued    map[string]Record             // task id -> its queued record, as created here
 	running   map[string]*runningTask       // tasks this process runs
 	cancels   map[string]bool               // cancel requests seen in LOOM_CANCEL
 	bg        sync.WaitGroup                // background deletes
@@ -147,6 +148,7 @@ func indexFilter(shard int, f Filter) string {
 func (q *Queue) provisionIndex(ctx context.Context) error {
 	x := &q.ix
 	x.lastIndex = map[string]indexPos{}
+	x.queued = map[string]Record{}
 	x.running = map[string]*runningTask{}
 	x.cancels = map[string]bool{}
 	x.apiPrefix = "$JS.API"
@@ -347,6 +349,17 @@ func (q *Queue) writeIndexed(ctx context.Context, cur, next Record, entry uint64
 	q.ix.mu.Lock()
 	_, had := q.ix.lastIndex[next.TaskID]
 	delete(q.ix.lastIndex, next.TaskID)
+	delete(q.ix.queued, next.TaskID)
+	if cur.Revision == 0 && next.State == Queued {
+		// A submit's record: the claim that follows, usually here, starts
+		// from it instead of reading it back (see submitted).
+		if len(q.ix.queued) >= maxLastIndex {
+			clear(q.ix.queued)
+		}
+		kept := next
+		kept.Revision = rev
+		q.ix.queued[next.TaskID] = kept
+	}
 	if !next.State.Terminal() && (had || reindex && next.State == Running) {
 		if len(q.ix.lastIndex) >= maxLastIndex {
 			clear(q.ix.lastIndex)
@@ -358,6 +371,21 @@ func (q *Queue) writeIndexed(ctx context.Context, cur, next Record, entry uint64
 		q.dropIndex(oldPart, old)
 	}
 	return rev, nil
+}
+
+// submitted returns (and forgets) task id's record as this process
+// created it at submit, if that was its last write here. It may be stale
+// (another daemon, or a cancel elsewhere, wrote since): it is only a
+// guess for a compare-and-set, which then fails with a conflict and the
+// caller reads the record.
+func (q *Queue) submitted(id string) (Record, bool) {
+	q.ix.mu.Lock()
+	defer q.ix.mu.Unlock()
+	rec, ok := q.ix.queued[id]
+	if ok {
+		delete(q.ix.queued, id)
+	}
+	return rec, ok
 }
 
 // publishIndex publishes rec's index entry and returns its sequence.

@@ -276,8 +276,16 @@ func (s *served) ownerLive(owner string) bool {
 
 // Served reports whether this daemon or any other one serves route, by
 // their announcements of the last Config.ServedTTL, and lists every route
-// served (sorted), for a message naming them.
+// served (sorted), for a message naming them. A route this daemon serves
+// itself is answered at once, without the list (nil): every accepted
+// submit asks, and no caller names others then.
 func (q *Queue) Served(route Route) (bool, []Route) {
+	q.w.mu.Lock()
+	_, here := q.w.routes[route]
+	q.w.mu.Unlock()
+	if here {
+		return true, nil
+	}
 	all := map[Route]bool{}
 	for _, r := range q.Types() {
 		all[r] = true
