@@ -133,3 +133,47 @@ func TestOwnerLiveAfterAGap(t *testing.T) {
 		t.Error("a TTL after the gap, a silent daemon still counts as live")
 	}
 }
+
+// A claim starts from the record its daemon created at submit (no read
+// back), guarded by a compare-and-set on that record's revision: a record
+// another daemon changed since fails it, and the claim reads the record.
+// Here daemon B marks two of A's queued tasks as out of attempts; A must
+// then fail them without running them (a claim that trusted its stale copy
+// would run them), and run the others from its copy.
+func TestClaimFromStaleSubmitCopy(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.ListenAddr = "127.0.0.1:0"
+	cfg.Token = "claim-test-token"
+	a := open(t, cfg)
+	b := open(t, Config{URLs: []string{a.ClientURL()}, Token: cfg.Token, MaxAttempts: cfg.MaxAttempts, Logger: testLogger()})
+	ctx := context.Background()
+	ids := []string{"sc-0", "sc-1", "sc-2", "sc-3"}
+	for _, id := range ids {
+		submit(t, a, task(id, "shell"))
+	}
+	for _, id := range ids[:2] {
+		cur, err := b.get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := cur
+		next.Attempts, next.Error = a.cfg.MaxAttempts, "marked by daemon b"
+		if _, err := b.write(ctx, cur, next); err != nil {
+			t.Fatalf("daemon b's write of %s: %v", id, err)
+		}
+	}
+	c := newCounter(nil)
+	serve(t, a, c, 2, shell)
+	for i, id := range ids {
+		rec := wait(t, a, id)
+		switch {
+		case i < 2 && (rec.State != Failed || c.count(id) != 0):
+			t.Errorf("%s changed by daemon b: %s, ran %d times; want failed (out of attempts) without running", id, rec.State, c.count(id))
+		case i >= 2 && (rec.State != Succeeded || c.count(id) != 1):
+			t.Errorf("%s: %s, ran %d times; want succeeded once", id, rec.State, c.count(id))
+		}
+	}
+	if n := len(a.ix.queued); n != 0 {
+		t.Errorf("%d submit copies left after every task was claimed", n)
+	}
+}
