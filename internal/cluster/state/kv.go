@@ -36,10 +36,10 @@ const Bucket = "LOOM_CLUSTERS"
 // before the round is done; nodes are written before tasks, so a crash in
 // between leaves a finished task "running" (asked for again by its id,
 // its result merged again) rather than "done" with its result lost. On a
-// server that takes atomic batches (NATS 2.12 and later) a round goes as
-// one batch, stored whole or not at all with one fsync: with --fsync
-// always, writing key by key cost an fsync per key (about 2 ms each on a
-// loaded disk), most of a cluster job's time through the daemon.
+// server that takes atomic batches (NATS 2.12 and later) a round of
+// minBatch writes or more goes as one batch, stored whole or not at all
+// with one fsync: with --fsync always, writing key by key costs an fsync
+// per key (1-2 ms each on a loaded disk).
 type KVStore struct {
 	kv jetstream.KeyValue
 	js jetstream.JetStream
@@ -313,7 +313,7 @@ func (s *KVStore) Put(c *Cluster) error {
 	}
 	// The cluster record last: a reader that sees it sees the rest.
 	sort.Slice(puts, func(i, j int) bool { return puts[j] == c.Name+".c" || (puts[i] != c.Name+".c" && puts[i] < puts[j]) })
-	if s.atomic {
+	if s.atomic && len(puts) >= minBatch {
 		err = s.writeBatch(ctx, puts, want)
 		if err == nil {
 			err = s.write(ctx, c.Name, nil, nil, dels)
@@ -392,8 +392,13 @@ func (s *KVStore) write(ctx context.Context, name string, puts []string, vals ma
 }
 
 // maxBatch is the most writes one atomic batch carries (the server's
-// default limit is 1,000).
-const maxBatch = 500
+// default limit is 1,000). minBatch is the fewest: a batch costs about
+// as much as ten single writes (the server stages it in files of its
+// own), so smaller rounds go key by key.
+const (
+	maxBatch = 500
+	minBatch = 12
+)
 
 // writeBatch writes puts (values from vals) as atomic batches of up to
 // maxBatch keys: each is stored whole or not at all, with one fsync on a
@@ -491,7 +496,7 @@ func (s *KVStore) AppendChanges(name string, changes []Change) error {
 			jobStatus[ch.Job] = ch
 		}
 	}
-	if s.atomic {
+	if s.atomic && len(nodes)+len(tasks) >= minBatch {
 		// One batch: the round is stored whole or not at all, nodes
 		// first still (a batch larger than the server takes goes as
 		// several, in order). Deleted nodes go before it.

@@ -202,12 +202,15 @@ func TestKVAtomicRounds(t *testing.T) {
 			continue
 		}
 		// A round the server cannot take whole: nothing of it is stored.
-		one, two := maxBatch+100, maxBatch+101
-		err = s.Append(c, []Change{
-			{Node: &Node{ID: "n-1", State: NodeDeleted}},
-			{Job: name + "-001", Task: &one, Rec: &Task{Status: TaskDone, Name: "START", Node: "n-1"}},
-			{Job: name + "-001", Task: &two, Rec: &Task{Status: TaskDone, Name: "START", Node: "n-1", Runs: []Run{{Message: strings.Repeat("x", int(s.js.Conn().MaxPayload())+1)}}}},
-		})
+		one, two := maxBatch+100, maxBatch+101+minBatch
+		round := []Change{{Node: &Node{ID: "n-1", State: NodeDeleted}}}
+		for i := one; i < two; i++ {
+			idx := i
+			round = append(round, Change{Job: name + "-001", Task: &idx, Rec: &Task{Status: TaskDone, Name: "START", Node: "n-1"}})
+		}
+		round = append(round, Change{Job: name + "-001", Task: &two, Rec: &Task{Status: TaskDone, Name: "START", Node: "n-1",
+			Runs: []Run{{Message: strings.Repeat("x", int(s.js.Conn().MaxPayload())+1)}}}})
+		err = s.Append(c, round)
 		if err == nil {
 			t.Fatal("a round with a value over the server's message size was written")
 		}
