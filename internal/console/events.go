@@ -199,6 +199,10 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 			topic := t
 			if stop, err := c.cfg.TaskLogs.Notify(id, func() { c.hub.publish(topic) }); err == nil {
 				defer stop()
+				// Lines stored between the page's render and this
+				// subscription notified nobody: one change now makes
+				// the page read them.
+				c.hub.publish(topic)
 			}
 		}
 	}
