@@ -2,8 +2,12 @@
 # The named runtime errors of the vendored gopher-lua (loom_errnames.go)
 # cost nothing on code that raises nothing: the same benchmarks built
 # against the copy before the patch (baseline) and the current one, run
-# alternately N times; prints each snippet's median ns/op and the ratio
-# current/baseline.
+# alternately N times; prints each snippet's median CPU time per op (the
+# benchmark thread's: on a shared machine wall time measures the load),
+# each side's range, and the ratios current/baseline of the medians, of
+# the minimums and of the median wall times. NormalPath raises nothing;
+# ErrorPath raises and catches 2000 errors per op (named with the patch,
+# unnamed before).
 #   bench/errnames/run.sh [N] [BASE]   (default 5; BASE: the commit before
 #   loom_errnames.go was added; run from the repository root)
 set -euo pipefail
@@ -27,13 +31,18 @@ MOD
 done
 for i in $(seq "$n"); do
   for v in base new; do
-    "$tmp/$v.test" -test.run XXX -test.bench NormalPath -test.benchtime 20x | awk -v v=$v '/^Benchmark/ {print v, $1, $3}' >>"$tmp/out"
+    "$tmp/$v.test" -test.run XXX -test.bench 'NormalPath|ErrorPath' -test.benchtime 20x | awk -v v=$v '/^Benchmark/ {print v, $1, $3, $5}' >>"$tmp/out"
   done
 done
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-printf "%-28s %14s %14s %8s\n" snippet "baseline ns/op" "patched ns/op" ratio
+range() { sort -n | awk 'NR==1 {lo=$1} {hi=$1} END {print lo "-" hi}'; }
+# per op: the benchmark thread's CPU time (column 4), then wall time (3)
+col() { awk -v v="$1" -v b="$2" -v c="$3" '$1==v && $2==b {print $c}' "$tmp/out"; }
+printf "%-32s %10s %20s %10s %20s %6s %6s %6s\n" snippet "base cpu" "(range)" "new cpu" "(range)" ratio "(min)" "(wall)"
 for b in $(awk '{print $2}' "$tmp/out" | sort -u); do
-  mb=$(awk -v b="$b" '$1=="base" && $2==b {print $3}' "$tmp/out" | median)
-  mn=$(awk -v b="$b" '$1=="new" && $2==b {print $3}' "$tmp/out" | median)
-  printf "%-28s %14s %14s %8s\n" "$b" "$mb" "$mn" "$(echo "scale=3; $mn / $mb" | bc)"
+  mb=$(col base "$b" 4 | median); rb=$(col base "$b" 4 | range)
+  mn=$(col new "$b" 4 | median); rn=$(col new "$b" 4 | range)
+  wb=$(col base "$b" 3 | median); wn=$(col new "$b" 3 | median)
+  printf "%-32s %10s %20s %10s %20s %6s %6s %6s\n" "${b#Benchmark}" "$mb" "$rb" "$mn" "$rn" \
+    "$(echo "scale=3; $mn / $mb" | bc)" "$(echo "scale=3; ${rn%-*} / ${rb%-*}" | bc)" "$(echo "scale=3; $wn / $wb" | bc)"
 done
