@@ -5,6 +5,8 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -426,5 +428,144 @@ func TestDocsFlagsChecksFail(t *testing.T) {
 	if !d.cmds[find("task", "get")] || d.cmds[find("task", "logs")] || !d.cmds[find("task")] {
 		t.Errorf("commands named: task get %v (want true), task logs %v (want false), task %v (want true)",
 			d.cmds[find("task", "get")], d.cmds[find("task", "logs")], d.cmds[find("task")])
+	}
+}
+
+// TestDocsAPIRoutes keeps docs/api.md complete: every route the API
+// serves (mux.Handle(PATH, s.route(NAME, {METHOD: handler})) in
+// internal/api) must be in README.md or docs/ as "METHOD PATH", or, for
+// a route of any method, as its path.
+func TestDocsAPIRoutes(t *testing.T) {
+	var docs strings.Builder
+	for _, file := range docFiles(t) {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs.Write(data)
+	}
+	files, err := filepath.Glob("../api/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	routes := 0
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, file, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) != 2 {
+				return true
+			}
+			if sel, ok := call.Fun.(*ast.SelectorExpr); !ok || sel.Sel.Name != "Handle" {
+				return true
+			}
+			lit, ok := call.Args[0].(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			path, _ := strconv.Unquote(lit.Value)
+			route, ok := call.Args[1].(*ast.CallExpr)
+			if !ok || len(route.Args) != 2 {
+				return true // the console's handler
+			}
+			if sel, ok := route.Fun.(*ast.SelectorExpr); !ok || sel.Sel.Name != "route" {
+				return true
+			}
+			methods, ok := route.Args[1].(*ast.CompositeLit)
+			if !ok {
+				return true
+			}
+			for _, elt := range methods.Elts {
+				kv, ok := elt.(*ast.KeyValueExpr)
+				if !ok {
+					continue
+				}
+				k, ok := kv.Key.(*ast.BasicLit)
+				if !ok {
+					continue
+				}
+				method, _ := strconv.Unquote(k.Value)
+				routes++
+				want := method + " " + path
+				if method == "*" {
+					want = "`" + path
+				}
+				if !strings.Contains(docs.String(), want) {
+					t.Errorf("%s: the API route %s %s is not in README.md or docs/ (docs/api.md)", fset.Position(call.Pos()), method, path)
+				}
+			}
+			return true
+		})
+	}
+	if routes < 20 {
+		t.Errorf("found %d API routes: is the scan broken?", routes)
+	}
+}
+
+var docWildcard = regexp.MustCompile("`(loom_[a-z0-9_]*)\\*`")
+
+// checkMetricsDocumented fails for each loom_* metric family a daemon's
+// /metrics serves that README.md and docs/ do not name (docs/api.md lists
+// them), or cover with a documented prefix such as `loom_ssh_*`; the
+// bindings' gauges are covered by `loom_<binding stat>`.
+func checkMetricsDocumented(t *testing.T, url string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	var docs strings.Builder
+	for _, file := range docFiles(t) {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs.Write(data)
+	}
+	text := docs.String()
+	var prefixes []string
+	for _, m := range docWildcard.FindAllStringSubmatch(text, -1) {
+		prefixes = append(prefixes, m[1])
+	}
+	help := map[string]string{}
+	families := 0
+	for _, line := range strings.Split(string(body), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "#" && f[1] == "HELP" {
+			help[f[2]] = strings.Join(f[3:], " ")
+		}
+		f := strings.Fields(line)
+		if len(f) != 4 || f[0] != "#" || f[1] != "TYPE" || !strings.HasPrefix(f[2], "loom_") {
+			continue
+		}
+		name := f[2]
+		families++
+		if regexp.MustCompile(`\b` + name + `\b`).MatchString(text) {
+			continue
+		}
+		if strings.HasPrefix(help[name], "Binding gauge") && strings.Contains(text, "loom_<binding stat>") {
+			continue
+		}
+		covered := false
+		for _, p := range prefixes {
+			covered = covered || strings.HasPrefix(name, p)
+		}
+		if !covered {
+			t.Errorf("not documented: the metric %s (%s) is not in README.md or docs/ (docs/api.md lists the metrics)", name, help[name])
+		}
+	}
+	if families < 5 {
+		t.Errorf("found %d loom_* metric families at %s: is the scan broken?", families, url)
 	}
 }

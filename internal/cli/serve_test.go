@@ -125,6 +125,9 @@ func TestServeInProcess(t *testing.T) {
 		t.Errorf("task get of an unknown id = %d: %s", c, errb.String())
 	}
 
+	// Every metric it serves is documented.
+	checkMetricsDocumented(t, "http://"+addr+"/metrics")
+
 	sigs <- syscall.SIGTERM
 	select {
 	case c := <-code:
