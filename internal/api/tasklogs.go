@@ -119,8 +119,8 @@ func (s *Server) taskLogs(w http.ResponseWriter, r *http.Request) {
 }
 
 // logSource finds whose the task is: a queued task's record (the
-// request's token must reach it), else a Coopr server's task this
-// daemon's log has lines of (their tenant, in the log, must be the
+// request's token must reach it), else a Coopr server's task (or a
+// cluster job's task run without the queue) this daemon's log has lines of (their tenant, in the log, must be the
 // token's). Another tenant's task is answered 404, as one that does not
 // exist.
 func (s *Server) logSource(w http.ResponseWriter, r *http.Request, id string) (logSource, bool) {
@@ -138,7 +138,13 @@ func (s *Server) logSource(w http.ResponseWriter, r *http.Request, id string) (l
 		s.queueError(w, err, id)
 		return logSource{}, false
 	}
-	tenant, err := s.cfg.TaskLogs.Owner(r.Context(), id, tasklog.OriginCoopr)
+	origin := tasklog.OriginCoopr
+	tenant, err := s.cfg.TaskLogs.Owner(r.Context(), id, origin)
+	if errors.Is(err, tasklog.ErrNoLog) {
+		// A cluster job's task its daemon ran itself (--cluster-tasks local).
+		origin = tasklog.OriginCluster
+		tenant, err = s.cfg.TaskLogs.Owner(r.Context(), id, origin)
+	}
 	switch {
 	case errors.Is(err, tasklog.ErrNoLog):
 		s.queueError(w, queue.ErrNotFound, id)
@@ -150,7 +156,7 @@ func (s *Server) logSource(w http.ResponseWriter, r *http.Request, id string) (l
 		s.queueError(w, queue.ErrNotFound, id)
 		return logSource{}, false
 	}
-	return logSource{filter: tasklog.Filter{Origin: tasklog.OriginCoopr}}, true
+	return logSource{filter: tasklog.Filter{Origin: origin}}, true
 }
 
 // readTaskLog reads a page. The record is read first: a task whose

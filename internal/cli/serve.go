@@ -75,6 +75,7 @@ type serveOptions struct {
 	limitMode       string
 	pprof           bool
 	clusterLease    time.Duration
+	clusterTasks    string
 	taskLogs        taskLogOptions
 	ui              bool
 	uiReadOnly      bool
@@ -132,6 +133,7 @@ running, interrupts them and exits 1; the interrupted tasks run again later.`,
 	f.StringVar(&o.tokensFile, "tokens-file", "", "JSON file of the API's tokens, each for one tenant or all (admin), optionally read-only; read again when it changes (docs/api.md, Authentication)")
 	f.DurationVar(&o.apiReadTimeout, "api-read-timeout", 30*time.Second, "time a client has to send a request's headers and body; slower clients are cut off")
 	f.IntVar(&o.apiMaxConns, "api-max-conns", 512, "HTTP API connections served at once; more wait in the backlog")
+	f.StringVar(&o.clusterTasks, "cluster-tasks", "queue", "where the tasks of the cluster jobs this daemon runs go: \"queue\" (each a durable queued task: in the task list, run by any daemon serving its plugin type) or \"local\" (run on this daemon's own workers when it serves the type, recorded in the cluster's state only: a 100-node create 2-3x faster with --fsync always; see docs/clusters.md)")
 	f.DurationVar(&o.clusterLease, "cluster-lease", 15*time.Second, "lease of a cluster job (loomd apply, destroy) this daemon runs, renewed every third of it; when the daemon dies, another daemon sharing the queue takes the job over once the lease ran out and the daemon stopped announcing itself (at once when it was on the same host and its process is gone)")
 	f.StringVar(&o.apiMaxBody, "api-max-body", "4MiB", "largest request body the HTTP API reads (a task, a call); larger ones get 413")
 	f.StringVar(&o.apiMaxInflight, "api-max-inflight-bytes", "64MiB", "request bodies the HTTP API holds at once, all requests together; past it a request gets 503 with Retry-After (bounds the daemon's memory under many submitters); at least --api-max-body")
@@ -224,6 +226,9 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 	if o.shutdownTimeout < 0 {
 		return usageErr(fmt.Errorf("--shutdown-timeout %v: must not be negative", o.shutdownTimeout))
+	}
+	if o.clusterTasks != "queue" && o.clusterTasks != "local" {
+		return usageErr(fmt.Errorf("--cluster-tasks %q: use queue or local", o.clusterTasks))
 	}
 	if o.clusterLease < time.Second {
 		return usageErr(fmt.Errorf("--cluster-lease %v: must be at least 1s", o.clusterLease))
@@ -435,6 +440,9 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	defer taskLogs.Close()
 	tasks := taskRunner{next: runner, logs: taskLogs, tee: tee, jobs: cj.jobs, jobLog: cj.log, source: q.Owner(), secrets: rt.TaskSecrets}
 	runner = tasks.from(tasklog.OriginQueue)
+	if o.clusterTasks == "local" {
+		cj.jobs.SetLocal(localTasks{rt: rt, run: tasks.from(tasklog.OriginCluster), slots: make(chan struct{}, o.concurrency)})
+	}
 
 	// The console's reload runs what the hot reload runs; the Coopr link
 	// it tells exists only once started, below.
@@ -624,6 +632,37 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 	logger.Info("loomd stopped")
 	return nil
+}
+
+// localTasks runs the tasks of the cluster jobs this daemon runs on its
+// own workers, through the same runner as its queue consumers (isolation,
+// plugin versions, per-task logs, the job log's copy of plugin lines):
+// --cluster-tasks local. At most --concurrency of them run at once (each
+// in a worker process of its own), whatever the jobs' --parallelism: the
+// daemon's bound, beside its queue consumers'.
+type localTasks struct {
+	rt    *runtime.Runtime
+	run   queue.Runner
+	slots chan struct{}
+}
+
+func (l localTasks) Serves(family, typ string) bool {
+	for _, t := range l.rt.Types() {
+		if string(t.Family) == family && t.Name == typ {
+			return true
+		}
+	}
+	return false
+}
+
+func (l localTasks) Run(ctx context.Context, task []byte) ([]byte, int, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, 0, context.Cause(ctx)
+	}
+	defer func() { <-l.slots }()
+	return l.run.Run(ctx, task)
 }
 
 // clusterJobs are the daemon's cluster job parts: the state store, the

@@ -50,11 +50,13 @@ const (
 )
 
 // Origins: where a task came from. A queued task's log is read with its
-// record; a Coopr server's task has no record here, so its log answers for
-// itself (its tenant is in its messages' headers).
+// record; a Coopr server's task, or a cluster job's task its daemon ran on
+// its own workers (loomd serve --cluster-tasks local), has no record here,
+// so its log answers for itself (its tenant is in its messages' headers).
 const (
-	OriginQueue = "queue"
-	OriginCoopr = "coopr"
+	OriginQueue   = "queue"
+	OriginCoopr   = "coopr"
+	OriginCluster = "cluster"
 )
 
 // Headers of a task log message.

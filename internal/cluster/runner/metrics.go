@@ -8,6 +8,7 @@ type metrics struct {
 	ended     *prometheus.CounterVec
 	takeovers prometheus.Counter
 	lost      prometheus.Counter
+	local     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -28,12 +29,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "loom_cluster_job_leases_lost_total",
 			Help: "Cluster jobs this daemon stopped because another daemon had taken them over (its lease had run out).",
 		}),
+		local: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loom_cluster_local_tasks_total",
+			Help: "Tasks of cluster jobs this daemon ran on its own workers (loomd serve --cluster-tasks local), by outcome: succeeded, failed, interrupted (run again when the job resumes), error (no outcome).",
+		}, []string{"outcome"}),
+	}
+	for _, o := range []string{"succeeded", "failed", "interrupted", "error"} {
+		m.local.WithLabelValues(o)
 	}
 	for _, o := range []string{StateComplete, StateFailed, StateCancelled, "interrupted"} {
 		m.ended.WithLabelValues(o)
 	}
 	if reg != nil {
-		reg.MustRegister(m.running, m.ended, m.takeovers, m.lost)
+		reg.MustRegister(m.running, m.ended, m.takeovers, m.lost, m.local)
 	}
 	return m
 }

@@ -205,8 +205,9 @@ func (o *owned) run() {
 	o.mu.Lock()
 	o.job = o.rec.ID
 	o.mu.Unlock()
-	tasks := &queueTasks{q: o.r.cfg.Queue, timeout: time.Duration(req.TaskTimeoutMs) * time.Millisecond,
-		warn: func(msg string, attrs ...any) { o.warn(msg, attrs...) }}
+	tasks := &queueTasks{q: o.r.cfg.Queue, local: o.r.cfg.Local, timeout: time.Duration(req.TaskTimeoutMs) * time.Millisecond,
+		warn: func(msg string, attrs ...any) { o.warn(msg, attrs...) },
+		ran:  func(outcome string) { o.r.metrics.local.WithLabelValues(outcome).Inc() }}
 	mirror := func(k int, s []Step) {
 		steps = s
 		snap := append([]Step(nil), s...)

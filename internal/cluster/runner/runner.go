@@ -36,8 +36,10 @@ type Config struct {
 	Store    *state.KVStore
 	JS       jetstream.JetStream
 	Replicas int
-	// Queue runs the jobs' tasks.
+	// Queue runs the jobs' tasks; Local, when set, those of the plugin
+	// types this daemon serves, on its own workers (see Local).
 	Queue Queue
+	Local Local
 	// Log is the job log; Secrets the per-cluster values it redacts.
 	Log     Log
 	Secrets *joblog.Secrets
@@ -117,6 +119,10 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		metrics: newMetrics(cfg.Registerer), owned: map[string]*owned{}, known: map[string]known{}}
 	return r, nil
 }
+
+// SetLocal sets Config.Local (before Start: the runtime's task runner is
+// made after the runner it reports cluster tasks to).
+func (r *Runner) SetLocal(l Local) { r.cfg.Local = l }
 
 // Start follows the job bucket and, every third of the lease, takes over
 // the jobs whose daemon died; the first look is done before it returns,

@@ -21,13 +21,37 @@ type Queue interface {
 
 var _ Queue = (*queue.Queue)(nil)
 
+// Local runs tasks on this daemon's own workers: the runtime and worker
+// pool (isolation, plugin versions, per-task logs) its queue consumers
+// use. Config.Local, when set, runs a job's tasks of the plugin types
+// this daemon serves there instead of through the queue (loomd serve
+// --cluster-tasks local).
+type Local interface {
+	// Serves reports whether this daemon runs tasks of the plugin type.
+	Serves(family, typ string) bool
+	// Run runs one task (Coopr task JSON) and returns its result JSON and
+	// status; an error means it gave no outcome (an error wrapping
+	// queue.ErrWorkerCrashed: its worker died under it).
+	Run(ctx context.Context, task []byte) ([]byte, int, error)
+}
+
+// localCrashes is how many times a task run locally may kill its worker
+// before it fails (the queue's --max-attempts for infrastructure
+// failures does the same for queued tasks).
+const localCrashes = 3
+
 // queueTasks runs a job's tasks through the queue: any daemon serving the
 // plugin type runs them. Submitting a task id the queue knows queues
 // nothing: a resumed or taken-over job gets the outcome of a run it lost
 // track of by its id, or waits for it.
 type queueTasks struct {
-	q       Queue
+	q Queue
+	// local, when set, runs the tasks of the types it serves in this
+	// daemon (the job's state is their only record).
+	local   Local
 	timeout time.Duration
+	// ran counts the tasks run locally, by outcome.
+	ran func(outcome string)
 	// warn writes a warning into the job's log.
 	warn func(msg string, attrs ...any)
 
@@ -37,6 +61,13 @@ type queueTasks struct {
 
 // Run implements apply.Runner.
 func (t *queueTasks) Run(ctx context.Context, id string, task []byte) (*runtime.Result, error) {
+	if t.local != nil {
+		if p, err := runtime.ParseTask(task); err == nil {
+			if family, typ, err := p.Route(); err == nil && t.local.Serves(string(family), typ) {
+				return t.runLocal(ctx, id, task)
+			}
+		}
+	}
 	rec, err := t.submit(ctx, id, task)
 	if err != nil {
 		return nil, err
@@ -130,4 +161,74 @@ func result(id string, rec queue.Record) (*runtime.Result, error) {
 		res.Message = fmt.Sprintf("task %s %s: %s", id, rec.State, rec.Error)
 	}
 	return &res, nil
+}
+
+// runLocal runs the task on this daemon's workers. Nothing but the job's
+// state records it: the executor wrote the run as running before it
+// started and writes its end with the round after it. A run whose end was
+// never written (this daemon died, or lost the job) is run again, by the
+// same id, wherever the job resumes: at least once, as a queued task whose
+// daemon died is delivered again.
+//
+// The hook runs under the job's context, except that a graceful shutdown
+// lets it finish (within loomd serve's --shutdown-timeout) so that the job
+// is handed over with its outcome; a cancel, a lost lease or the fence
+// interrupt it.
+func (t *queueTasks) runLocal(ctx context.Context, id string, task []byte) (*runtime.Result, error) {
+	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancel(nil)
+	stop := context.AfterFunc(ctx, func() {
+		if cause := context.Cause(ctx); !errors.Is(cause, errShutdown) {
+			cancel(cause)
+		}
+	})
+	defer stop()
+	if t.timeout > 0 {
+		var c context.CancelFunc
+		hctx, c = context.WithTimeoutCause(hctx, t.timeout, fmt.Errorf("task %s ran longer than --task-timeout %v", id, t.timeout))
+		defer c()
+	}
+	for crashes := 0; ; {
+		out, status, err := t.local.Run(hctx, task)
+		if err != nil && errors.Is(err, queue.ErrWorkerCrashed) && hctx.Err() == nil {
+			if crashes++; crashes < localCrashes {
+				if t.warn != nil {
+					t.warn(fmt.Sprintf("task %s killed its worker; running it again (%d of %d)", id, crashes+1, localCrashes), "task", id, "err", err.Error())
+				}
+				continue
+			}
+			t.count("failed")
+			return &runtime.Result{TaskID: id, Status: 1, Message: fmt.Sprintf("task %s killed its worker %d times; the last time: %v", id, crashes, err)}, nil
+		}
+		if err != nil {
+			if hctx.Err() != nil {
+				// Interrupted: the executor keeps the run "running" and
+				// runs it again when the job resumes.
+				t.count("interrupted")
+				return nil, fmt.Errorf("task %s interrupted: %w: %w", id, context.Cause(hctx), context.Canceled)
+			}
+			t.count("error")
+			return nil, fmt.Errorf("running task %s on this loomd: %w", id, err)
+		}
+		var res runtime.Result
+		if err := json.Unmarshal(out, &res); err != nil {
+			t.count("error")
+			return nil, fmt.Errorf("task %s: decoding its result: %w", id, err)
+		}
+		if res.Status == 0 && status != 0 {
+			res.Status = status
+		}
+		if res.Status == 0 {
+			t.count("succeeded")
+		} else {
+			t.count("failed")
+		}
+		return &res, nil
+	}
+}
+
+func (t *queueTasks) count(outcome string) {
+	if t.ran != nil {
+		t.ran(outcome)
+	}
 }
