@@ -41,6 +41,10 @@ return Noop
 // pluginLog is -plugin-log: the lines every task's hook logs.
 var pluginLog = flag.Int("plugin-log", 0, "log lines (loom.log info) each task's hook writes; with -log-level info they reach the task's log")
 
+// idleWait is -idle-wait: how long the workers sit idle after the last
+// -idle-samples task before their memory is read.
+var idleWait = flag.Duration("idle-wait", 1500*time.Millisecond, "with -idle-samples: time the workers sit idle after the last task before their memory is read")
+
 func main() {
 	bin := flag.String("loomd", "loomd", "loomd binary")
 	plugins := flag.Int("plugins", 50, "plugin folders to load")
@@ -48,7 +52,7 @@ func main() {
 	clients := flag.Int("clients", 32, "concurrent API clients in the throughput run")
 	concurrency := flag.Int("concurrency", 8, "loomd --concurrency")
 	samples := flag.Int("samples", 300, "sequential tasks for the latency run")
-	reloads := flag.Int("reloads", 5, "hot reloads to time")
+	reloads := flag.Int("reloads", 5, "hot reloads to time (a reload retires the idle workers: 0 leaves the throughput run's workers for -idle-samples)")
 	keep := flag.Bool("keep", false, "keep the temp dir")
 	fsync := flag.String("fsync", "always", "loomd --fsync")
 	isolation := flag.String("isolation", "worker", "loomd --isolation: worker (hooks in worker processes) or none (in process)")
@@ -202,7 +206,9 @@ func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads
 	n, sum := childrenRSS(cmd.Process.Pid)
 	fmt.Printf("RSS after the runs: %.1f MiB (daemon); %d worker processes, %.1f MiB together\n", rssMiB(cmd.Process.Pid), n, sum)
 
-	// 5. Hot reload: change a plugin, then submit until the new version serves.
+	// 5. Hot reload: change a plugin, then submit until the new version
+	// serves. A reload retires the idle workers, so -reloads 0 leaves the
+	// throughput run's workers for the idle measurement below.
 	var rl []time.Duration
 	for r := 1; r <= nReloads; r++ {
 		want := fmt.Sprintf("v%d", r)
@@ -225,9 +231,11 @@ func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads
 		rl = append(rl, time.Since(t0))
 		time.Sleep(300 * time.Millisecond)
 	}
-	slices.Sort(rl)
-	fmt.Printf("hot reload, plugin file written until a new task runs the new version (%d reloads): median %.0f ms, max %.0f ms\n",
-		nReloads, ms(rl[len(rl)/2]), ms(rl[len(rl)-1]))
+	if len(rl) > 0 {
+		slices.Sort(rl)
+		fmt.Printf("hot reload, plugin file written until a new task runs the new version (%d reloads): median %.0f ms, max %.0f ms\n",
+			nReloads, ms(rl[len(rl)/2]), ms(rl[len(rl)-1]))
+	}
 
 	// 6. A task after an idle spell, then the idle workers' memory.
 	if nIdle > 0 {
@@ -242,19 +250,21 @@ func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads
 		}
 		slices.Sort(il)
 		fmt.Printf("submit-to-result latency of a task after 1.5 s idle (%d samples): p50 %.2f ms, max %.2f ms\n", nIdle, ms(il[len(il)/2]), ms(il[len(il)-1]))
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(*idleWait)
 		ws := workerMemory(cmd.Process.Pid)
 		if len(ws) > 0 {
+			minRSS := ws[0].rss
 			var maxRSS, sumRSS, sumAnon, sumPSS float64
 			for _, w := range ws {
+				minRSS = min(minRSS, w.rss)
 				maxRSS = max(maxRSS, w.rss)
 				sumRSS += w.rss
 				sumAnon += w.anon
 				sumPSS += w.pss
 			}
 			n := float64(len(ws))
-			fmt.Printf("idle workers (1.5 s after their last task): %d, RSS max %.1f MiB, mean %.1f MiB (private anonymous %.1f MiB, PSS %.1f MiB)\n",
-				len(ws), maxRSS, sumRSS/n, sumAnon/n, sumPSS/n)
+			fmt.Printf("idle workers (%s after the last task): %d, RSS %.1f–%.1f MiB, mean %.1f MiB (private anonymous %.1f MiB, PSS %.1f MiB)\n",
+				*idleWait, len(ws), minRSS, maxRSS, sumRSS/n, sumAnon/n, sumPSS/n)
 		}
 	}
 	return nil
