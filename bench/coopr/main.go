@@ -4,8 +4,8 @@
 // and by loomd (two `loomd run`s, and two `loomd submit --wait` to a
 // `loomd serve`), against the same OpenSSH sshd on a loopback address, as
 // root and as a plain user with NOPASSWD sudo and a default .bashrc.
-// docs/benchmarks.md ("Coopr's Ruby worker against loomd") records its
-// figures and how to run it.
+// docs/benchmarks.md ("Issue 26: performance near the floor", item 1)
+// records its figures and how to run it.
 //
 // Coopr's code is not part of Loom: the program prepares a copy at run
 // time, in a temp dir, from -coopr (or $COOPR_PROVISIONER): a git
