@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -56,10 +57,6 @@ func (q *Queue) leaderGet(ctx context.Context, shard int, bucket, key string) (j
 		return nil, err
 	}
 	stream := "KV_" + bucket
-	m, err := q.shards[shard].nc.RequestWithContext(ctx, q.ix.apiPrefix+".STREAM.MSG.GET."+stream, body)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s from the leader of stream %s: %w", key, stream, err)
-	}
 	var resp struct {
 		Message *struct {
 			Sequence uint64    `json:"seq"`
@@ -69,8 +66,35 @@ func (q *Queue) leaderGet(ctx context.Context, shard int, bucket, key string) (j
 		} `json:"message"`
 		Error *jetstream.APIError `json:"error"`
 	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return nil, fmt.Errorf("reading %s from the leader of stream %s: decoding the answer: %w", key, stream, err)
+	// Without a leader (an election, a cluster without quorum) the server
+	// answers 503 at once: the read waits for a leader as a write does,
+	// until ctx ends, instead of failing while a replica could have
+	// answered a direct get.
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		m, err := q.shards[shard].nc.RequestWithContext(ctx, q.ix.apiPrefix+".STREAM.MSG.GET."+stream, body)
+		if err == nil {
+			resp.Message, resp.Error = nil, nil
+			if err = json.Unmarshal(m.Data, &resp); err != nil {
+				return nil, fmt.Errorf("reading %s from the leader of stream %s: decoding the answer: %w", key, stream, err)
+			}
+		}
+		retry := errors.Is(err, nats.ErrNoResponders) || err == nil && resp.Error != nil && resp.Error.Code == 503
+		if !retry {
+			if err != nil {
+				return nil, fmt.Errorf("reading %s from the leader of stream %s: %w", key, stream, err)
+			}
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if err == nil {
+				err = resp.Error
+			}
+			return nil, fmt.Errorf("reading %s from the leader of stream %s: %w (no leader until %w)", key, stream, err, ctx.Err())
+		case <-t.C:
+		}
 	}
 	if resp.Error != nil {
 		if resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
