@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -275,6 +276,9 @@ type taskData struct {
 	// cluster's job is resumed, not on its own.
 	ClusterHint bool
 	CLI         string
+	// LocalRun: a cluster task its daemon ran on its own workers; the
+	// page shows its run from the cluster's state.
+	LocalRun bool
 }
 
 // event is one line of a task's timeline.
@@ -307,6 +311,83 @@ func (c *Console) loadTask(w http.ResponseWriter, r *http.Request) (queue.Record
 	return rec, true
 }
 
+// loadTaskOrRun is loadTask for the pages that show a task: a cluster
+// job's task its daemon ran on its own workers (loomd serve
+// --cluster-tasks local) has no queue record, only its run in the
+// cluster's state, which stands in for it (local is then true).
+func (c *Console) loadTaskOrRun(w http.ResponseWriter, r *http.Request) (rec queue.Record, local, ok bool) {
+	id := r.PathValue("id")
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := c.cfg.Queue.Get(ctx, id); errors.Is(err, queue.ErrNotFound) {
+		if rec, found := c.localRun(ctx, id); found {
+			if !c.scope(r).allows(rec.TenantID) {
+				c.notFound(w, r, fmt.Sprintf("loomd knows no task %q.", id))
+				return rec, false, false
+			}
+			return rec, true, true
+		}
+	}
+	rec, ok = c.loadTask(w, r)
+	return rec, false, ok
+}
+
+// runID is a cluster job's run id: <job id>-<task number>-<run number>,
+// the job id being <cluster>-<job number>.
+var runID = regexp.MustCompile(`^(([a-z0-9][a-z0-9-]*)-[0-9]+)-([0-9]+)-([0-9]+)$`)
+
+// localRun reads run id from its cluster's state as a task record (see
+// loadTaskOrRun); false when no cluster has it.
+func (c *Console) localRun(ctx context.Context, id string) (queue.Record, bool) {
+	m := runID.FindStringSubmatch(id)
+	if m == nil {
+		return queue.Record{}, false
+	}
+	st, err := c.clusterState(ctx)
+	if err != nil {
+		return queue.Record{}, false
+	}
+	cl, err := st.Get(m[2])
+	if err != nil {
+		return queue.Record{}, false
+	}
+	num, _ := strconv.Atoi(m[3])
+	for _, j := range cl.Jobs {
+		if j.ID != m[1] {
+			continue
+		}
+		tk := j.Tasks[num-1]
+		if tk == nil {
+			return queue.Record{}, false
+		}
+		for _, run := range tk.Runs {
+			if run.ID != id {
+				continue
+			}
+			started := run.Started
+			rec := queue.Record{TaskID: id, TenantID: cl.Tenant, ClusterID: cl.Name, TaskName: run.Name, Attempts: 1,
+				Created: started, Started: &started, Family: "automator", State: queue.Running}
+			if run.Name == "CREATE" || run.Name == "CONFIRM" || run.Name == "DELETE" {
+				rec.Family = "provider"
+			}
+			if run.Status == "done" || run.Status == "failed" {
+				end := started.Add(time.Duration(run.Duration * float64(time.Millisecond)))
+				st := run.Code
+				rec.Finished, rec.Status, rec.State = &end, &st, queue.Succeeded
+				if run.Status == "failed" {
+					rec.State, rec.Error = queue.Failed, run.Message
+					if st == 0 {
+						st = 1
+					}
+				}
+				rec.Result, _ = json.Marshal(map[string]any{"taskId": id, "status": st, "message": run.Message, "stdout": run.Stdout, "stderr": run.Stderr})
+			}
+			return rec, true
+		}
+	}
+	return queue.Record{}, false
+}
+
 // actionsFor lists what may be done with a task in its state.
 func (c *Console) actionsFor(r *http.Request, rec queue.Record, srv string) []taskAction {
 	if c.readOnly(r) {
@@ -324,12 +405,16 @@ func (c *Console) actionsFor(r *http.Request, rec queue.Record, srv string) []ta
 }
 
 func (c *Console) task(w http.ResponseWriter, r *http.Request) {
-	rec, ok := c.loadTask(w, r)
+	rec, local, ok := c.loadTaskOrRun(w, r)
 	if !ok {
 		return
 	}
 	srv := c.cliServer(r)
 	d := taskData{Task: api.TaskOf(rec), Actions: c.actionsFor(r, rec, srv), CLI: "loomd task get " + shellQuote(rec.TaskID) + srv}
+	if local {
+		d.Actions, d.CLI = nil, "loomd cluster get "+shellQuote(rec.ClusterID)+srv
+		d.LocalRun = true
+	}
 	d.Task.Result = nil
 	if len(rec.Result) > 0 {
 		red := c.redact(rec.Result)
@@ -348,7 +433,9 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if in, ok := c.cfg.Queue.(interface {
+	if local {
+		d.InputNote = "The daemon that ran this cluster task ran it on its own workers (loomd serve --cluster-tasks local): the cluster's state has its run, not its input."
+	} else if in, ok := c.cfg.Queue.(interface {
 		Input(context.Context, string) ([]byte, error)
 	}); ok {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
@@ -367,7 +454,7 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request) {
 		d.ClusterHint = true
 	}
 	d.Timeline = timeline(rec)
-	d.Logs, d.LogNote, d.LogMore = c.taskLogs(r.Context(), rec)
+	d.Logs, d.LogNote, d.LogMore = c.taskLogs(r.Context(), rec, local)
 	if c.cfg.TaskLogs != nil {
 		d.LogCLI = "loomd task logs " + shellQuote(rec.TaskID) + srv
 		if !rec.State.Terminal() {
@@ -583,21 +670,26 @@ const (
 var hiddenAttrs = map[string]bool{"task": true, "type": true, "family": true, "cluster": true, "job": true,
 	"component": true, "worker_component": true, "plugin": true, "hook": true, "attempt": true, "taskName": true}
 
-// readTaskLog reads a queued task's own log.
-func (c *Console) readTaskLog(ctx context.Context, rec queue.Record, limit int) (tasklog.Page, error) {
+// readTaskLog reads a queued task's own log (local: a cluster task its
+// daemon ran itself, see loadTaskOrRun).
+func (c *Console) readTaskLog(ctx context.Context, rec queue.Record, local bool, limit int) (tasklog.Page, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return c.cfg.TaskLogs.Read(ctx, rec.TaskID, 0, limit, tasklog.Filter{Origin: tasklog.OriginQueue, Since: rec.Created.Add(-time.Minute)})
+	origin := tasklog.OriginQueue
+	if local {
+		origin = tasklog.OriginCluster
+	}
+	return c.cfg.TaskLogs.Read(ctx, rec.TaskID, 0, limit, tasklog.Filter{Origin: origin, Since: rec.Created.Add(-time.Minute)})
 }
 
 // taskLogs reads the task's log lines: the last maxTaskLines, with a note
 // when there are more (or none), and whether log.txt has more.
-func (c *Console) taskLogs(ctx context.Context, rec queue.Record) (lines []logLine, note string, more bool) {
+func (c *Console) taskLogs(ctx context.Context, rec queue.Record, local bool) (lines []logLine, note string, more bool) {
 	if c.cfg.TaskLogs == nil {
 		lines, note = c.clusterTaskLogs(ctx, rec)
 		return lines, note, false
 	}
-	page, err := c.readTaskLog(ctx, rec, maxLogRead)
+	page, err := c.readTaskLog(ctx, rec, local, maxLogRead)
 	if err != nil {
 		return nil, "The task's log could not be read: " + err.Error(), false
 	}
@@ -653,7 +745,7 @@ func (c *Console) taskLogs(ctx context.Context, rec queue.Record) (lines []logLi
 // /ui/tasks/{id}/log.txt): every line read, one per line, each with its
 // attempt and daemon.
 func (c *Console) taskLogText(w http.ResponseWriter, r *http.Request) {
-	rec, ok := c.loadTask(w, r)
+	rec, local, ok := c.loadTaskOrRun(w, r)
 	if !ok {
 		return
 	}
@@ -661,7 +753,7 @@ func (c *Console) taskLogText(w http.ResponseWriter, r *http.Request) {
 		c.notFound(w, r, "This loomd keeps no task logs (--task-log-max 0).")
 		return
 	}
-	page, err := c.readTaskLog(r.Context(), rec, maxLogRead)
+	page, err := c.readTaskLog(r.Context(), rec, local, maxLogRead)
 	if err != nil {
 		c.unavailable(w, r, "reading the log of task "+rec.TaskID, err)
 		return
