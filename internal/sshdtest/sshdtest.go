@@ -121,7 +121,9 @@ type Server struct {
 	exited   chan struct{}
 	// holder keeps the private dirs' mount namespace while sshd is down.
 	holder *exec.Cmd
-	mu     sync.Mutex
+	// holderExited is closed when the holder has exited (reaped).
+	holderExited chan struct{}
+	mu           sync.Mutex
 }
 
 // Start starts sshd for the test and stops it at cleanup. It skips the
@@ -416,7 +418,7 @@ func (s *Server) Stop() {
 		s.kill()
 		if s.holder != nil {
 			syscall.Kill(-s.holder.Process.Pid, syscall.SIGKILL)
-			s.holder.Wait()
+			<-s.holderExited
 		}
 		os.RemoveAll(s.Dir)
 	})
@@ -442,17 +444,59 @@ func (s *Server) Down() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.holder == nil && s.cmd != nil && s.cmd.Process != nil {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d/ns/mnt", s.cmd.Process.Pid)); err == nil {
-			h := exec.Command("nsenter", fmt.Sprintf("--mount=/proc/%d/ns/mnt", s.cmd.Process.Pid), "sleep", "infinity")
-			h.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			if err := h.Start(); err != nil {
-				return fmt.Errorf("sshdtest: holding the host's private dirs: %w", err)
-			}
-			s.holder = h
+		if err := s.hold(); err != nil {
+			return err
 		}
 	}
 	s.kill()
 	return nil
+}
+
+// hold starts the holder: a process in sshd's mount namespace that
+// outlives sshd. It gets the namespace through a descriptor opened here
+// (nsenter --mount=/proc/self/fd/3), not through sshd's pid, and hold
+// returns once the holder is in it: sshd is killed right after, and a
+// holder still starting then would find no /proc/<sshd>/ns/mnt to enter
+// (the restart then fails with "nsenter: cannot open /proc/N/ns/mnt").
+func (s *Server) hold() error {
+	nsPath := fmt.Sprintf("/proc/%d/ns/mnt", s.cmd.Process.Pid)
+	ns, err := os.Open(nsPath)
+	if err != nil {
+		return nil // sshd is gone already: nothing to hold
+	}
+	defer ns.Close()
+	want, err := os.Readlink(nsPath)
+	if err != nil {
+		return nil
+	}
+	h := exec.Command("nsenter", "--mount=/proc/self/fd/3", "sleep", "infinity")
+	h.ExtraFiles = []*os.File{ns}
+	h.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var stderr bytes.Buffer
+	h.Stderr = &stderr
+	if err := h.Start(); err != nil {
+		return fmt.Errorf("sshdtest: holding the host's private dirs: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { h.Wait(); close(exited) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if got, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", h.Process.Pid)); got == want {
+			s.holder = h
+			s.holderExited = exited
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("sshdtest: the holder of the host's private dirs exited (%s): %s", h.ProcessState, stderr.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			syscall.Kill(-h.Process.Pid, syscall.SIGKILL)
+			<-exited
+			return fmt.Errorf("sshdtest: the holder of the host's private dirs did not enter sshd's mount namespace within 10s")
+		}
+	}
 }
 
 // Up starts sshd again after Down, on the same address, with the same

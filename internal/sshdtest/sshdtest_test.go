@@ -1,6 +1,7 @@
 package sshdtest
 
 import (
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -64,5 +65,34 @@ func TestHostsOnOnePort(t *testing.T) {
 	}
 	if _, err := StartServer(Config{Host: "10.0.0.1"}); err == nil || !strings.Contains(err.Error(), "loopback") {
 		t.Fatalf("a non-loopback Host: %v", err)
+	}
+}
+
+// TestDownUpKeepsPrivateDirs takes hosts down and up again: what is in a
+// private dir stays readable through HostPath while the host is down, and
+// sshd comes back in the same namespace. Down kills sshd right after it
+// starts the namespace's holder; a holder not yet in the namespace then
+// lost it (the restart failed with "nsenter: cannot open /proc/N/ns/mnt").
+func TestDownUpKeepsPrivateDirs(t *testing.T) {
+	const dir = "/var/lib/sshdtest-private"
+	for i := 0; i < 8; i++ {
+		s := Start(t, Config{PrivateDirs: []string{dir}})
+		mark := "host " + strconv.Itoa(i)
+		if err := os.WriteFile(s.HostPath(dir+"/mark"), []byte(mark), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Down(); err != nil {
+			t.Fatalf("round %d: Down: %v", i, err)
+		}
+		if b, err := os.ReadFile(s.HostPath(dir + "/mark")); err != nil || string(b) != mark {
+			t.Fatalf("round %d: host down, its private file reads %q, %v; want %q", i, b, err, mark)
+		}
+		if err := s.Up(); err != nil {
+			t.Fatalf("round %d: Up: %v", i, err)
+		}
+		if b, err := os.ReadFile(s.HostPath(dir + "/mark")); err != nil || string(b) != mark {
+			t.Fatalf("round %d: host up again, its private file reads %q, %v; want %q", i, b, err, mark)
+		}
+		s.Stop()
 	}
 }
