@@ -236,9 +236,16 @@ func (s *lcSeq) keep() string {
 	return "state and logs kept in " + dir
 }
 
-// markFlown records the runs in flight now: they may run again.
+// markFlown records the runs in flight now: they may run again. A CLI
+// killed before its first save recorded nothing: the cluster is not
+// there yet (nothing ran: a job is saved before its first task), and the
+// apply that follows creates it.
 func (s *lcSeq) markFlown(via ...string) {
-	st := s.state(via...)
+	st, ok := s.stateIf(via...)
+	if !ok {
+		s.t.Logf("  nothing recorded yet")
+		return
+	}
 	for _, j := range st.Jobs {
 		for _, tk := range j.Tasks {
 			for _, r := range tk.Runs {
@@ -552,12 +559,30 @@ type lcState struct {
 // state reads the cluster's state (via: flags saying where, else the
 // sequence's).
 func (s *lcSeq) state(via ...string) lcState {
-	var st lcState
-	out, _ := s.e.loomd(0, s.where(append([]string{"cluster", "get", "shop", "--local"}, via...))...)
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		s.t.Fatal(err)
+	st, ok := s.stateIf(via...)
+	if !ok {
+		s.t.Fatalf("cluster shop: no such cluster\n%s", s.keep())
 	}
 	return st
+}
+
+// stateIf is state, false when the cluster was never recorded.
+func (s *lcSeq) stateIf(via ...string) (lcState, bool) {
+	var st lcState
+	args := s.where(append([]string{"cluster", "get", "shop", "--local"}, via...))
+	var out, errb strings.Builder
+	cmd := s.e.cmd(context.Background(), args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		if strings.Contains(errb.String(), "no such cluster") {
+			return st, false
+		}
+		s.t.Fatalf("loomd %v: %v\n%s", args, err, errb.String())
+	}
+	if err := json.Unmarshal([]byte(out.String()), &st); err != nil {
+		s.t.Fatal(err)
+	}
+	return st, true
 }
 
 // check asserts the invariants.
