@@ -276,6 +276,13 @@ func (f *follower) run(ctx context.Context) error {
 				return fmt.Errorf("cluster %s now runs job %s, not %s: 'loomd cluster watch %s' follows it", f.name, jv.ID, f.rec.ID, f.name)
 			}
 			f.rec = jv.Record
+			if f.rec.Done() {
+				// Show what the log holds past what was read before the
+				// summary: a follower that was cut off (its daemon died)
+				// may find the job already ended by the daemon that took
+				// it over, and the takeover is in those lines.
+				f.drain(ctx)
+			}
 			if done, err := f.sync(ctx); done || err != nil {
 				return err
 			}
@@ -301,6 +308,25 @@ func (f *follower) run(ctx context.Context) error {
 			}
 		}
 		f.seq = max(f.seq, resp.Next)
+	}
+}
+
+// drain shows the job log's entries past f.seq, without waiting for new
+// ones. A daemon that does not answer leaves the rest unread: the summary
+// follows anyway.
+func (f *follower) drain(ctx context.Context) {
+	for range 100 {
+		var resp api.LogResponse
+		if err := f.c.doFailover(ctx, "GET", f.path(fmt.Sprintf("/log?after=%d", f.seq)), nil, &resp); err != nil {
+			return
+		}
+		for _, e := range resp.Entries {
+			f.entry(ctx, e.Entry)
+		}
+		if resp.Next <= f.seq {
+			return
+		}
+		f.seq = resp.Next
 	}
 }
 

@@ -1,0 +1,57 @@
+package cli
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/loomrt/loom/internal/api"
+	"github.com/loomrt/loom/internal/cluster/joblog"
+	"github.com/loomrt/loom/internal/cluster/runner"
+)
+
+// A follower that finds the job ended (its daemon died, the one that took
+// it over finished it while the follower was retrying) shows the log lines
+// it had not read, the takeover among them, before the summary.
+func TestFollowShowsTheLogLeftWhenTheJobEnded(t *testing.T) {
+	var jobCalls atomic.Int32
+	rec := runner.Record{ID: "shop-002", Cluster: "shop", State: runner.StateRunning, Owner: "loomd a"}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/clusters/shop/job":
+			jv := api.JobView{Record: rec, LogSeq: 5}
+			if jobCalls.Add(1) > 1 { // the second look: ended, by the taker
+				jv.State, jv.Owner, jv.Ended = runner.StateComplete, "loomd b", time.Now()
+			}
+			json.NewEncoder(w).Encode(jv)
+		case "/v1/clusters/shop/log":
+			out := api.LogResponse{Cluster: "shop", Entries: []api.LogEntry{}, Next: 6}
+			if r.URL.Query().Get("after") == "5" {
+				out.Entries = append(out.Entries, api.LogEntry{Seq: 6, Entry: joblog.Entry{Time: time.Now(), Kind: joblog.KindJob,
+					Job: "shop-002", Level: "INFO", Msg: "job shop-002 taken over by loomd b"}})
+			}
+			json.NewEncoder(w).Encode(out)
+		case "/v1/clusters/shop/state":
+			w.Write([]byte(`{"name":"shop","status":"active","nodes":{},"jobs":[{"id":"shop-002","action":"apply","status":"complete"}]}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	var out, errb lockedBuffer
+	code := testApp(nil, &out, &errb).Execute([]string{"cluster", "watch", "shop", "--server", srv.URL, "--log-format", "json"})
+	if code != 0 {
+		t.Fatalf("watch: exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+	if !strings.Contains(errb.String(), "taken over by loomd b") {
+		t.Errorf("watch ended without the log lines past where it had read:\n%s", errb.String())
+	}
+	if !strings.Contains(out.String(), "Cluster shop: active") {
+		t.Errorf("watch's summary:\n%s", out.String())
+	}
+}
