@@ -91,6 +91,7 @@ func NewChild(conn io.ReadWriteCloser, opts ChildOptions) (*Child, error) {
 	// spinning for work in every worker (futex and nanosleep calls were
 	// most of a worker's CPU per task).
 	goruntime.GOMAXPROCS(1)
+	stopProcSampler()
 	c := &Child{conn: NewConn(conn), rwc: conn, opts: opts, runs: map[uint64]*childRun{}, runq: make(chan queuedRun, 64)}
 	if opts.Memory > 0 {
 		how, err := applyMemoryLimit(opts.Mode, opts.Memory)
