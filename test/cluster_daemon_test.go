@@ -41,6 +41,11 @@ func (e *clusterEnv) start(args ...string) *proc {
 }
 
 func (p *proc) kill9() {
+	select {
+	case <-p.exited:
+		return // reaped: -pid may be another process's group by now
+	default:
+	}
 	if p.cmd.Process != nil {
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	}

@@ -397,7 +397,11 @@ func TestClusterLifecycle(t *testing.T) {
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	doneBefore := e.waitRunning(create, "START", "db", exited, &killedErr)
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	select {
+	case <-exited: // reaped: -pid may be another process's group by now
+	default:
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 	<-exited
 	if len(doneBefore) == 0 {
 		t.Fatalf("no task had finished before START db")

@@ -416,7 +416,7 @@ func (s *Server) Stop() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.kill()
-		if s.holder != nil {
+		if s.holder != nil && !closed(s.holderExited) {
 			syscall.Kill(-s.holder.Process.Pid, syscall.SIGKILL)
 			<-s.holderExited
 		}
@@ -424,9 +424,26 @@ func (s *Server) Stop() {
 	})
 }
 
-// kill stops sshd and its sessions.
+// closed says whether a process's exited channel is closed: the process
+// was reaped, and its pid (its process group's id) may be another
+// process's by now. pid_max is 32768 on many machines, and a busy one
+// runs through it in minutes: a SIGKILL to -pid of a process reaped long
+// ago (sshd after Down, or after an Up that failed) kills whichever
+// group leader has that pid now, such as another test's service process
+// (setsid makes one).
+func closed(exited chan struct{}) bool {
+	select {
+	case <-exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill stops sshd and its sessions (nothing when sshd was reaped
+// already: see closed).
 func (s *Server) kill() {
-	if s.cmd != nil && s.cmd.Process != nil {
+	if s.cmd != nil && s.cmd.Process != nil && !closed(s.exited) {
 		pids := Descendants(s.cmd.Process.Pid)
 		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 		for _, p := range pids {
@@ -550,6 +567,9 @@ func (s *Server) Up() error {
 // runs under them), leaving the listener up: clients see their transport
 // die mid-command, and new connections still work.
 func (s *Server) KillConnections() int {
+	if closed(s.exited) {
+		return 0
+	}
 	pids := Descendants(s.cmd.Process.Pid)
 	for _, p := range pids {
 		syscall.Kill(p, syscall.SIGKILL)
