@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/sshdtest"
 )
 
@@ -95,6 +96,31 @@ func newRegEnv(t *testing.T, hosts int) *regEnv {
 	return e
 }
 
+// TestRegSpecToken: the token naming a test's service processes reaches
+// the hosts as written. Unquoted, a token of decimal digits with a
+// leading zero (00881509, about 1 in 400 random tokens) was a YAML number
+// (881509): svc.sh named its processes after that, the checks found none
+// of the token's ("0 process(es) of web" right after a create, in a
+// sequence its seed replayed fine: the token is not the seed's), and the
+// cleanup left them running.
+func TestRegSpecToken(t *testing.T) {
+	for _, token := range []string{"00881509", "12345678", "1234e567", "0a1b2c3d"} {
+		e := &regEnv{clusterEnv: &clusterEnv{t: t, spec: filepath.Join(t.TempDir(), "shop.yaml")}, token: token}
+		e.writeRegSpec(regSpec{db: 1, web: 1})
+		data, err := os.ReadFile(e.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp, err := spec.Parse(e.spec, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(sp.Config["token"]); got != token {
+			t.Errorf("token %s reads %q in the spec's config", token, got)
+		}
+	}
+}
+
 func (e *regEnv) scripts() string {
 	return filepath.Join(e.work, clTenant, "automatortypes", "shell", "scripts")
 }
@@ -140,7 +166,7 @@ provider:
   fields: {confirm_wait: "3", ssh_timeout: "3"}
 config:
   greeting: %s
-  token: %s
+  token: "%s"
 nodegroups:
   - {name: db, count: %d, flavor: small, image: debian12, services: [db]}
   - {name: web, count: %d, flavor: small, image: debian12, services: [%s]}
