@@ -268,7 +268,14 @@ func (d *decoder) checkConstraints(s *Spec, known func(string) bool, names []str
 			}
 		}
 	}
+	// In name order: errors on one line must come out the same way every
+	// time (a map's order is random).
+	qnames := make([]string, 0, len(c.Quantities))
 	for n := range c.Quantities {
+		qnames = append(qnames, n)
+	}
+	sort.Strings(qnames)
+	for _, n := range qnames {
 		if s.Services[n] == nil {
 			d.at(c.Line, "constraints.services names %q, which the spec does not define%s", n, suggest(n, names))
 		}
@@ -313,11 +320,6 @@ func (d *decoder) checkConstraints(s *Spec, known func(string) bool, names []str
 			}
 		}
 	}
-	qnames := make([]string, 0, len(c.Quantities))
-	for n := range c.Quantities {
-		qnames = append(qnames, n)
-	}
-	sort.Strings(qnames)
 	for _, n := range qnames {
 		q := c.Quantities[n]
 		if counts[n] < q.Min || (q.Max > 0 && counts[n] > q.Max) {
