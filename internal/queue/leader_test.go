@@ -145,8 +145,8 @@ func TestClusterReadsAfterWrites(t *testing.T) {
 			Logger: testLogger(),
 		}
 	}
-	a := open(t, cfg("daemon-a", c.urls[0]))
-	b := open(t, cfg("daemon-b", c.urls[2]))
+	a := openWithin(t, cfg("daemon-a", c.urls[0]), 2*time.Minute)
+	b := openWithin(t, cfg("daemon-b", c.urls[2]), 2*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 

@@ -35,7 +35,16 @@ func testConfig(t *testing.T) Config {
 
 func open(t *testing.T, cfg Config) *Queue {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	return openWithin(t, cfg, 20*time.Second)
+}
+
+// openWithin is open with its own deadline: on a NATS cluster, creating
+// every stream and bucket with three replicas takes a meta-leader round
+// per asset, which on a loaded 2-core machine can take longer than a
+// single server's 20 s.
+func openWithin(t *testing.T, cfg Config, within time.Duration) *Queue {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	q, err := Open(ctx, cfg)
 	if err != nil {
