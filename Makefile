@@ -73,9 +73,12 @@ faults:
 # one more fault. The seed is printed; LOOM_LIFECYCLE_SEED=<seed> replays
 # a run, LOOM_LIFECYCLE_SEQ_SEED=<seed> one sequence. CI runs 10 sequences
 # (about 4 minutes, no new one after LOOM_LIFECYCLE_BUDGET=4m);
-# LOOM_LIFECYCLE_SEQUENCES=300 LOOM_LIFECYCLE_BUDGET=3h is the long run.
+# LOOM_LIFECYCLE_SEQUENCES=300 LOOM_LIFECYCLE_BUDGET=3h
+# LIFECYCLE_TIMEOUT=4h is the long run (the go test timeout must outlast
+# the budget: a test killed by it leaves its hosts' processes behind).
+LIFECYCLE_TIMEOUT ?= 30m
 lifecycle:
-	LOOM_LIFECYCLE=1 LOOM_LIFECYCLE_SEQUENCES=$${LOOM_LIFECYCLE_SEQUENCES:-10} $(GO) test -count=1 -timeout 30m -run 'TestClusterLifecycleRandom' -v ./test/
+	LOOM_LIFECYCLE=1 LOOM_LIFECYCLE_SEQUENCES=$${LOOM_LIFECYCLE_SEQUENCES:-10} $(GO) test -count=1 -timeout $(LIFECYCLE_TIMEOUT) -run 'TestClusterLifecycleRandom' -v ./test/
 
 # The Go adapters (adapters/*/go.mod: kloud, machinecontroller,
 # bucketprovisioner), each its own module compiled against its host's
