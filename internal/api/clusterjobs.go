@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -341,32 +340,9 @@ func (s *Server) getClusterLog(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.PathValue("name")
 	q := r.URL.Query()
-	var after uint64
-	if a := q.Get("after"); a != "" {
-		n, err := strconv.ParseUint(a, 10, 64)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("after=%q: want the seq of the last entry read (a number)", a))
-			return
-		}
-		after = n
-	}
-	limit := maxLogBatches
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit=%q: want a number of batches, 1 to %d", l, maxLogBatches))
-			return
-		}
-		limit = min(n, maxLogBatches)
-	}
-	var wait time.Duration
-	if ws := q.Get("wait"); ws != "" {
-		d, err := time.ParseDuration(ws)
-		if err != nil || d < 0 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("wait=%q is not a duration: use e.g. wait=30s", ws))
-			return
-		}
-		wait = min(d, s.cfg.MaxWait)
+	after, limit, wait, ok := s.logCursor(w, q, "the seq of the last entry read", "batches", maxLogBatches, maxLogBatches)
+	if !ok {
+		return
 	}
 	kinds := map[string]bool{}
 	if k := q.Get("kind"); k != "" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -66,32 +67,9 @@ func (s *Server) taskLogs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	var after uint64
-	if a := q.Get("after"); a != "" {
-		n, err := strconv.ParseUint(a, 10, 64)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("after=%q: want the next cursor of the previous answer (a number)", a))
-			return
-		}
-		after = n
-	}
-	limit := defaultLogLines
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit=%q: want a number of lines, 1 to %d", l, maxLogLines))
-			return
-		}
-		limit = min(n, maxLogLines)
-	}
-	var wait time.Duration
-	if ws := q.Get("wait"); ws != "" {
-		d, err := time.ParseDuration(ws)
-		if err != nil || d < 0 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("wait=%q is not a duration: use e.g. wait=30s", ws))
-			return
-		}
-		wait = min(d, s.cfg.MaxWait)
+	after, limit, wait, ok := s.logCursor(w, q, "the next cursor of the previous answer", "lines", defaultLogLines, maxLogLines)
+	if !ok {
+		return
 	}
 	src, ok := s.logSource(w, r, id)
 	if !ok {
@@ -276,4 +254,38 @@ func (s *Server) taskLogError(w http.ResponseWriter, err error, id string) {
 		return
 	}
 	writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("reading the log of task %s: %v (the store may be unreachable; try again)", id, err))
+}
+
+// logCursor reads a log read's after, limit and wait parameters (the task
+// log's and the cluster log's): after is a cursor described by cursor,
+// limit counts units (lines or batches, def when absent, at most max), and
+// wait is capped at the server's MaxWait. It answers 400 and returns false
+// on a bad value.
+func (s *Server) logCursor(w http.ResponseWriter, q url.Values, cursor, units string, def, max int) (after uint64, limit int, wait time.Duration, ok bool) {
+	if a := q.Get("after"); a != "" {
+		n, err := strconv.ParseUint(a, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("after=%q: want %s (a number)", a, cursor))
+			return 0, 0, 0, false
+		}
+		after = n
+	}
+	limit = def
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit=%q: want a number of %s, 1 to %d", l, units, max))
+			return 0, 0, 0, false
+		}
+		limit = min(n, max)
+	}
+	if ws := q.Get("wait"); ws != "" {
+		d, err := time.ParseDuration(ws)
+		if err != nil || d < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("wait=%q is not a duration: use e.g. wait=30s", ws))
+			return 0, 0, 0, false
+		}
+		wait = min(d, s.cfg.MaxWait)
+	}
+	return after, limit, wait, true
 }
