@@ -79,6 +79,14 @@ func TestServeInProcess(t *testing.T) {
 			t.Fatalf("loomd did not answer within 30s:\n%s", logs)
 		}
 	}
+	// The API answers before the "loomd serving" line is logged (it is
+	// written once the consumers run), so wait for the line itself.
+	for !strings.Contains(logs.String(), "loomd serving") {
+		if time.Now().After(deadline) {
+			t.Fatalf("loomd did not log \"loomd serving\" within 30s:\n%s", logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if !strings.Contains(logs.String(), "concurrency=2") {
 		t.Errorf("the config file's concurrency did not apply:\n%s", logs)
 	}
