@@ -6,6 +6,7 @@
 //	go build -o /tmp/loomd ./cmd/loomd
 //	go run ./bench/daemon -loomd /tmp/loomd
 //	go run ./bench/daemon -ceiling     # the task streams alone, no loomd: 1 stream, then 4 shards
+//	go run ./bench/daemon -starts 10 -loomd /tmp/loomd -baseline /tmp/loomd-before   # starts only
 package main
 
 import (
@@ -62,7 +63,16 @@ func main() {
 	idleSamples := flag.Int("idle-samples", 5, "tasks each submitted after 1.5 s without any (workers give memory back after 1 s idle): their latency, then the idle workers' RSS")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of loomd (--pprof) taken during the throughput run to this file")
 	profileSeconds := flag.Int("profile-seconds", 5, "with -cpuprofile: seconds to profile, from the start of the throughput run")
+	starts := flag.Int("starts", 0, "only measure N starts until /healthz answers, each on a new store and then again on that store (no tasks)")
+	baseline := flag.String("baseline", "", "with -starts: a second loomd binary started right before -loomd in every round; ratios per round")
 	flag.Parse()
+	if *starts > 0 {
+		if err := startTimes(*bin, *baseline, *plugins, *starts, *keep, *fsync, *isolation); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *ceiling {
 		for _, n := range []int{1, *shards} {
 			if err := streamCeiling(*tasks, *clients, *concurrency, n); err != nil {
