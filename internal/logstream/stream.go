@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loomrt/loom/bindings/redact"
+	"github.com/loomrt/loom/internal/jsensure"
 )
 
 // Redactor gives the secrets a key's entries must never show (nil: none).
@@ -130,7 +131,7 @@ func Open(ctx context.Context, js jetstream.JetStream, o Options) (*Stream, erro
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	st, err := jsensure.Stream(ctx, js, jetstream.StreamConfig{
 		Name:              o.Name,
 		Description:       o.Description,
 		Subjects:          []string{o.Prefix + ">"},

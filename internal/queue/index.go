@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loomrt/loom/internal/jsensure"
 )
 
 // The record index.
@@ -180,7 +182,7 @@ func (q *Queue) provisionIndex(ctx context.Context) error {
 					what = "finished tasks"
 				}
 				var err error
-				x.streams[p], err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+				x.streams[p], err = jsensure.Stream(ctx, q.js, jetstream.StreamConfig{
 					Name:        name,
 					Description: fmt.Sprintf("loomd task index of %s, shard %d of %d: one entry per task, subject loom.idx.%d.<class>.<family>.<type>.<cluster>, payload the task id", what, shard, StateShards, shard),
 					Subjects:    subjects,
@@ -207,7 +209,7 @@ func (q *Queue) provisionIndex(ctx context.Context) error {
 			x.leaderReads = true
 		}
 	}
-	x.cancelKV, err = q.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	x.cancelKV, err = jsensure.KeyValue(ctx, q.js, jetstream.KeyValueConfig{
 		Bucket:      CancelBucket,
 		Description: "loomd cancel requests for running tasks, key cancel.<id>; the daemon running the task acts on it",
 		History:     1,

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/loomrt/loom/bindings/listeners"
+	"github.com/loomrt/loom/internal/jsensure"
 	"github.com/loomrt/loom/runtime"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -363,7 +364,7 @@ func (q *Queue) provision(ctx context.Context) error {
 				name, subjects = taskStreamName(i), []string{shardPrefix + strconv.Itoa(i) + ".>"}
 			}
 			var err error
-			q.tasks[i], err = q.shards[i].js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			q.tasks[i], err = jsensure.Stream(ctx, q.shards[i].js, jetstream.StreamConfig{
 				Name:        name,
 				Description: fmt.Sprintf("loomd tasks, shard %d of %d; one durable consumer per plugin type", i, StateShards),
 				Subjects:    subjects,
@@ -383,7 +384,7 @@ func (q *Queue) provision(ctx context.Context) error {
 			defer wg.Done()
 			name := fmt.Sprintf("%s_%d", StateBucket, i)
 			var err error
-			q.kvs[i], err = q.shards[i].js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			q.kvs[i], err = jsensure.KeyValue(ctx, q.shards[i].js, jetstream.KeyValueConfig{
 				Bucket:      name,
 				Description: fmt.Sprintf("loomd task state records, key task.<id>, shard %d of %d", i, StateShards),
 				History:     8,
@@ -399,7 +400,7 @@ func (q *Queue) provision(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		var err error
-		q.obj, err = q.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		q.obj, err = jsensure.ObjectStore(ctx, q.js, jetstream.ObjectStoreConfig{
 			Bucket:      OutputBucket,
 			Description: "loomd task results too large for a kv value",
 			Storage:     jetstream.FileStorage,

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loomrt/loom/internal/jsensure"
 )
 
 // ServedBucket is the KV bucket of the plugin types the daemons serve:
@@ -73,13 +75,13 @@ func (q *Queue) servedConfig() jetstream.KeyValueConfig {
 // servedBucket creates or opens the served bucket.
 func (q *Queue) servedBucket(ctx context.Context) (jetstream.KeyValue, error) {
 	kcfg := q.servedConfig()
-	kv, err := q.js.CreateOrUpdateKeyValue(ctx, kcfg)
+	kv, err := jsensure.KeyValue(ctx, q.js, kcfg)
 	if err != nil {
 		// A server without JetStream memory storage (max_memory_store: 0),
 		// or a bucket another daemon made on file: use file storage.
 		kcfg.Storage = jetstream.FileStorage
 		var ferr error
-		if kv, ferr = q.js.CreateOrUpdateKeyValue(ctx, kcfg); ferr != nil {
+		if kv, ferr = jsensure.KeyValue(ctx, q.js, kcfg); ferr != nil {
 			return nil, fmt.Errorf("creating kv bucket %s: in memory: %w; on file: %w", ServedBucket, err, ferr)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loomrt/loom/internal/cluster/state"
+	"github.com/loomrt/loom/internal/jsensure"
 )
 
 // Bucket is the KV bucket of the daemons' cluster jobs: key <cluster>,
@@ -103,7 +104,9 @@ func openRecords(ctx context.Context, js jetstream.JetStream, replicas int) (*re
 	if replicas < 1 {
 		replicas = 1
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	// Not CreateOrUpdateKeyValue: it would turn direct gets back on at
+	// every start, under the daemons reading the records.
+	err := jsensure.AdjustedKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      Bucket,
 		Description: "loomd cluster jobs: key <cluster>, its current or last job (request, steps, owner, lease)",
 		History:     1,
@@ -115,7 +118,8 @@ func openRecords(ctx context.Context, js jetstream.JetStream, replicas int) (*re
 	}
 	// Read from the leader: a record read right after its CAS write must
 	// not come from a replica that has not applied it yet.
-	if kv, err = state.LeaderReads(ctx, js, Bucket); err != nil {
+	kv, err := state.LeaderReads(ctx, js, Bucket)
+	if err != nil {
 		return nil, err
 	}
 	return &records{kv: kv, timeout: 10 * time.Second}, nil

@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+
+	"github.com/loomrt/loom/internal/jsensure"
 )
 
 // Bucket is the JetStream key-value bucket that holds cluster state, beside
@@ -58,7 +60,9 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, replicas int) (*KVStore
 	if replicas < 1 {
 		replicas = 1
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	// Not CreateOrUpdateKeyValue: it would turn direct gets back on and
+	// atomic batches off on every start, under the daemons using them.
+	err := jsensure.AdjustedKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      Bucket,
 		Description: "loomd cluster state: clusters, nodes, jobs and their tasks (loomd apply)",
 		History:     1,
@@ -68,7 +72,8 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, replicas int) (*KVStore
 	if err != nil {
 		return nil, fmt.Errorf("creating kv bucket %s: %w", Bucket, err)
 	}
-	if kv, err = LeaderReads(ctx, js, Bucket); err != nil {
+	kv, err := LeaderReads(ctx, js, Bucket)
+	if err != nil {
 		return nil, err
 	}
 	return &KVStore{kv: kv, js: js, atomic: atomicBatches(ctx, js, Bucket)}, nil
