@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -55,6 +56,8 @@ func TestServeInProcess(t *testing.T) {
 	env := map[string]string{"LOOM_LISTEN": addr, "LOOM_DATA": filepath.Join(dir, "data")}
 	logs := &lockedBuffer{}
 	sigs := make(chan os.Signal, 2)
+	gcBefore := debug.SetGCPercent(-1)
+	debug.SetGCPercent(gcBefore)
 	app := testApp(env, &bytes.Buffer{}, logs)
 	app.Signals = sigs
 	code := make(chan int, 1)
@@ -89,6 +92,10 @@ func TestServeInProcess(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "concurrency=2") {
 		t.Errorf("the config file's concurrency did not apply:\n%s", logs)
+	}
+	// The collector's setting for the start is undone once it serves.
+	if gc := debug.SetGCPercent(gcBefore); gc != gcBefore {
+		t.Errorf("GOGC is %d once serving, want %d as before the start", gc, gcBefore)
 	}
 
 	// loomd submit --wait prints the result and exits 0.

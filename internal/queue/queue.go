@@ -190,21 +190,33 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 	if q.js, err = q.jetStream(nc); err != nil {
 		return nil, err
 	}
+	// The shards' connections at once: each is a handshake (and on an
+	// external server a TLS one, perhaps), one after the other a tenth
+	// of the start.
+	var shardErrs [StateShards]error
+	var wg sync.WaitGroup
 	for i := range q.shards {
-		// Quiet about disconnects: the main connection already says so.
-		quiet := []nats.Option{
-			nats.Name(fmt.Sprintf("loomd %s shard %d", cfg.Owner, i)),
-			nats.DisconnectErrHandler(func(*nats.Conn, error) {}),
-			nats.ReconnectHandler(func(*nats.Conn) {}),
-		}
-		sc, err := nats.Connect(url, slices.Concat(opts, quiet, cfg.NATSOptions)...)
-		if err != nil {
-			return nil, fmt.Errorf("connecting to nats for state shard %d: %w", i, err)
-		}
-		q.shards[i].nc = sc
-		if q.shards[i].js, err = q.jetStream(sc); err != nil {
-			return nil, err
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Quiet about disconnects: the main connection already says so.
+			quiet := []nats.Option{
+				nats.Name(fmt.Sprintf("loomd %s shard %d", cfg.Owner, i)),
+				nats.DisconnectErrHandler(func(*nats.Conn, error) {}),
+				nats.ReconnectHandler(func(*nats.Conn) {}),
+			}
+			sc, err := nats.Connect(url, slices.Concat(opts, quiet, cfg.NATSOptions)...)
+			if err != nil {
+				shardErrs[i] = fmt.Errorf("connecting to nats for state shard %d: %w", i, err)
+				return
+			}
+			q.shards[i].nc = sc
+			q.shards[i].js, shardErrs[i] = q.jetStream(sc)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(shardErrs[:]...); err != nil {
+		return nil, err
 	}
 	if err := q.provision(ctx); err != nil {
 		return nil, err
