@@ -161,9 +161,14 @@ func (b *browser) eval(js string, out any) {
 // text is the text of the first element matching sel.
 func (b *browser) text(sel string) string {
 	b.t.Helper()
-	var s string
-	b.run("text of "+sel, 30*time.Second, chromedp.Text(sel, &s, chromedp.ByQuery, chromedp.NodeVisible))
-	return s
+	// Read in one script, not by node id: a live update may replace the
+	// node between chromedp's lookup and its read ("No node with given id").
+	var r struct{ T string }
+	b.run("text of "+sel, 30*time.Second, chromedp.Poll(fmt.Sprintf(`(() => {
+		const e = document.querySelector(%q);
+		return e !== null && e.offsetParent !== null ? {T: e.innerText} : false;
+	})()`, sel), &r, chromedp.WithPollingInterval(100*time.Millisecond)))
+	return r.T
 }
 
 // waitJS waits until a JavaScript expression is true, the page not

@@ -58,6 +58,10 @@
   // itself and swaps every [data-live] region (escaped HTML, rendered by
   // the server). One fetch at a time; changes during a fetch cause one
   // more afterwards.
+  // served holds each live region's HTML as the server last sent it
+  // (before enhance() added times and buttons), to tell a real change.
+  const served = new WeakMap();
+
   function live() {
     const topics = (document.body.dataset.topics || "").split(" ").filter(Boolean);
     const status = document.getElementById("live");
@@ -75,6 +79,10 @@
         document.querySelectorAll("[data-live]").forEach((el) => {
           const fresh = doc.querySelector('[data-live="' + el.dataset.live + '"]');
           if (!fresh) return;
+          // A region whose server HTML did not change is left alone: the
+          // reader's selection, focus and place stay where they were.
+          if (served.get(el) === fresh.innerHTML) return;
+          served.set(el, fresh.innerHTML);
           const open = new Set([...el.querySelectorAll("details[open]")].map((d) => d.textContent.slice(0, 80)));
           // A followed box (a task's log) scrolled to its end stays at
           // its end as lines arrive; one scrolled up stays where it was.
@@ -105,6 +113,7 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => {
+    document.querySelectorAll("[data-live]").forEach((el) => served.set(el, el.innerHTML));
     setupTheme();
     enhance(document);
     document.querySelectorAll("[data-follow]").forEach((b) => { b.scrollTop = b.scrollHeight; });
