@@ -466,15 +466,28 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		plugins = workerPlugins{Runtime: rt, sup: sup}
 	}
 
+	// The task logs' stream and the cluster jobs' streams and buckets
+	// at once: each is a few JetStream requests in turn.
+	type openedLogs struct {
+		tl  taskLogs
+		err error
+	}
+	logsDone := make(chan openedLogs, 1)
+	go func() {
+		tl, err := a.startTaskLogs(ctx, o, q, tee, baseLogger)
+		logsDone <- openedLogs{tl, err}
+	}()
 	cj, err := a.startClusterJobs(ctx, o, q, baseLogger, metrics, rt)
+	tl := <-logsDone
 	if err != nil {
+		tl.tl.Close()
 		return err
 	}
 	defer cj.close()
-	taskLogs, err := a.startTaskLogs(ctx, o, q, tee, baseLogger)
-	if err != nil {
-		return err
+	if tl.err != nil {
+		return tl.err
 	}
+	taskLogs := tl.tl
 	defer taskLogs.Close()
 	tasks := taskRunner{next: runner, logs: taskLogs, tee: tee, jobs: cj.jobs, jobLog: cj.log, source: q.Owner(), secrets: rt.TaskSecrets}
 	runner = tasks.from(tasklog.OriginQueue)
@@ -723,10 +736,16 @@ func (c *clusterJobs) close() {
 // startClusterJobs opens the cluster state, the job log and the runner on
 // the queue's JetStream.
 func (a *App) startClusterJobs(ctx context.Context, o *serveOptions, q *queue.Queue, base *slog.Logger, metrics *api.Metrics, rt *runtime.Runtime) (*clusterJobs, error) {
-	store, err := state.OpenKV(ctx, q.JetStream(), q.Replicas())
-	if err != nil {
-		return nil, err
+	// The state bucket opens while the job log's stream is made.
+	type openedStore struct {
+		store *state.KVStore
+		err   error
 	}
+	storeDone := make(chan openedStore, 1)
+	go func() {
+		store, err := state.OpenKV(ctx, q.JetStream(), q.Replicas())
+		storeDone <- openedStore{store, err}
+	}()
 	secrets := &joblog.Secrets{}
 	// The job log takes at most an eighth of what the store can hold.
 	jmax, note := logstream.Fit(ctx, q.JetStream(), joblog.StreamName, joblog.DefaultMaxBytes, storeCapacity(ctx, q, base))
@@ -735,9 +754,15 @@ func (a *App) startClusterJobs(ctx context.Context, o *serveOptions, q *queue.Qu
 	}
 	jl, err := joblog.OpenStream(ctx, q.JetStream(), joblog.StreamOptions{Replicas: q.Replicas(), Source: q.Owner(), Secrets: secrets,
 		MaxBytes: jmax, Paused: q.Tight, Logger: base.With("component", "clusterjobs")})
+	opened := <-storeDone
 	if err != nil {
 		return nil, err
 	}
+	if opened.err != nil {
+		jl.Close()
+		return nil, opened.err
+	}
+	store := opened.store
 	host, _ := os.Hostname()
 	jobs, err := clusterrunner.New(ctx, clusterrunner.Config{Store: store, JS: q.JetStream(), Replicas: q.Replicas(), Queue: q, Log: jl,
 		Secrets: secrets, Owner: q.Owner(), Host: host, PID: os.Getpid(), Live: q.OwnerLive, Trouble: q.RecentTrouble,
