@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/loomrt/loom/bindings/listeners"
+	"github.com/loomrt/loom/internal/jsretry"
 )
 
 // Config says where the queue lives and how workers behave. The zero
@@ -91,6 +92,12 @@ type Config struct {
 	Duplicates time.Duration
 	// Replicas of the stream and buckets: 1 (default) or 3 on a cluster.
 	Replicas int
+	// Retry waits out what a NATS cluster cannot do right now while Open
+	// creates or opens the streams and buckets (a server offline, a leader
+	// being elected: see jsretry.Transient), until Open's context ends;
+	// permanent errors fail at once. Default: a waiter that warns on
+	// Logger.
+	Retry *jsretry.Waiter
 	// SyncInterval is how often the embedded server fsyncs its store. Zero
 	// (the default) fsyncs every write: an acknowledged submission survives
 	// a power loss. A positive interval trades that for throughput (NATS's
@@ -212,6 +219,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Retry == nil {
+		c.Retry = &jsretry.Waiter{Logger: c.Logger, Hint: fmt.Sprintf("a stream of %d replicas needs %d JetStream servers of the cluster up: bring the offline ones back, or use fewer replicas", c.Replicas, c.Replicas)}
 	}
 	return c
 }

@@ -171,9 +171,13 @@ func (q *Queue) provisionIndex(ctx context.Context) error {
 				defer wg.Done()
 				p := indexPart(shard, active)
 				name := partName(p)
-				if _, err := q.js.Stream(ctx, name); errors.Is(err, jetstream.ErrStreamNotFound) {
-					created.Store(true)
-				}
+				_ = q.cfg.Retry.Do(ctx, q.what("stream", name), func(ctx context.Context) error {
+					_, err := q.js.Stream(ctx, name)
+					if errors.Is(err, jetstream.ErrStreamNotFound) {
+						created.Store(true)
+					}
+					return err
+				})
 				prefix := indexPrefix + strconv.Itoa(shard) + "."
 				subjects := []string{prefix + "active.>"}
 				what := "queued and running tasks"
@@ -181,15 +185,17 @@ func (q *Queue) provisionIndex(ctx context.Context) error {
 					subjects = []string{prefix + string(Succeeded) + ".>", prefix + string(Failed) + ".>", prefix + string(Cancelled) + ".>"}
 					what = "finished tasks"
 				}
-				var err error
-				x.streams[p], err = jsensure.Stream(ctx, q.js, jetstream.StreamConfig{
-					Name:        name,
-					Description: fmt.Sprintf("loomd task index of %s, shard %d of %d: one entry per task, subject loom.idx.%d.<class>.<family>.<type>.<cluster>, payload the task id", what, shard, StateShards, shard),
-					Subjects:    subjects,
-					Retention:   jetstream.LimitsPolicy,
-					Storage:     jetstream.FileStorage,
-					Replicas:    q.cfg.Replicas,
-					AllowDirect: true,
+				err := q.cfg.Retry.Do(ctx, q.what("stream", name), func(ctx context.Context) (err error) {
+					x.streams[p], err = jsensure.Stream(ctx, q.js, jetstream.StreamConfig{
+						Name:        name,
+						Description: fmt.Sprintf("loomd task index of %s, shard %d of %d: one entry per task, subject loom.idx.%d.<class>.<family>.<type>.<cluster>, payload the task id", what, shard, StateShards, shard),
+						Subjects:    subjects,
+						Retention:   jetstream.LimitsPolicy,
+						Storage:     jetstream.FileStorage,
+						Replicas:    q.cfg.Replicas,
+						AllowDirect: true,
+					})
+					return err
 				})
 				if err != nil {
 					errs[shard] = fmt.Errorf("creating stream %s: %w", name, err)
@@ -202,20 +208,27 @@ func (q *Queue) provisionIndex(ctx context.Context) error {
 		}
 	}
 	for i, kv := range q.kvs {
-		if x.kvStreams[i], err = q.js.Stream(ctx, "KV_"+kv.Bucket()); err != nil {
+		err := q.cfg.Retry.Do(ctx, q.what("stream", "KV_"+kv.Bucket()), func(ctx context.Context) (err error) {
+			x.kvStreams[i], err = q.js.Stream(ctx, "KV_"+kv.Bucket())
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("opening the stream of kv bucket %s: %w", kv.Bucket(), err)
 		}
 		if x.kvStreams[i].CachedInfo().Config.Replicas > 1 {
 			x.leaderReads = true
 		}
 	}
-	x.cancelKV, err = jsensure.KeyValue(ctx, q.js, jetstream.KeyValueConfig{
-		Bucket:      CancelBucket,
-		Description: "loomd cancel requests for running tasks, key cancel.<id>; the daemon running the task acts on it",
-		History:     1,
-		TTL:         24 * time.Hour,
-		Storage:     jetstream.FileStorage,
-		Replicas:    q.cfg.Replicas,
+	err = q.cfg.Retry.Do(ctx, q.what("kv bucket", CancelBucket), func(ctx context.Context) (err error) {
+		x.cancelKV, err = jsensure.KeyValue(ctx, q.js, jetstream.KeyValueConfig{
+			Bucket:      CancelBucket,
+			Description: "loomd cancel requests for running tasks, key cancel.<id>; the daemon running the task acts on it",
+			History:     1,
+			TTL:         24 * time.Hour,
+			Storage:     jetstream.FileStorage,
+			Replicas:    q.cfg.Replicas,
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("creating kv bucket %s: %w", CancelBucket, err)

@@ -3,12 +3,13 @@ package queue
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loomrt/loom/internal/jsretry"
 )
 
 // Reads on a NATS cluster. nats.go creates key-value buckets and object
@@ -42,6 +43,11 @@ func (q *Queue) recordEntry(ctx context.Context, id string) (jetstream.KeyValueE
 	return q.leaderGet(ctx, shardOf(id), kv.Bucket(), keyPrefix+id)
 }
 
+// leaderWait retries a leader read while the stream has no leader: no
+// warnings (a read is retried until its caller's context ends, as a write
+// is), no bound of its own on one attempt.
+var leaderWait = &jsretry.Waiter{Attempt: -1, Min: 50 * time.Millisecond, Max: time.Second}
+
 // leaderGet reads the last value of key in bucket (a state shard's) with
 // a STREAM.MSG.GET request, which the stream's leader answers.
 func (q *Queue) leaderGet(ctx context.Context, shard int, bucket, key string) (jetstream.KeyValueEntry, error) {
@@ -70,31 +76,26 @@ func (q *Queue) leaderGet(ctx context.Context, shard int, bucket, key string) (j
 	// answers 503 at once: the read waits for a leader as a write does,
 	// until ctx ends, instead of failing while a replica could have
 	// answered a direct get.
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+	var decodeErr error
+	err = leaderWait.Do(ctx, "", func(ctx context.Context) error {
 		m, err := q.shards[shard].nc.RequestWithContext(ctx, q.ix.apiPrefix+".STREAM.MSG.GET."+stream, body)
-		if err == nil {
-			resp.Message, resp.Error = nil, nil
-			if err = json.Unmarshal(m.Data, &resp); err != nil {
-				return nil, fmt.Errorf("reading %s from the leader of stream %s: decoding the answer: %w", key, stream, err)
-			}
+		if err != nil {
+			return err
 		}
-		retry := errors.Is(err, nats.ErrNoResponders) || err == nil && resp.Error != nil && resp.Error.Code == 503
-		if !retry {
-			if err != nil {
-				return nil, fmt.Errorf("reading %s from the leader of stream %s: %w", key, stream, err)
-			}
-			break
+		resp.Message, resp.Error = nil, nil
+		if decodeErr = json.Unmarshal(m.Data, &resp); decodeErr != nil {
+			return nil
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			if err == nil {
-				err = resp.Error
-			}
-			return nil, fmt.Errorf("reading %s from the leader of stream %s: %w (no leader until %w)", key, stream, err, ctx.Err())
-		case <-t.C:
+		if resp.Error != nil && jsretry.Transient(resp.Error) {
+			return resp.Error
 		}
+		return nil
+	})
+	if decodeErr != nil {
+		return nil, fmt.Errorf("reading %s from the leader of stream %s: decoding the answer: %w", key, stream, decodeErr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s from the leader of stream %s: %w", key, stream, err)
 	}
 	if resp.Error != nil {
 		if resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
@@ -153,21 +154,25 @@ func (e *leaderEntry) Operation() jetstream.KeyValueOp { return e.op }
 // the object is written, and a replica behind would answer "not found".
 // obj is returned as it is on one server.
 func (q *Queue) leaderObjectStore(ctx context.Context, obj jetstream.ObjectStore, bucket string) (jetstream.ObjectStore, error) {
-	stream, err := q.js.Stream(ctx, "OBJ_"+bucket)
-	if err != nil {
-		return nil, fmt.Errorf("object store %s: %w", bucket, err)
-	}
-	cfg := stream.CachedInfo().Config
-	if cfg.Replicas <= 1 {
-		return obj, nil
-	}
-	if cfg.AllowDirect {
-		cfg.AllowDirect = false
-		if _, err := q.js.UpdateStream(ctx, cfg); err != nil {
-			return nil, fmt.Errorf("object store %s: turning direct gets off: %w", bucket, err)
+	leader := obj
+	err := q.cfg.Retry.Do(ctx, q.what("object store", bucket), func(ctx context.Context) error {
+		stream, err := q.js.Stream(ctx, "OBJ_"+bucket)
+		if err != nil {
+			return err
 		}
-	}
-	leader, err := q.js.ObjectStore(ctx, bucket)
+		cfg := stream.CachedInfo().Config
+		if cfg.Replicas <= 1 {
+			return nil
+		}
+		if cfg.AllowDirect {
+			cfg.AllowDirect = false
+			if _, err := q.js.UpdateStream(ctx, cfg); err != nil {
+				return fmt.Errorf("turning direct gets off: %w", err)
+			}
+		}
+		leader, err = q.js.ObjectStore(ctx, bucket)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("object store %s: %w", bucket, err)
 	}

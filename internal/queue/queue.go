@@ -360,7 +360,15 @@ func registerServer(reg *listeners.Registry, srv *server.Server) func() {
 	}
 }
 
-// provision creates or updates the stream and the buckets.
+// what names a stream or bucket for the operator, in what Open waits
+// for: "stream LOOM_TASKS (3 replicas)".
+func (q *Queue) what(kind, name string) string {
+	return fmt.Sprintf("%s %s (%d replicas)", kind, name, q.cfg.Replicas)
+}
+
+// provision creates or updates the stream and the buckets. What the NATS
+// cluster cannot do right now (a server offline, an election) is tried
+// again until ctx ends (cfg.Retry).
 func (q *Queue) provision(ctx context.Context) error {
 	// The streams and buckets are independent: created at once, so that
 	// their fsynced metadata writes overlap (a new store has about twenty:
@@ -375,15 +383,17 @@ func (q *Queue) provision(ctx context.Context) error {
 			if i > 0 {
 				name, subjects = taskStreamName(i), []string{shardPrefix + strconv.Itoa(i) + ".>"}
 			}
-			var err error
-			q.tasks[i], err = jsensure.Stream(ctx, q.shards[i].js, jetstream.StreamConfig{
-				Name:        name,
-				Description: fmt.Sprintf("loomd tasks, shard %d of %d; one durable consumer per plugin type", i, StateShards),
-				Subjects:    subjects,
-				Retention:   jetstream.WorkQueuePolicy,
-				Storage:     jetstream.FileStorage,
-				Duplicates:  q.cfg.Duplicates,
-				Replicas:    q.cfg.Replicas,
+			err := q.cfg.Retry.Do(ctx, q.what("stream", name), func(ctx context.Context) (err error) {
+				q.tasks[i], err = jsensure.Stream(ctx, q.shards[i].js, jetstream.StreamConfig{
+					Name:        name,
+					Description: fmt.Sprintf("loomd tasks, shard %d of %d; one durable consumer per plugin type", i, StateShards),
+					Subjects:    subjects,
+					Retention:   jetstream.WorkQueuePolicy,
+					Storage:     jetstream.FileStorage,
+					Duplicates:  q.cfg.Duplicates,
+					Replicas:    q.cfg.Replicas,
+				})
+				return err
 			})
 			if err != nil {
 				errs[i] = fmt.Errorf("creating stream %s: %w", name, err)
@@ -395,13 +405,15 @@ func (q *Queue) provision(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			name := fmt.Sprintf("%s_%d", StateBucket, i)
-			var err error
-			q.kvs[i], err = jsensure.KeyValue(ctx, q.shards[i].js, jetstream.KeyValueConfig{
-				Bucket:      name,
-				Description: fmt.Sprintf("loomd task state records, key task.<id>, shard %d of %d", i, StateShards),
-				History:     8,
-				Storage:     jetstream.FileStorage,
-				Replicas:    q.cfg.Replicas,
+			err := q.cfg.Retry.Do(ctx, q.what("kv bucket", name), func(ctx context.Context) (err error) {
+				q.kvs[i], err = jsensure.KeyValue(ctx, q.shards[i].js, jetstream.KeyValueConfig{
+					Bucket:      name,
+					Description: fmt.Sprintf("loomd task state records, key task.<id>, shard %d of %d", i, StateShards),
+					History:     8,
+					Storage:     jetstream.FileStorage,
+					Replicas:    q.cfg.Replicas,
+				})
+				return err
 			})
 			if err != nil {
 				errs[StateShards+i] = fmt.Errorf("creating kv bucket %s: %w", name, err)
@@ -411,12 +423,14 @@ func (q *Queue) provision(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		var err error
-		q.obj, err = jsensure.ObjectStore(ctx, q.js, jetstream.ObjectStoreConfig{
-			Bucket:      OutputBucket,
-			Description: "loomd task results too large for a kv value",
-			Storage:     jetstream.FileStorage,
-			Replicas:    q.cfg.Replicas,
+		err := q.cfg.Retry.Do(ctx, q.what("object store", OutputBucket), func(ctx context.Context) (err error) {
+			q.obj, err = jsensure.ObjectStore(ctx, q.js, jetstream.ObjectStoreConfig{
+				Bucket:      OutputBucket,
+				Description: "loomd task results too large for a kv value",
+				Storage:     jetstream.FileStorage,
+				Replicas:    q.cfg.Replicas,
+			})
+			return err
 		})
 		if err != nil {
 			errs[2*StateShards] = fmt.Errorf("creating object store %s: %w", OutputBucket, err)

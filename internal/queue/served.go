@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loomrt/loom/internal/jsensure"
+	"github.com/loomrt/loom/internal/jsretry"
 )
 
 // ServedBucket is the KV bucket of the plugin types the daemons serve:
@@ -75,13 +76,20 @@ func (q *Queue) servedConfig() jetstream.KeyValueConfig {
 // servedBucket creates or opens the served bucket.
 func (q *Queue) servedBucket(ctx context.Context) (jetstream.KeyValue, error) {
 	kcfg := q.servedConfig()
-	kv, err := jsensure.KeyValue(ctx, q.js, kcfg)
-	if err != nil {
-		// A server without JetStream memory storage (max_memory_store: 0),
-		// or a bucket another daemon made on file: use file storage.
+	var kv jetstream.KeyValue
+	create := func(ctx context.Context) (err error) {
+		kv, err = jsensure.KeyValue(ctx, q.js, kcfg)
+		return err
+	}
+	// What the cluster cannot do now is waited out; what is left (no
+	// memory storage on the server: max_memory_store 0, or a bucket
+	// another daemon made on file) falls back to file storage.
+	if err := q.cfg.Retry.Do(ctx, q.what("kv bucket", ServedBucket), create); err != nil {
+		if jsretry.Transient(err) {
+			return nil, fmt.Errorf("creating kv bucket %s: %w", ServedBucket, err)
+		}
 		kcfg.Storage = jetstream.FileStorage
-		var ferr error
-		if kv, ferr = jsensure.KeyValue(ctx, q.js, kcfg); ferr != nil {
+		if ferr := q.cfg.Retry.Do(ctx, q.what("kv bucket", ServedBucket), create); ferr != nil {
 			return nil, fmt.Errorf("creating kv bucket %s: in memory: %w; on file: %w", ServedBucket, err, ferr)
 		}
 	}

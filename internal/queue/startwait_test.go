@@ -1,0 +1,131 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loomrt/loom/internal/jsretry"
+)
+
+// syncBuffer is a log the test reads while the queue writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestOpenWaitsForTheCluster: Open on a 3-node NATS cluster that cannot
+// create its streams right now (two of the three servers down: no meta
+// leader, every stream request times out) waits, says what it waits for,
+// and opens once the servers are back; before, Open failed at its first
+// request ("creating stream LOOM_TASKS_1: context deadline exceeded"
+// after 5 s with loomd serve's context, even with one server down). A
+// permanent error (a stream of another program holding the queue's
+// subjects; more replicas than servers) fails at once, untried again.
+func TestOpenWaitsForTheCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node NATS cluster")
+	}
+	c := startCluster(t)
+	cfg := func(owner string, replicas int, log *syncBuffer) Config {
+		return Config{
+			URLs: c.urls, Replicas: replicas, Owner: owner,
+			AckWait: 10 * time.Second, RetryDelay: 50 * time.Millisecond, PollInterval: 100 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(log, nil)),
+			Retry: &jsretry.Waiter{Logger: slog.New(slog.NewTextHandler(log, nil)), Hint: "bring them back",
+				Attempt: 2 * time.Second, WarnEvery: time.Second},
+		}
+	}
+
+	t.Run("permanent", func(t *testing.T) {
+		nc, err := nats.Connect(strings.Join(c.urls, ","))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SQUATTER", Subjects: []string{subjectPrefix + ">"}, Replicas: 3}); err != nil {
+			t.Fatal(err)
+		}
+		var log syncBuffer
+		_, err = Open(ctx, cfg("overlap", 3, &log))
+		if err == nil || !strings.Contains(err.Error(), "creating stream LOOM_TASKS:") || !strings.Contains(err.Error(), "subjects overlap") || strings.Contains(err.Error(), "tries over") {
+			t.Fatalf("Open with the queue's subjects taken: %v, want the overlap, not retried", err)
+		}
+		if strings.Contains(log.String(), "waiting for the NATS cluster") {
+			t.Errorf("a permanent error was retried:\n%s", log.String())
+		}
+		if err := js.DeleteStream(ctx, "SQUATTER"); err != nil {
+			t.Fatal(err)
+		}
+		_, err = Open(ctx, cfg("five", 5, &log))
+		if err == nil || strings.Contains(err.Error(), "tries over") || strings.Contains(log.String(), "waiting for the NATS cluster") {
+			t.Fatalf("Open with 5 replicas on 3 servers: %v, want a placement error at once\n%s", err, log.String())
+		}
+		t.Logf("5 replicas on 3 servers: %v", err)
+	})
+
+	t.Run("two-servers-down", func(t *testing.T) {
+		c.kill9("n1")
+		c.kill9("n2")
+		var log syncBuffer
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		type opened struct {
+			q   *Queue
+			err error
+		}
+		done := make(chan opened, 1)
+		go func() {
+			q, err := Open(ctx, cfg("waiter", 3, &log))
+			done <- opened{q, err}
+		}()
+		for !strings.Contains(log.String(), "waiting for the NATS cluster to create or open") {
+			select {
+			case o := <-done:
+				t.Fatalf("Open returned while two of three servers were down: %v\n%s", o.err, log.String())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if w := log.String(); !strings.Contains(w, "(3 replicas)") || !strings.Contains(w, "bring them back") {
+			t.Errorf("the warning does not say what is missing and what to do:\n%s", w)
+		}
+		c.start("n1")
+		c.start("n2")
+		o := <-done
+		if o.err != nil {
+			t.Fatalf("Open after the servers came back: %v\n%s", o.err, log.String())
+		}
+		defer o.q.Close()
+		if !strings.Contains(log.String(), "created or opened what it was waited for") {
+			t.Errorf("no line says the wait is over:\n%s", log.String())
+		}
+		if _, _, err := o.q.Submit(ctx, task("after-the-wait", "shell")); err != nil {
+			t.Fatalf("submit after the wait: %v", err)
+		}
+		if rec, err := o.q.Get(ctx, "after-the-wait"); err != nil || rec.State != Queued {
+			t.Fatalf("the task submitted after the wait: %v %v", rec.State, err)
+		}
+	})
+}
