@@ -42,7 +42,7 @@ func newJobsFixtureWith(t *testing.T, edit func(*Config)) *fixture {
 	done := make(chan struct{})
 	go func() { _ = q.Serve(sctx, r, 4); close(done) }()
 	t.Cleanup(func() { stop(); <-done })
-	st, err := state.OpenKV(ctx, q.JetStream(), 1)
+	st, err := state.OpenKV(ctx, q.JetStream(), 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

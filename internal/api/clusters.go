@@ -53,7 +53,7 @@ func (s *Server) clusterStore(ctx context.Context) (*state.KVStore, error) {
 	if !ok {
 		return nil, errors.New("this daemon's queue keeps no cluster state (it is not a JetStream queue)")
 	}
-	st, err := state.OpenKV(ctx, q.JetStream(), q.Replicas())
+	st, err := state.OpenKV(ctx, q.JetStream(), q.Replicas(), nil)
 	if err != nil {
 		return nil, err
 	}

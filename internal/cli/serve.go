@@ -26,6 +26,7 @@ import (
 	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/coopr"
+	"github.com/loomrt/loom/internal/jsretry"
 	"github.com/loomrt/loom/internal/logstream"
 	"github.com/loomrt/loom/internal/queue"
 	"github.com/loomrt/loom/internal/tasklog"
@@ -70,16 +71,19 @@ type serveOptions struct {
 	storeMax        string
 	storeReserve    string
 	replicas        int
-	isolation       string
-	pluginMemory    string
-	limitMode       string
-	pprof           bool
-	clusterLease    time.Duration
-	clusterTasks    string
-	taskLogs        taskLogOptions
-	ui              bool
-	uiReadOnly      bool
-	coopr           cooprOptions
+	startTimeout    time.Duration
+	// retry waits out what the NATS cluster cannot do at start.
+	retry        *jsretry.Waiter
+	isolation    string
+	pluginMemory string
+	limitMode    string
+	pprof        bool
+	clusterLease time.Duration
+	clusterTasks string
+	taskLogs     taskLogOptions
+	ui           bool
+	uiReadOnly   bool
+	coopr        cooprOptions
 }
 
 // cooprOptions are the --coopr-* flags: serving a Coopr server's tasks.
@@ -154,6 +158,7 @@ running, interrupts them and exits 1; the interrupted tasks run again later.`,
 	f.StringVar(&o.natsCert, "nats-cert", "", "TLS client certificate (PEM) for --nats servers that verify clients, with --nats-key")
 	f.StringVar(&o.natsKey, "nats-key", "", "private key (PEM) of --nats-cert")
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the stream and buckets on an external NATS cluster (1, 3 or 5)")
+	f.DurationVar(&o.startTimeout, "start-timeout", 2*time.Minute, "how long the start waits for the NATS cluster to create or open the streams and buckets while it cannot (a server offline, a leader election), before loomd exits saying what is missing; 0 waits until a signal")
 	f.StringVar(&o.natsDomain, "nats-domain", "", "JetStream domain (embedded server's own, or the one to reach through a leafnode)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight tasks may run after SIGTERM/SIGINT before they are interrupted")
 	f.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "a running task silent this long (its daemon died) is redelivered; heartbeats every third of it")
@@ -244,8 +249,41 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	if o.clusterLease < time.Second {
 		return usageErr(fmt.Errorf("--cluster-lease %v: must be at least 1s", o.clusterLease))
 	}
-	sigs, stopSignals := a.signals(2)
+	if o.startTimeout < 0 {
+		return usageErr(fmt.Errorf("--start-timeout %v: must not be negative", o.startTimeout))
+	}
+	allSigs, stopSignals := a.signals(2)
 	defer stopSignals()
+	// The start waits for a NATS cluster that cannot create the streams
+	// and buckets right now (a server offline, an election) at most
+	// --start-timeout; a signal meanwhile ends the wait, and is seen
+	// again by the serve loop below.
+	startCtx, endStart := context.WithCancelCause(ctx)
+	if o.startTimeout > 0 {
+		var endTimer context.CancelFunc
+		startCtx, endTimer = context.WithTimeoutCause(startCtx, o.startTimeout, fmt.Errorf("--start-timeout %v ran out", o.startTimeout))
+		defer endTimer()
+	}
+	defer endStart(nil)
+	sigs := make(chan os.Signal, 2)
+	relayDone := make(chan struct{})
+	defer close(relayDone)
+	go func() {
+		for {
+			select {
+			case s := <-allSigs:
+				endStart(fmt.Errorf("%v during the start", s))
+				select {
+				case sigs <- s:
+				default:
+				}
+			case <-relayDone:
+				return
+			}
+		}
+	}()
+	o.retry = &jsretry.Waiter{Logger: logger.With("component", "queue"),
+		Hint: jsretry.Hint(o.replicas, "--replicas") + fmt.Sprintf("; loomd waits for the cluster up to --start-timeout (%v)", o.startTimeout)}
 
 	if err := api.CheckAddr(o.listen, o.token != "" || o.tokensFile != ""); err != nil {
 		return usageErr(err)
@@ -360,6 +398,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		MaxStore:     storeMax,
 		StoreReserve: storeReserve,
 		Replicas:     o.replicas,
+		Retry:        o.retry,
 		Logger:       logger.With("component", "queue"),
 		OnTransition: metrics.Observe,
 		Listeners:    o.g.listeners,
@@ -420,7 +459,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		}
 		rtDone <- loaded{rt, sup, nil}
 	}()
-	q, qerr := queue.Open(ctx, qcfg)
+	q, qerr := queue.Open(startCtx, qcfg)
 	l := <-rtDone
 	if l.err != nil {
 		if qerr == nil {
@@ -439,7 +478,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		defer sup.Close()
 	}
 	if qerr != nil {
-		return usageErr(qerr)
+		return usageErr(o.retry.Explain(qerr))
 	}
 	defer q.Close()
 
@@ -474,18 +513,18 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 	logsDone := make(chan openedLogs, 1)
 	go func() {
-		tl, err := a.startTaskLogs(ctx, o, q, tee, baseLogger)
+		tl, err := a.startTaskLogs(startCtx, o, q, tee, baseLogger)
 		logsDone <- openedLogs{tl, err}
 	}()
-	cj, err := a.startClusterJobs(ctx, o, q, baseLogger, metrics, rt)
+	cj, err := a.startClusterJobs(startCtx, o, q, baseLogger, metrics, rt)
 	tl := <-logsDone
 	if err != nil {
 		tl.tl.Close()
-		return err
+		return o.retry.Explain(err)
 	}
 	defer cj.close()
 	if tl.err != nil {
-		return tl.err
+		return o.retry.Explain(tl.err)
 	}
 	taskLogs := tl.tl
 	defer taskLogs.Close()
@@ -743,7 +782,7 @@ func (a *App) startClusterJobs(ctx context.Context, o *serveOptions, q *queue.Qu
 	}
 	storeDone := make(chan openedStore, 1)
 	go func() {
-		store, err := state.OpenKV(ctx, q.JetStream(), q.Replicas())
+		store, err := state.OpenKV(ctx, q.JetStream(), q.Replicas(), o.retry)
 		storeDone <- openedStore{store, err}
 	}()
 	secrets := &joblog.Secrets{}
@@ -752,7 +791,7 @@ func (a *App) startClusterJobs(ctx context.Context, o *serveOptions, q *queue.Qu
 	if note != "" {
 		base.Info("cluster job logs: " + note)
 	}
-	jl, err := joblog.OpenStream(ctx, q.JetStream(), joblog.StreamOptions{Replicas: q.Replicas(), Source: q.Owner(), Secrets: secrets,
+	jl, err := joblog.OpenStream(ctx, q.JetStream(), joblog.StreamOptions{Replicas: q.Replicas(), Retry: o.retry, Source: q.Owner(), Secrets: secrets,
 		MaxBytes: jmax, Paused: q.Tight, Logger: base.With("component", "clusterjobs")})
 	opened := <-storeDone
 	if err != nil {
@@ -764,7 +803,7 @@ func (a *App) startClusterJobs(ctx context.Context, o *serveOptions, q *queue.Qu
 	}
 	store := opened.store
 	host, _ := os.Hostname()
-	jobs, err := clusterrunner.New(ctx, clusterrunner.Config{Store: store, JS: q.JetStream(), Replicas: q.Replicas(), Queue: q, Log: jl,
+	jobs, err := clusterrunner.New(ctx, clusterrunner.Config{Store: store, JS: q.JetStream(), Replicas: q.Replicas(), Retry: o.retry, Queue: q, Log: jl,
 		Secrets: secrets, Owner: q.Owner(), Host: host, PID: os.Getpid(), Live: q.OwnerLive, Trouble: q.RecentTrouble,
 		LeaseTTL: o.clusterLease, Logger: base, Registerer: metrics.Registry(),
 		// Jobs are planned with this daemon's plugins and the resource

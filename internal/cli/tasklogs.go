@@ -79,7 +79,7 @@ func (a *App) startTaskLogs(ctx context.Context, o *serveOptions, q *queue.Queue
 		age = o.retain + time.Hour
 	}
 	l, err := tasklog.Open(ctx, q.JetStream(), tee, tasklog.Options{Replicas: q.Replicas(), MaxBytes: max, MaxAge: age,
-		MaxLines: o.taskLogs.lines, MaxTaskBytes: int(per), Source: q.Owner(), Paused: q.Tight, Logger: log})
+		MaxLines: o.taskLogs.lines, MaxTaskBytes: int(per), Source: q.Owner(), Paused: q.Tight, Logger: log, Retry: o.retry})
 	if err != nil {
 		return taskLogs{}, err
 	}

@@ -24,7 +24,7 @@ func TestLocalRunPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = q.Close() })
-	st, err := state.OpenKV(ctx, q.JetStream(), q.Replicas())
+	st, err := state.OpenKV(ctx, q.JetStream(), q.Replicas(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

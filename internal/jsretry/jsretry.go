@@ -33,7 +33,7 @@ const (
 	codeInsufficient      = 10023 // "insufficient resources"
 	codeStreamOffline     = 10118 // "stream is offline"
 	codeStreamOfflineWhy  = 10194 // "stream is offline: ..."
-	codeNotEnabled        = 10076 // "jetstream not enabled" (503, but configuration)
+	codeNotEnabled        = 10076 // "jetstream not enabled": also nats.go's word for no responders
 	codeNotEnabledAccount = 10039 // "jetstream not enabled for account" (503, but configuration)
 )
 
@@ -41,22 +41,29 @@ const (
 // by itself: no server answered (no responders, a request that timed out),
 // the connection is reconnecting, the cluster has no meta or stream leader
 // right now (503), or a replicated stream cannot be placed because a peer
-// is offline. Anything else (a JetStream API error about the request
+// is offline. "jetstream not enabled" counts too: nats.go says so of a
+// key-value or object store request no server answered, which is also
+// what a cluster whose JetStream is not up yet does. Anything else (a JetStream API error about the request
 // itself, an authorization error, a closed connection) is permanent.
 //
-// A timeout is transient: an attempt's own deadline, not the caller's,
+// Of errors joined together (errors.Join), one transient one makes them
+// transient. A timeout is transient: an attempt's own deadline, not the caller's,
 // which ends the retries anyway.
 func Transient(err error) bool {
 	if err == nil {
 		return false
 	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		// Several requests' errors (errors.Join): one transient is enough.
+		return slices.ContainsFunc(j.Unwrap(), Transient)
+	}
 	var je jetstream.JetStreamError
 	if errors.As(err, &je) && je.APIError() != nil {
 		a := je.APIError()
 		switch a.ErrorCode {
-		case codeNotEnabled, codeNotEnabledAccount:
+		case codeNotEnabledAccount:
 			return false
-		case codeClusterNotAssign, codeClusterNotAvail, codeClusterNotLeader, codeInsufficient, codeStreamOffline, codeStreamOfflineWhy:
+		case codeNotEnabled, codeClusterNotAssign, codeClusterNotAvail, codeClusterNotLeader, codeInsufficient, codeStreamOffline, codeStreamOfflineWhy:
 			return true
 		case codeClusterNoPeers:
 			// Placement fails for good when the cluster has fewer servers
@@ -75,8 +82,9 @@ func Transient(err error) bool {
 
 // Waiter retries the requests of one phase (loomd's start) and tells the
 // operator what it waits for: one warning for the requests failing at
-// that moment, again every WarnEvery while some still fail, and a line
-// when all went through. A nil *Waiter tries once.
+// that moment (once they failed for a second), again every WarnEvery
+// while some still fail, and a line when all went through. A nil *Waiter
+// tries once.
 type Waiter struct {
 	// Logger gets the warnings; nil logs nothing.
 	Logger *slog.Logger
@@ -149,6 +157,24 @@ func (w *Waiter) Do(ctx context.Context, what string, f func(context.Context) er
 	}
 }
 
+// What names a stream or bucket for the operator: "stream LOOM_TASKS (3
+// replicas)".
+func What(kind, name string, replicas int) string {
+	if replicas == 1 {
+		return fmt.Sprintf("%s %s (1 replica)", kind, name)
+	}
+	return fmt.Sprintf("%s %s (%d replicas)", kind, name, replicas)
+}
+
+// Hint is what to do when streams of replicas replicas cannot be created:
+// flag names the option that sets the replicas.
+func Hint(replicas int, flag string) string {
+	if replicas <= 1 {
+		return "check that the NATS servers are up and reachable"
+	}
+	return fmt.Sprintf("with %s %d, each stream needs %d JetStream servers of the cluster up: bring the offline ones back, or use fewer %s", flag, replicas, replicas, flag)
+}
+
 func orDefault(d, def time.Duration) time.Duration {
 	if d == 0 {
 		return def
@@ -156,14 +182,27 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
-// gaveUp is the error of a transient failure that outlasted ctx.
+// gaveUp is the error of a transient failure that outlasted ctx. The
+// hint is left to the caller (Explain), once for all that failed.
 func (w *Waiter) gaveUp(ctx context.Context, err error, tries int, took time.Duration) error {
-	hint := ""
-	if w.Hint != "" {
-		hint = ": " + w.Hint
+	return fmt.Errorf("%w (still failing after %d tries over %s, until %v)", err, tries, took.Round(100*time.Millisecond), context.Cause(ctx))
+}
+
+// Explain adds what to do to err when a transient failure is in it (err
+// may join several): w's Hint, and whether the servers run JetStream
+// when none answered.
+func (w *Waiter) Explain(err error) error {
+	if w == nil || !Transient(err) {
+		return err
 	}
-	cause := context.Cause(ctx)
-	return fmt.Errorf("%w (the NATS cluster could not do it in %d tries over %s, until %v%s)", err, tries, took.Round(100*time.Millisecond), cause, hint)
+	hint := w.Hint
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
+		hint = "no NATS server answered the JetStream API: check that the servers run with JetStream enabled (and, with --nats-domain, in that domain); " + hint
+	}
+	if hint == "" {
+		return err
+	}
+	return fmt.Errorf("%w\nwhat to do: %s", err, hint)
 }
 
 // fail records a transient failure of what, and warns when it is time.
@@ -177,7 +216,10 @@ func (w *Waiter) fail(what string, err error) {
 		w.since = time.Now()
 	}
 	w.failing[what] = err
-	if w.Logger == nil || time.Since(w.warned) < orDefault(w.WarnEvery, 15*time.Second) {
+	// The first warning waits a second, for the requests made at the same
+	// time to fail too (it names them all) or for a short election to end
+	// (nothing to say).
+	if w.Logger == nil || time.Since(w.since) < time.Second || time.Since(w.warned) < orDefault(w.WarnEvery, 15*time.Second) {
 		return
 	}
 	w.warned = time.Now()

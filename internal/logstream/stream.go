@@ -17,6 +17,7 @@ import (
 
 	"github.com/loomrt/loom/bindings/redact"
 	"github.com/loomrt/loom/internal/jsensure"
+	"github.com/loomrt/loom/internal/jsretry"
 )
 
 // Redactor gives the secrets a key's entries must never show (nil: none).
@@ -58,6 +59,10 @@ type Options struct {
 	Paused func() (why string, paused bool)
 	// Logger gets the stream's own warnings (entries dropped).
 	Logger *slog.Logger
+	// Retry waits out what a NATS cluster cannot do right now while the
+	// stream is created (a server offline, an election), until the
+	// context of Open ends; nil: tried once.
+	Retry *jsretry.Waiter
 }
 
 // Stream keeps logs in JetStream, one subject per key. Write batches
@@ -131,19 +136,23 @@ func Open(ctx context.Context, js jetstream.JetStream, o Options) (*Stream, erro
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	st, err := jsensure.Stream(ctx, js, jetstream.StreamConfig{
-		Name:              o.Name,
-		Description:       o.Description,
-		Subjects:          []string{o.Prefix + ">"},
-		Retention:         jetstream.LimitsPolicy,
-		Storage:           jetstream.FileStorage,
-		Replicas:          o.Replicas,
-		MaxBytes:          o.MaxBytes,
-		MaxAge:            o.MaxAge,
-		MaxMsgsPerSubject: o.MaxPerKey,
-		MaxMsgSize:        maxBatch + 64<<10,
-		Discard:           jetstream.DiscardOld,
-		AllowDirect:       true,
+	var st jetstream.Stream
+	err := o.Retry.Do(ctx, jsretry.What("stream", o.Name, o.Replicas), func(ctx context.Context) (err error) {
+		st, err = jsensure.Stream(ctx, js, jetstream.StreamConfig{
+			Name:              o.Name,
+			Description:       o.Description,
+			Subjects:          []string{o.Prefix + ">"},
+			Retention:         jetstream.LimitsPolicy,
+			Storage:           jetstream.FileStorage,
+			Replicas:          o.Replicas,
+			MaxBytes:          o.MaxBytes,
+			MaxAge:            o.MaxAge,
+			MaxMsgsPerSubject: o.MaxPerKey,
+			MaxMsgSize:        maxBatch + 64<<10,
+			Discard:           jetstream.DiscardOld,
+			AllowDirect:       true,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", o.Name, err)

@@ -221,7 +221,7 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	if c.Retry == nil {
-		c.Retry = &jsretry.Waiter{Logger: c.Logger, Hint: fmt.Sprintf("a stream of %d replicas needs %d JetStream servers of the cluster up: bring the offline ones back, or use fewer replicas", c.Replicas, c.Replicas)}
+		c.Retry = &jsretry.Waiter{Logger: c.Logger, Hint: jsretry.Hint(c.Replicas, "replicas")}
 	}
 	return c
 }

@@ -37,6 +37,7 @@ import (
 
 	"github.com/loomrt/loom/bindings/listeners"
 	"github.com/loomrt/loom/internal/jsensure"
+	"github.com/loomrt/loom/internal/jsretry"
 	"github.com/loomrt/loom/runtime"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -363,7 +364,7 @@ func registerServer(reg *listeners.Registry, srv *server.Server) func() {
 // what names a stream or bucket for the operator, in what Open waits
 // for: "stream LOOM_TASKS (3 replicas)".
 func (q *Queue) what(kind, name string) string {
-	return fmt.Sprintf("%s %s (%d replicas)", kind, name, q.cfg.Replicas)
+	return jsretry.What(kind, name, q.cfg.Replicas)
 }
 
 // provision creates or updates the stream and the buckets. What the NATS

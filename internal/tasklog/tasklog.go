@@ -34,6 +34,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loomrt/loom/bindings/redact"
+	"github.com/loomrt/loom/internal/jsretry"
 	"github.com/loomrt/loom/internal/logstream"
 )
 
@@ -89,6 +90,10 @@ type Options struct {
 	FlushEvery time.Duration
 	// Logger gets the log's own warnings.
 	Logger *slog.Logger
+	// Retry waits out what a NATS cluster cannot do right now while the
+	// stream is created (a server offline, an election), until the
+	// context of Open ends; nil: tried once.
+	Retry *jsretry.Waiter
 }
 
 // Log keeps the tasks' logs. It is safe for concurrent use.
@@ -123,7 +128,7 @@ func Open(ctx context.Context, js jetstream.JetStream, tee *logstream.Tee, o Opt
 		// Every line of an attempt in its own message, for every attempt
 		// loomd makes, and then some: the per-task cap is a backstop.
 		MaxPerKey: int64(4 * (o.MaxLines + 16)),
-		Source:    o.Source, FlushEvery: o.FlushEvery, Paused: o.Paused, Logger: o.Logger})
+		Source:    o.Source, FlushEvery: o.FlushEvery, Paused: o.Paused, Logger: o.Logger, Retry: o.Retry})
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/loomrt/loom/internal/jsretry"
 	"github.com/loomrt/loom/internal/logstream"
 )
 
@@ -48,6 +49,10 @@ type StreamOptions struct {
 	Paused func() (string, bool)
 	// Logger gets the stream's own warnings (entries dropped).
 	Logger *slog.Logger
+	// Retry waits out what a NATS cluster cannot do right now while the
+	// stream is created (a server offline, an election), until the
+	// context of Open ends; nil: tried once.
+	Retry *jsretry.Waiter
 }
 
 // Stream keeps job logs in JetStream, keyed by cluster (a
@@ -59,7 +64,7 @@ func OpenStream(ctx context.Context, js jetstream.JetStream, o StreamOptions) (*
 	lo := logstream.Options{Name: StreamName, Prefix: subjectPrefix, What: "job log",
 		Description: "loomd cluster job logs: executor and plugin lines, task state changes; subject loom.clusterlog.<cluster>",
 		Replicas:    o.Replicas, MaxBytes: o.MaxBytes, MaxAge: o.MaxAge, MaxPerKey: o.MaxPerCluster, Source: o.Source,
-		FlushEvery: o.FlushEvery, Paused: o.Paused, Logger: o.Logger}
+		FlushEvery: o.FlushEvery, Paused: o.Paused, Logger: o.Logger, Retry: o.Retry}
 	if o.Secrets != nil {
 		lo.Secrets = o.Secrets
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/loomrt/loom/internal/cluster/joblog"
 	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
+	"github.com/loomrt/loom/internal/jsretry"
 )
 
 // Log is the job log a runner writes: a sink it can flush (so a
@@ -36,6 +37,9 @@ type Config struct {
 	Store    *state.KVStore
 	JS       jetstream.JetStream
 	Replicas int
+	// Retry waits out what a NATS cluster cannot do right now while New
+	// creates the job bucket, until New's context ends (nil: tried once).
+	Retry *jsretry.Waiter
 	// Queue runs the jobs' tasks; Local, when set, those of the plugin
 	// types this daemon serves, on its own workers (see Local).
 	Queue Queue
@@ -111,7 +115,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if cfg.Secrets == nil {
 		cfg.Secrets = &joblog.Secrets{}
 	}
-	recs, err := openRecords(ctx, cfg.JS, cfg.Replicas)
+	recs, err := openRecords(ctx, cfg.JS, cfg.Replicas, cfg.Retry)
 	if err != nil {
 		return nil, err
 	}

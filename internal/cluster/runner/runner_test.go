@@ -142,7 +142,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = q.Close() })
-	st, err := state.OpenKV(ctx, q.JetStream(), 1)
+	st, err := state.OpenKV(ctx, q.JetStream(), 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

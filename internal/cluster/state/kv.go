@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/loomrt/loom/internal/jsensure"
+	"github.com/loomrt/loom/internal/jsretry"
 )
 
 // Bucket is the JetStream key-value bucket that holds cluster state, beside
@@ -55,24 +56,31 @@ type KVStore struct {
 	atomic bool
 }
 
-// OpenKV creates (or opens) the cluster bucket on js.
-func OpenKV(ctx context.Context, js jetstream.JetStream, replicas int) (*KVStore, error) {
+// OpenKV creates (or opens) the cluster bucket on js. What a NATS cluster
+// cannot do right now (a server offline, an election) retry waits out
+// until ctx ends (nil: tried once).
+func OpenKV(ctx context.Context, js jetstream.JetStream, replicas int, retry *jsretry.Waiter) (*KVStore, error) {
 	if replicas < 1 {
 		replicas = 1
 	}
-	// Not CreateOrUpdateKeyValue: it would turn direct gets back on and
-	// atomic batches off on every start, under the daemons using them.
-	err := jsensure.AdjustedKeyValue(ctx, js, jetstream.KeyValueConfig{
-		Bucket:      Bucket,
-		Description: "loomd cluster state: clusters, nodes, jobs and their tasks (loomd apply)",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    replicas,
+	var kv jetstream.KeyValue
+	err := retry.Do(ctx, jsretry.What("kv bucket", Bucket, replicas), func(ctx context.Context) error {
+		// Not CreateOrUpdateKeyValue: it would undo the stream's
+		// adjustments (direct gets off, atomic batches on) at every
+		// start, under the daemons using it.
+		err := jsensure.AdjustedKeyValue(ctx, js, jetstream.KeyValueConfig{
+			Bucket:      Bucket,
+			Description: "loomd cluster state: clusters, nodes, jobs and their tasks (loomd apply)",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    replicas,
+		})
+		if err != nil {
+			return fmt.Errorf("creating kv bucket %s: %w", Bucket, err)
+		}
+		kv, err = LeaderReads(ctx, js, Bucket)
+		return err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("creating kv bucket %s: %w", Bucket, err)
-	}
-	kv, err := LeaderReads(ctx, js, Bucket)
 	if err != nil {
 		return nil, err
 	}

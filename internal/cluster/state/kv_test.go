@@ -22,7 +22,7 @@ func openKV(t testing.TB) *KVStore {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = q.Close() })
-	s, err := OpenKV(ctx, q.JetStream(), q.Replicas())
+	s, err := OpenKV(ctx, q.JetStream(), q.Replicas(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestKVLeaderReads(t *testing.T) {
 	if direct() {
 		t.Fatal("the cluster bucket allows direct gets")
 	}
-	again, err := OpenKV(ctx, s.js, 1)
+	again, err := OpenKV(ctx, s.js, 1, nil)
 	if err != nil || direct() {
 		t.Fatalf("opened again: %v, direct gets %v", err, direct())
 	}

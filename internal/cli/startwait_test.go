@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"bytes"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// loomd serve on a NATS that cannot create the queue's streams (here a
+// server without JetStream: no responders, as from a cluster whose
+// JetStream is not up yet) waits, warning what it waits for, with no API
+// listening (/healthz does not answer before the queue is open); it
+// exits once --start-timeout ran out, naming what is missing and the
+// flags to change, and at a signal during the wait (--start-timeout 0).
+func TestServeStartWaitsForNATS(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	defer ns.Shutdown()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	serve := func(timeout string) (logs *lockedBuffer, sigs chan os.Signal, code chan int, addr string) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = ln.Addr().String()
+		ln.Close()
+		dir := t.TempDir()
+		logs = &lockedBuffer{}
+		sigs = make(chan os.Signal, 2)
+		app := testApp(map[string]string{}, &bytes.Buffer{}, logs)
+		app.Signals = sigs
+		code = make(chan int, 1)
+		go func() {
+			code <- app.Execute([]string{"serve", "--plugins", "../../examples/plugins", "--work-dir", filepath.Join(dir, "work"),
+				"--data", filepath.Join(dir, "data"), "--listen", addr, "--nats", ns.ClientURL(), "--replicas", "3", "--start-timeout", timeout})
+		}()
+		return logs, sigs, code, addr
+	}
+	waitWarned := func(logs *lockedBuffer, code chan int, addr string) {
+		t.Helper()
+		for !strings.Contains(logs.String(), "waiting for the NATS cluster to create or open") {
+			select {
+			case c := <-code:
+				t.Fatalf("loomd exited with %d before waiting:\n%s", c, logs)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+			resp.Body.Close()
+			t.Fatalf("/healthz answered %d while the queue was not open", resp.StatusCode)
+		}
+	}
+
+	t.Run("timeout", func(t *testing.T) {
+		logs, _, code, addr := serve("3s")
+		waitWarned(logs, code, addr)
+		if c := <-code; c == 0 {
+			t.Fatalf("loomd exited 0 after --start-timeout:\n%s", logs)
+		}
+		out := logs.String()
+		for _, want := range []string{"creating stream LOOM_TASKS", "--start-timeout 3s ran out", "(3 replicas)", "with --replicas 3, each stream needs 3 JetStream servers", "what to do: no NATS server answered", "no responders"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("the output does not say %q:\n%s", want, out)
+			}
+		}
+	})
+	t.Run("signal", func(t *testing.T) {
+		logs, sigs, code, addr := serve("0")
+		waitWarned(logs, code, addr)
+		sigs <- syscall.SIGTERM
+		select {
+		case c := <-code:
+			if c == 0 || !strings.Contains(logs.String(), "terminated during the start") {
+				t.Fatalf("loomd exited with %d at SIGTERM during the start:\n%s", c, logs)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("loomd still waiting a minute after SIGTERM:\n%s", logs)
+		}
+	})
+}
