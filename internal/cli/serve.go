@@ -486,6 +486,11 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	// jobs, task logs and console are set up: neither needs the other.
 	// Waited for before the API starts, so that it never says a type
 	// this daemon serves has nobody serving it.
+	// Those of the task stream's other shards wait until the API
+	// listens: nothing needs them before, and they are most of the
+	// consumers.
+	releaseFill := q.HoldShardFill()
+	defer releaseFill()
 	typesSet := make(chan error, 1)
 	go func() { typesSet <- q.SetTypes(ctx, routesOf(rt.Types())) }()
 	typesWaited := false
@@ -599,6 +604,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	if err := srv.Start(); err != nil {
 		return usageErr(err)
 	}
+	releaseFill()
 
 	if o.coopr.server != "" {
 		p, err := a.startCoopr(ctx, o, cooprTenants, rt, tasks.from(tasklog.OriginCoopr), metrics.Registry(), logger)

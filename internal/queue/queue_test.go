@@ -753,6 +753,50 @@ func TestSetTypesServesEveryShard(t *testing.T) {
 // rewritten with O_SYNC per ack). A consumer an earlier loomd created with
 // file state is created again in memory, and the task waiting in its
 // stream runs; so does one queued before a restart.
+// TestHoldShardFill: while the fill is held, SetTypes creates a type's
+// consumer in the first shard only; once released, the other shards'
+// follow, and their tasks run.
+func TestHoldShardFill(t *testing.T) {
+	q := open(t, testConfig(t))
+	release := q.HoldShardFill()
+	defer release()
+	if err := q.SetTypes(context.Background(), []Route{shell}); err != nil {
+		t.Fatal(err)
+	}
+	consumer := func(shard int) error {
+		_, err := q.shards[shard].js.Consumer(context.Background(), taskStreamName(shard), shell.consumerName())
+		return err
+	}
+	if err := consumer(0); err != nil {
+		t.Fatalf("shard 0: consumer of %s: %v", shell, err)
+	}
+	for shard := 1; shard < StateShards; shard++ {
+		if err := consumer(shard); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Errorf("shard %d while held: consumer of %s: %v, want not found", shard, shell, err)
+		}
+	}
+	var ids []string
+	covered := make([]bool, StateShards)
+	for i := 0; slices.Contains(covered, false); i++ {
+		id := fmt.Sprintf("held-%d", i)
+		covered[shardOf(id)] = true
+		ids = append(ids, id)
+		submit(t, q, task(id, "shell"))
+	}
+	release()
+	serve(t, q, newCounter(nil), 2, shell)
+	for _, id := range ids {
+		if got := wait(t, q, id); got.State != Succeeded {
+			t.Fatalf("%s (shard %d) = %s, want succeeded", id, shardOf(id), got.State)
+		}
+	}
+	for shard := range StateShards {
+		if err := consumer(shard); err != nil {
+			t.Errorf("shard %d after the release: consumer of %s: %v", shard, shell, err)
+		}
+	}
+}
+
 func TestConsumersKeepStateInMemory(t *testing.T) {
 	cfg := testConfig(t)
 	q := open(t, cfg)
