@@ -37,22 +37,28 @@ func startTimes(bin, baseline string, nPlugins, n int, keep bool, fsync, isolati
 		bins = []string{baseline, bin}
 	}
 	// fresh[b][round] and again[b][round]: wall time until /healthz
-	// answered; their "startup=" as logged by loomd beside them.
+	// answered, and the CPU loomd and its workers had used by then (less
+	// at the mercy of the machine's load); their "startup=" as logged by
+	// loomd beside them.
 	fresh := make([][]time.Duration, len(bins))
 	again := make([][]time.Duration, len(bins))
+	freshCPU := make([][]time.Duration, len(bins))
+	againCPU := make([][]time.Duration, len(bins))
 	logged := make([][]string, len(bins))
 	for r := range n {
 		for b, path := range bins {
 			data := filepath.Join(dir, fmt.Sprintf("data-%d-%d", b, r))
 			for pass := range 2 {
-				d, line, err := startOnce(path, dir, data, fsync, isolation)
+				d, cpu, line, err := startOnce(path, dir, data, fsync, isolation)
 				if err != nil {
 					return fmt.Errorf("%s, round %d: %w", path, r+1, err)
 				}
 				if pass == 0 {
 					fresh[b] = append(fresh[b], d)
+					freshCPU[b] = append(freshCPU[b], cpu)
 				} else {
 					again[b] = append(again[b], d)
+					againCPU[b] = append(againCPU[b], cpu)
 				}
 				logged[b] = append(logged[b], line)
 			}
@@ -64,6 +70,7 @@ func startTimes(bin, baseline string, nPlugins, n int, keep bool, fsync, isolati
 	for b, path := range bins {
 		fmt.Printf("%s: start with %d plugin folders until /healthz answers (%d rounds): new store %s; existing store %s\n",
 			path, nPlugins, n, summary(fresh[b]), summary(again[b]))
+		fmt.Printf("  CPU of loomd and its workers until /healthz answered: new store %s; existing store %s\n", summary(freshCPU[b]), summary(againCPU[b]))
 		fmt.Printf("  loomd's own startup= (new, existing, ...): %s\n", strings.Join(logged[b], " "))
 	}
 	if baseline != "" {
@@ -73,8 +80,17 @@ func startTimes(bin, baseline string, nPlugins, n int, keep bool, fsync, isolati
 			ra = append(ra, fmt.Sprintf("%.2f", float64(again[1][r])/float64(again[0][r])))
 		}
 		fmt.Printf("%s ÷ %s per round: new store %s; existing store %s\n", bin, baseline, strings.Join(rf, " "), strings.Join(ra, " "))
+		fmt.Printf("CPU until /healthz, median ÷ median: new store %.2f; existing store %.2f\n",
+			float64(median(freshCPU[1]))/float64(median(freshCPU[0])), float64(median(againCPU[1]))/float64(median(againCPU[0])))
 	}
 	return nil
+}
+
+// median is the median of ds.
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // summary is the median and range of ds, in ms, and the values in order
@@ -91,16 +107,17 @@ func summary(ds []time.Duration) string {
 
 // startOnce starts bin serve on data with dir's plugins, waits until
 // /healthz answers, stops it with SIGTERM and returns the time until the
-// answer and the startup= of its "loomd serving" line.
-func startOnce(bin, dir, data, fsync, isolation string) (time.Duration, string, error) {
+// answer, the CPU loomd and its workers had used then (10 ms ticks) and
+// the startup= of its "loomd serving" line.
+func startOnce(bin, dir, data, fsync, isolation string) (time.Duration, time.Duration, string, error) {
 	addr, err := freePort()
 	if err != nil {
-		return 0, "", err
+		return 0, 0, "", err
 	}
 	logPath := data + ".log"
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return 0, "", err
+		return 0, 0, "", err
 	}
 	defer logf.Close()
 	cmd := exec.Command(bin, "serve", "--plugins", filepath.Join(dir, "plugins"), "--data", data,
@@ -109,7 +126,7 @@ func startOnce(bin, dir, data, fsync, isolation string) (time.Duration, string, 
 	hc := &http.Client{Timeout: 5 * time.Second}
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
-		return 0, "", err
+		return 0, 0, "", err
 	}
 	stopped := false
 	defer func() {
@@ -118,18 +135,19 @@ func startOnce(bin, dir, data, fsync, isolation string) (time.Duration, string, 
 			_ = cmd.Wait()
 		}
 	}()
-	var took time.Duration
+	var took, cpu time.Duration
 	for {
 		resp, err := hc.Get("http://" + addr + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
 				took = time.Since(start)
+				cpu = treeCPU(cmd.Process.Pid)
 				break
 			}
 		}
 		if time.Since(start) > 30*time.Second {
-			return 0, "", fmt.Errorf("loomd did not answer within 30s; see %s", logPath)
+			return 0, 0, "", fmt.Errorf("loomd did not answer within 30s; see %s", logPath)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -140,12 +158,12 @@ func startOnce(bin, dir, data, fsync, isolation string) (time.Duration, string, 
 	case err := <-done:
 		stopped = true
 		if err != nil {
-			return 0, "", fmt.Errorf("loomd exited with %v after SIGTERM; see %s", err, logPath)
+			return 0, 0, "", fmt.Errorf("loomd exited with %v after SIGTERM; see %s", err, logPath)
 		}
 	case <-time.After(30 * time.Second):
-		return 0, "", fmt.Errorf("loomd did not stop within 30s of SIGTERM; see %s", logPath)
+		return 0, 0, "", fmt.Errorf("loomd did not stop within 30s of SIGTERM; see %s", logPath)
 	}
-	return took, loggedStartup(logPath), nil
+	return took, cpu, loggedStartup(logPath), nil
 }
 
 // loggedStartup is the startup= of the last "loomd serving" line in the
