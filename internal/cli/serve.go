@@ -283,7 +283,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		}
 	}()
 	o.retry = &jsretry.Waiter{Logger: logger.With("component", "queue"),
-		Hint: jsretry.Hint(o.replicas, "--replicas") + fmt.Sprintf("; loomd waits for the cluster up to --start-timeout (%v)", o.startTimeout)}
+		Hint: jsretry.Hint(o.replicas, "--replicas") + fmt.Sprintf(" (loomd's start waits up to --start-timeout, %v)", o.startTimeout)}
 
 	if err := api.CheckAddr(o.listen, o.token != "" || o.tokensFile != ""); err != nil {
 		return usageErr(err)
@@ -492,7 +492,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	releaseFill := q.HoldShardFill()
 	defer releaseFill()
 	typesSet := make(chan error, 1)
-	go func() { typesSet <- q.SetTypes(ctx, routesOf(rt.Types())) }()
+	go func() { typesSet <- q.SetTypes(startCtx, routesOf(rt.Types())) }()
 	typesWaited := false
 	waitTypes := func() error {
 		if typesWaited {
@@ -847,7 +847,11 @@ func (a *App) reload(ctx context.Context, rt *runtime.Runtime, q *queue.Queue, l
 		logger.Error("plugin reload failed; the loaded plugins keep serving", "err", err)
 		return rep, err
 	}
-	if err := q.SetTypes(ctx, routesOf(rt.Types())); err != nil {
+	// New types' consumers wait for a NATS cluster that cannot create
+	// them right now, for a minute at most: the next reload tries again.
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := q.SetTypes(sctx, routesOf(rt.Types())); err != nil {
 		logger.Error("some plugin types cannot be served", "err", err)
 	}
 	if rep.Changed() || len(rep.Kept) > 0 {

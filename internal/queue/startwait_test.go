@@ -121,6 +121,11 @@ func TestOpenWaitsForTheCluster(t *testing.T) {
 		if !strings.Contains(log.String(), "created or opened what it was waited for") {
 			t.Errorf("no line says the wait is over:\n%s", log.String())
 		}
+		// A plugin type's consumer is created on the stream just elected
+		// (its creation waits for the leader as the streams' did).
+		if err := o.q.SetTypes(ctx, []Route{{Family: "provider", Type: "after-the-wait"}}); err != nil {
+			t.Fatalf("SetTypes after the wait: %v\n%s", err, log.String())
+		}
 		// Open found the streams (a create with the same configuration is
 		// answered by the meta leader); a stream's own leader may still be
 		// being elected, and a submit then fails as it would during any

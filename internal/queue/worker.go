@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loomrt/loom/internal/jsretry"
 	"github.com/loomrt/loom/runtime"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -171,7 +172,8 @@ func (w *workers) stop() {
 // out; call SetTypes again to retry them.
 //
 // SetTypes returns once each new type's consumer in the first shard of the
-// task stream exists; those of the other shards are created in the
+// task stream exists (what the NATS cluster cannot do right now is waited
+// out until ctx ends, see Config.Retry); those of the other shards are created in the
 // background right after (retried until they exist or the queue closes).
 // Their tasks wait in their streams until then, and submitting needs no
 // consumer, so nothing is lost: a task of shards 1.. of a type added just
@@ -223,7 +225,7 @@ func (q *Queue) SetTypes(ctx context.Context, routes []Route) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			added[i], addErrs[i] = q.addRoute(ctx, r, []int{0})
+			added[i], addErrs[i] = q.addRoute(ctx, r, []int{0}, q.cfg.Retry)
 		}()
 	}
 	wg.Wait()
@@ -353,7 +355,7 @@ func (q *Queue) fillOnce(ctx context.Context) (int, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			added[i], errs[i] = q.addRoute(ctx, j.r, j.missing)
+			added[i], errs[i] = q.addRoute(ctx, j.r, j.missing, nil) // fillShards retries
 		}()
 	}
 	wg.Wait()
@@ -444,22 +446,37 @@ func (q *Queue) consumerConfig(r Route, shard int) jetstream.ConsumerConfig {
 // Nothing is lost: its tasks stay in the stream and are delivered again,
 // and a task running meanwhile is fenced by its record (the claim waits
 // for its owner, then drops the duplicate).
-func (q *Queue) createConsumer(ctx context.Context, r Route, shard int) (jetstream.Consumer, error) {
+//
+// retry, when not nil, waits out what the NATS cluster cannot do right now
+// (a server offline: the consumer of a replicated stream is not placed in
+// time) until ctx ends.
+func (q *Queue) createConsumer(ctx context.Context, r Route, shard int, retry *jsretry.Waiter) (cons jetstream.Consumer, err error) {
 	js, stream, cfg := q.shards[shard].js, taskStreamName(shard), q.consumerConfig(r, shard)
-	cons, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
+	what := jsretry.What("consumer "+cfg.Durable+" on stream", stream, q.cfg.Replicas)
+	create := func(ctx context.Context) (err error) {
+		cons, err = js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		return err
+	}
+	err = retry.Do(ctx, what, create)
 	if err == nil || !strings.Contains(err.Error(), "storage type can not be updated") {
 		return cons, err
 	}
-	if derr := js.DeleteConsumer(ctx, stream, cfg.Durable); derr != nil && !errors.Is(derr, jetstream.ErrConsumerNotFound) {
+	if derr := retry.Do(ctx, what, func(ctx context.Context) error {
+		if err := js.DeleteConsumer(ctx, stream, cfg.Durable); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return err
+		}
+		return nil
+	}); derr != nil {
 		return nil, fmt.Errorf("%w; deleting it to create it with this loomd's storage failed: %v", err, derr)
 	}
 	q.log.Info("created a plugin type's consumer again with in-memory state (an earlier loomd kept it in a file)", "type", r.String(), "stream", stream)
-	return js.CreateOrUpdateConsumer(ctx, stream, cfg)
+	err = retry.Do(ctx, what, create)
+	return cons, err
 }
 
 // addRoute sets up a route's consumer in the given shards of the task
 // stream (the shards' streams in parallel).
-func (q *Queue) addRoute(ctx context.Context, r Route, shards []int) ([]*routeState, error) {
+func (q *Queue) addRoute(ctx context.Context, r Route, shards []int, retry *jsretry.Waiter) ([]*routeState, error) {
 	parts := make([]*routeState, len(shards))
 	errs := make([]error, len(shards))
 	var wg sync.WaitGroup
@@ -467,9 +484,13 @@ func (q *Queue) addRoute(ctx context.Context, r Route, shards []int) ([]*routeSt
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cons, err := q.createConsumer(ctx, r, shard)
+			cons, err := q.createConsumer(ctx, r, shard, retry)
 			if err != nil {
-				errs[i] = fmt.Errorf("creating consumer %s on stream %s for plugin type %s: %w (another loomd with a different --ack-wait or --max-attempts may own it)", r.consumerName(), taskStreamName(shard), r, err)
+				hint := " (another loomd with a different --ack-wait or --max-attempts may own it)"
+				if jsretry.Transient(err) {
+					hint = ""
+				}
+				errs[i] = fmt.Errorf("creating consumer %s on stream %s for plugin type %s: %w%s", r.consumerName(), taskStreamName(shard), r, err, hint)
 				return
 			}
 			rs := &routeState{route: r, shard: shard, cons: cons}
@@ -683,7 +704,7 @@ func (q *Queue) recreate(ctx context.Context, rs *routeState) {
 	}
 	rs.recreating = true
 	q.w.mu.Unlock()
-	cons, err := q.createConsumer(ctx, rs.route, rs.shard)
+	cons, err := q.createConsumer(ctx, rs.route, rs.shard, nil)
 	q.w.mu.Lock()
 	defer q.w.mu.Unlock()
 	rs.recreating = false
