@@ -59,7 +59,9 @@ fuzz:
 # daemons on a 3-node nats-server cluster whose stream leader is killed
 # with kill -9 during 1,000 tasks, then the cluster's quorum lost for 30 s
 # (LOOM_FAULTS_SHORT=1 skips that case). Each counts lost, stuck, wrong and
-# twice-run tasks, which must all be 0. Then the cluster lifecycle test
+# twice-run tasks, which must all be 0. Also three daemons that start with
+# one of the three servers down (TestFaultOpenWithAServerDown, about a
+# minute) must open and serve. Then the cluster lifecycle test
 # (make lifecycle, below).
 faults:
 	LOOM_FAULTS=1 LOOM_FAILOVER_TASKS=1000 $(GO) test -count=1 -timeout 15m -run 'TestFault' -v ./test/ ./internal/queue/

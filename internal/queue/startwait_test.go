@@ -3,7 +3,9 @@ package queue
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -144,4 +146,54 @@ func TestOpenWaitsForTheCluster(t *testing.T) {
 			t.Fatalf("the task submitted after the wait: %v %v", rec.State, err)
 		}
 	})
+}
+
+// TestFaultOpenWithAServerDown: the rolling-restart case. One of three
+// servers is down (kill -9) and a daemon starts with a context without a
+// deadline, as loomd serve's was: nats.go then bounds each request by 5 s,
+// and creating an R3 stream, bucket or consumer with a peer offline often
+// takes longer. Before, Open failed ("creating stream LOOM_TASKS_1: context
+// deadline exceeded" after 5 s, twice in two tries) and SetTypes gave up
+// on some types; now both wait and go through, three daemons in a row.
+// In make faults: about a minute on a fresh cluster.
+func TestFaultOpenWithAServerDown(t *testing.T) {
+	if os.Getenv("LOOM_FAULTS") != "1" {
+		t.Skip("fault test: run with make faults (LOOM_FAULTS=1)")
+	}
+	c := startCluster(t)
+	c.kill9("n2")
+	for round := range 3 {
+		// No deadline, as serve's context had; the test ends it after
+		// three minutes instead of hanging.
+		ctx, cancel := context.WithCancel(context.Background())
+		stop := time.AfterFunc(3*time.Minute, cancel)
+		var log syncBuffer
+		owner := fmt.Sprintf("daemon-%d", round)
+		q, err := Open(ctx, Config{URLs: c.urls[:2], Replicas: 3, Owner: owner, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+		if err != nil {
+			t.Fatalf("%s: Open with one of three servers down: %v\n%s", owner, err, log.String())
+		}
+		routes := []Route{{Family: "provider", Type: "a" + owner}, {Family: "provider", Type: "b" + owner}, {Family: "automator", Type: "c" + owner}}
+		if err := q.SetTypes(ctx, routes); err != nil {
+			t.Fatalf("%s: SetTypes with one of three servers down: %v\n%s", owner, err, log.String())
+		}
+		id := "down-" + owner
+		for {
+			_, _, err := q.Submit(ctx, task(id, "a"+owner))
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s: submit: %v", owner, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if rec, err := q.Get(ctx, id); err != nil || rec.State != Queued {
+			t.Fatalf("%s: task %s: %v %v", owner, id, rec.State, err)
+		}
+		t.Logf("%s opened and serves with n2 down; warnings: %d", owner, strings.Count(log.String(), "waiting for the NATS cluster"))
+		_ = q.Close()
+		stop.Stop()
+		cancel()
+	}
 }
