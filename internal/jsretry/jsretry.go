@@ -233,8 +233,14 @@ func (w *Waiter) fail(what string, err error) {
 		more = fmt.Sprintf(" and %d more", len(names)-4)
 		names = names[:4]
 	}
+	msg := err.Error()
+	if errors.Is(err, context.DeadlineExceeded) {
+		// The cluster said nothing: no meta leader, or a placement that
+		// waits for an offline peer.
+		msg = fmt.Sprintf("no answer within %v (%v)", orDefault(w.Attempt, 10*time.Second), err)
+	}
 	w.Logger.Warn(fmt.Sprintf("waiting for the NATS cluster to create or open %s%s; trying again: %s", strings.Join(names, ", "), more, w.Hint),
-		"err", err.Error(), "waiting", time.Since(w.since).Round(time.Second).String())
+		"err", msg, "waiting", time.Since(w.since).Round(time.Second).String())
 }
 
 // done records that what no longer fails (it went through after tries
