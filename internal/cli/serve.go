@@ -222,7 +222,8 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	// The start allocates its heap from nothing (plugins, streams,
 	// consumers): collecting at every doubling from 4 MiB took about a
 	// tenth of its CPU. The heap may grow further before the first
-	// collection until the daemon serves; GOGC, when set, is left alone.
+	// collection until shortly after the daemon serves; GOGC, when set,
+	// is left alone.
 	restoreGC := func() {}
 	if a.Getenv("GOGC") == "" {
 		prev := debug.SetGCPercent(startGCPercent)
@@ -650,7 +651,11 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	if u := q.ClientURL(); u != "" {
 		attrs = append(attrs, "nats", u)
 	}
-	restoreGC()
+	// GOGC goes back a second after the daemon serves, not at once: the
+	// collection the lower target starts at once would compete with the
+	// first requests.
+	gcBack := time.AfterFunc(time.Second, restoreGC)
+	defer gcBack.Stop()
 	logger.Info("loomd serving", attrs...)
 	if hint := q.JoinHint(); hint != "" {
 		logger.Info("the embedded nats server listens; other daemons join it with: "+hint, "nats", q.ClientURL())
