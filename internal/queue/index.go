@@ -236,7 +236,13 @@ func (q *Queue) provisionIndex(ctx context.Context) error {
 	if err := q.watchCancels(); err != nil {
 		return err
 	}
-	if created.Load() {
+	// A store whose record buckets hold nothing (a new one) has nothing
+	// to index: no watch of every bucket in the background of its start.
+	records := false
+	for _, st := range x.kvStreams {
+		records = records || st.CachedInfo().State.Msgs > 0
+	}
+	if created.Load() && records {
 		q.ix.bg.Add(1)
 		go func() {
 			defer q.ix.bg.Done()
