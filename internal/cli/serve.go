@@ -489,9 +489,8 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	// this daemon serves has nobody serving it.
 	// Those of the task stream's other shards wait until the API
 	// listens: nothing needs them before, and they are most of the
-	// consumers.
+	// consumers. (On an early return, closing the queue ends the wait.)
 	releaseFill := q.HoldShardFill()
-	defer releaseFill()
 	typesSet := make(chan error, 1)
 	go func() { typesSet <- q.SetTypes(startCtx, routesOf(rt.Types())) }()
 	typesWaited := false

@@ -797,6 +797,33 @@ func TestHoldShardFill(t *testing.T) {
 	}
 }
 
+// TestCloseWhileFillHeld: a queue closes while the fill is still held
+// (loomd serve's start failing before its API listens), without waiting
+// for a release that never comes.
+func TestCloseWhileFillHeld(t *testing.T) {
+	cfg := testConfig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	q, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.HoldShardFill()
+	if err := q.SetTypes(ctx, []Route{shell}); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- q.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Close did not return while the fill was held")
+	}
+}
+
 func TestConsumersKeepStateInMemory(t *testing.T) {
 	cfg := testConfig(t)
 	q := open(t, cfg)
