@@ -35,13 +35,14 @@ func testConfig(t *testing.T) Config {
 
 func open(t *testing.T, cfg Config) *Queue {
 	t.Helper()
-	return openWithin(t, cfg, 20*time.Second)
+	return openWithin(t, cfg, time.Minute)
 }
 
 // openWithin is open with its own deadline: on a NATS cluster, creating
 // every stream and bucket with three replicas takes a meta-leader round
 // per asset, which on a loaded 2-core machine can take longer than a
-// single server's 20 s.
+// single server's minute (20 s once ran out creating the state buckets
+// of a single server while other suites ran).
 func openWithin(t *testing.T, cfg Config, within time.Duration) *Queue {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)

@@ -173,7 +173,10 @@ func TestClaimFromStaleSubmitCopy(t *testing.T) {
 			t.Errorf("%s: %s, ran %d times; want succeeded once", id, rec.State, c.count(id))
 		}
 	}
-	if n := len(a.ix.queued); n != 0 {
+	a.ix.mu.Lock()
+	n := len(a.ix.queued)
+	a.ix.mu.Unlock()
+	if n != 0 {
 		t.Errorf("%d submit copies left after every task was claimed", n)
 	}
 }
