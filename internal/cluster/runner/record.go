@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/loomrt/loom/internal/cluster/state"
-	"github.com/loomrt/loom/internal/jsensure"
 	"github.com/loomrt/loom/internal/jsretry"
 )
 
@@ -102,29 +101,7 @@ type records struct {
 }
 
 func openRecords(ctx context.Context, js jetstream.JetStream, replicas int, retry *jsretry.Waiter) (*records, error) {
-	if replicas < 1 {
-		replicas = 1
-	}
-	var kv jetstream.KeyValue
-	err := retry.Do(ctx, jsretry.What("kv bucket", Bucket, replicas), func(ctx context.Context) error {
-		// Not CreateOrUpdateKeyValue: it would undo the stream's
-		// adjustments (direct gets off, atomic batches on) at every
-		// start, under the daemons using it.
-		err := jsensure.AdjustedKeyValue(ctx, js, jetstream.KeyValueConfig{
-			Bucket:      Bucket,
-			Description: "loomd cluster jobs: key <cluster>, its current or last job (request, steps, owner, lease)",
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    replicas,
-		})
-		if err != nil {
-			return fmt.Errorf("creating kv bucket %s: %w", Bucket, err)
-		}
-		// Read from the leader: a record read right after its CAS write
-		// must not come from a replica that has not applied it yet.
-		kv, err = state.LeaderReads(ctx, js, Bucket)
-		return err
-	})
+	kv, err := state.OpenBucket(ctx, js, Bucket, "loomd cluster jobs: key <cluster>, its current or last job (request, steps, owner, lease)", replicas, retry)
 	if err != nil {
 		return nil, err
 	}

@@ -60,31 +60,42 @@ type KVStore struct {
 // cannot do right now (a server offline, an election) retry waits out
 // until ctx ends (nil: tried once).
 func OpenKV(ctx context.Context, js jetstream.JetStream, replicas int, retry *jsretry.Waiter) (*KVStore, error) {
+	kv, err := OpenBucket(ctx, js, Bucket, "loomd cluster state: clusters, nodes, jobs and their tasks (loomd apply)", replicas, retry)
+	if err != nil {
+		return nil, err
+	}
+	return &KVStore{kv: kv, js: js, atomic: atomicBatches(ctx, js, Bucket)}, nil
+}
+
+// OpenBucket creates (or finds) the key-value bucket of the cluster
+// state or the cluster jobs, with one revision per key, and opens it for
+// reads from its stream's leader: a record read right after its CAS
+// write must not come from a replica that has not applied it yet. What a
+// NATS cluster cannot do right now retry waits out until ctx ends (nil:
+// tried once).
+func OpenBucket(ctx context.Context, js jetstream.JetStream, bucket, description string, replicas int, retry *jsretry.Waiter) (jetstream.KeyValue, error) {
 	if replicas < 1 {
 		replicas = 1
 	}
 	var kv jetstream.KeyValue
-	err := retry.Do(ctx, jsretry.What("kv bucket", Bucket, replicas), func(ctx context.Context) error {
+	err := retry.Do(ctx, jsretry.What("kv bucket", bucket, replicas), func(ctx context.Context) error {
 		// Not CreateOrUpdateKeyValue: it would undo the stream's
 		// adjustments (direct gets off, atomic batches on) at every
 		// start, under the daemons using it.
 		err := jsensure.AdjustedKeyValue(ctx, js, jetstream.KeyValueConfig{
-			Bucket:      Bucket,
-			Description: "loomd cluster state: clusters, nodes, jobs and their tasks (loomd apply)",
+			Bucket:      bucket,
+			Description: description,
 			History:     1,
 			Storage:     jetstream.FileStorage,
 			Replicas:    replicas,
 		})
 		if err != nil {
-			return fmt.Errorf("creating kv bucket %s: %w", Bucket, err)
+			return fmt.Errorf("creating kv bucket %s: %w", bucket, err)
 		}
-		kv, err = LeaderReads(ctx, js, Bucket)
+		kv, err = LeaderReads(ctx, js, bucket)
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &KVStore{kv: kv, js: js, atomic: atomicBatches(ctx, js, Bucket)}, nil
+	return kv, err
 }
 
 // atomicBatches turns atomic batch publishing on for bucket's stream and
