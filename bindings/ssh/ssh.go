@@ -113,7 +113,11 @@ func (o Options) dialTCP(ctx context.Context, timeout time.Duration, addr string
 		return o.Dial(ctx, "tcp", addr)
 	}
 	d := net.Dialer{Timeout: timeout}
-	return d.DialContext(ctx, "tcp", addr)
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return quickAck(c), nil
 }
 
 func (o Options) withDefaults() Options {
