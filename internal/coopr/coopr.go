@@ -697,12 +697,19 @@ func (p *Provisioner) work(ctx context.Context, tenantID string, s *slot) {
 	for ctx.Err() == nil {
 		var task []byte
 		body := map[string]any{"provisionerId": p.cfg.ID, "workerId": s.workerID, "tenantId": tenantID}
-		err := p.do(ctx, http.MethodPost, "/v2/tasks/take", body, nil, &task)
+		// The take is not cancelled when the slot is told to stop (its
+		// tenant deleted or shrunk): the server may have handed a task
+		// out already, and a cancelled request would lose it until the
+		// server's task timeout. Only a forced stop cancels it; the
+		// client's timeout bounds it.
+		err := p.do(p.runCtxOrBackground(), http.MethodPost, "/v2/tasks/take", body, nil, &task)
 		var se *statusError
 		switch {
+		case err == nil && len(task) > 0:
+			// Taken: run it even if the slot was told to stop meanwhile.
 		case ctx.Err() != nil:
 			return
-		case err == nil && len(task) == 0:
+		case err == nil:
 			p.cfg.Metrics.take(tenantID, takeEmpty)
 			backoff = p.cfg.Poll
 			sleep(ctx, p.cfg.Poll)

@@ -414,6 +414,32 @@ func TestTenantRemovedWhileRunning(t *testing.T) {
 	})
 }
 
+// TestTenantRemovedWhileTaking: a tenant deleted while its slot's take
+// is in flight, after the server handed the task out, still runs and
+// finishes that task (a cancelled take lost it until the server's task
+// timeout; TestCooprTenantsChangeWhileRunning failed in CI that way).
+func TestTenantRemovedWhileTaking(t *testing.T) {
+	r := &runner{}
+	srv, p := start(t, coopr.Config{Runner: r})
+	api := "http://" + p.APIAddr()
+	srv.Enqueue("a", task("in-flight"))
+	srv.AddFault(coopfake.Fault{Path: "/v2/tasks/take", AnswerDelay: time.Second})
+	if _, err := coopfake.PutTenant(ctx(t), api, "a", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the server to hand the task out", func() bool { return srv.Takes("in-flight") == 1 })
+	if _, err := coopfake.DeleteTenant(ctx(t), api, "a"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := srv.WaitFinished(ctx(t), "in-flight")
+	if err != nil {
+		t.Fatalf("the task taken while its tenant was deleted never finished: %v", err)
+	}
+	if f.Status != 0 || r.count("in-flight") != 1 || srv.Takes("in-flight") != 1 {
+		t.Errorf("finish %+v, ran %d times, taken %d times; want status 0, once, once", f, r.count("in-flight"), srv.Takes("in-flight"))
+	}
+}
+
 // TestWorkerCountsCappedAtCapacity: a tenant's worker count, alone or
 // with the other tenants', never passes the capacity loomd registered; a
 // count past it is refused with 400 and the reason, and nothing starts

@@ -66,6 +66,10 @@ type Fault struct {
 	// DropAfter handles the request (its effect happens) and then closes
 	// the connection without an answer: a server that died after acting.
 	DropAfter bool
+	// AnswerDelay handles the request at once (its effect happens) and
+	// holds its answer this long: a reply in flight while the client
+	// changes its mind.
+	AnswerDelay time.Duration
 	// Times is how many requests the fault applies to (0 means 1).
 	Times int
 	// WhenStatus, with DropAfter, applies the fault only to a request the
@@ -331,6 +335,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f != nil && f.Status != 0 {
 		s.note(r, f.Status, true)
 		http.Error(w, "injected fault", f.Status)
+		return
+	}
+	if f != nil && f.AnswerDelay > 0 {
+		buf := &bufWriter{h: http.Header{}}
+		rec := &recorder{ResponseWriter: buf, status: 200}
+		s.route(rec, r)
+		s.note(r, rec.status, false)
+		time.Sleep(f.AnswerDelay)
+		for k, v := range buf.h {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.status)
+		_, _ = w.Write(buf.b.Bytes())
 		return
 	}
 	if f != nil && f.DropAfter {
