@@ -43,6 +43,12 @@ func FuzzDecode(f *testing.F) {
 		}
 		// Lua strings keep the bytes as sent; encoding/json turns bytes
 		// that are not UTF-8 into U+FFFD, as every JSON Loom writes does.
+		// Two keys that differ only in such bytes are two keys in Lua
+		// and one in encoding/json, whose value is then the last one's:
+		// no comparison of values means anything there.
+		if keysCollide(got) {
+			return
+		}
 		if b, err := json.Marshal(got); err == nil {
 			got = nil
 			json.Unmarshal(b, &got)
@@ -51,6 +57,28 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("Decode read %#v, encoding/json %#v, from %q", got, ref, data)
 		}
 	})
+}
+
+// keysCollide reports whether an object in v has two keys that
+// encoding/json reads as one (they differ only in bytes that are not
+// UTF-8, each read as U+FFFD).
+func keysCollide(v any) bool {
+	switch x := v.(type) {
+	case map[string]any:
+		seen := map[string]bool{}
+		for k, e := range x {
+			var canon string
+			b, _ := json.Marshal(k)
+			_ = json.Unmarshal(b, &canon)
+			if seen[canon] || keysCollide(e) {
+				return true
+			}
+			seen[canon] = true
+		}
+	case []any:
+		return slices.ContainsFunc(x, keysCollide)
+	}
+	return false
 }
 
 // norm makes a decoded value comparable across the two decoders: Lua has
