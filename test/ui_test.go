@@ -171,6 +171,38 @@ func (b *browser) text(sel string) string {
 	return r.T
 }
 
+// follow clicks sel, which leads to another page, and waits until that
+// page has loaded and shows want. Waiting for want alone could find it
+// on the page being left (the cluster page has an ol.steps of its own)
+// and then act on a document the browser is replacing ("Cannot find
+// context with specified id"); chromedp's Poll does not survive the
+// navigation either, so the wait is a loop of evaluations here.
+func (b *browser) follow(what, sel, want string) {
+	b.t.Helper()
+	b.run(what+": click "+sel, 30*time.Second,
+		chromedp.Evaluate(`window.loomLeaving = true`, nil),
+		chromedp.Click(sel, chromedp.ByQuery))
+	pred := fmt.Sprintf(`window.loomLeaving === undefined && document.readyState === "complete" && (() => {
+		const e = document.querySelector(%q);
+		return e !== null && e.offsetParent !== null;
+	})()`, want)
+	deadline := time.Now().Add(time.Minute)
+	var err error
+	for time.Now().Before(deadline) {
+		var shown bool
+		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+		err = chromedp.Run(ctx, chromedp.Evaluate(pred, &shown))
+		cancel()
+		if err == nil && shown {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var html string
+	_ = chromedp.Run(b.ctx, chromedp.OuterHTML("main", &html, chromedp.ByQuery))
+	b.t.Fatalf("%s: the next page did not show %s within a minute (last error: %v)\nmain now:\n%.3000s", what, want, err, html)
+}
+
 // waitJS waits until a JavaScript expression is true, the page not
 // reloaded meanwhile (what changes comes from the live updates).
 func (b *browser) waitJS(what, expr string, d time.Duration) {
@@ -304,9 +336,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("the failing task is %s", got.State)
 	}
 	b.open("/ui/tasks?state=failed")
-	b.run("open the failed task", 30*time.Second,
-		chromedp.Click(`a[href="/ui/tasks/fail-1"]`, chromedp.ByQuery),
-		chromedp.WaitVisible("#stderr-text", chromedp.ByQuery))
+	b.follow("open the failed task", `a[href="/ui/tasks/fail-1"]`, "#stderr-text")
 	if s := b.text("#stderr-text"); !strings.Contains(s, "the disk of fail-1 is full") || !strings.Contains(s, "stack traceback") {
 		t.Fatalf("the failed task's stderr reads %q", s)
 	}
@@ -330,11 +360,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.check("failed task")
 	b.screenshot("task-failed")
 	// Run it again: a new task, which fails the same way.
-	b.run("run the failed task again", 60*time.Second,
-		chromedp.Click(`a[href="/ui/tasks/fail-1/retry"]`, chromedp.ByQuery),
-		chromedp.WaitVisible("section.confirm button[type=submit]", chromedp.ByQuery),
-		chromedp.Click("section.confirm button[type=submit]", chromedp.ByQuery),
-		chromedp.WaitVisible("p.flash", chromedp.ByQuery))
+	b.follow("run the failed task again", `a[href="/ui/tasks/fail-1/retry"]`, "section.confirm button[type=submit]")
+	b.follow("confirm running it again", "section.confirm button[type=submit]", "p.flash")
 	var again string
 	b.eval(`location.pathname.replace("/ui/tasks/", "")`, &again)
 	if again == "fail-1" || again == "" {
@@ -395,14 +422,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("a form from another site changed the task: %s", got.State)
 	}
 	b.open("/ui/tasks/wait-1")
-	b.run("cancel from the console", 60*time.Second,
-		chromedp.Click(`a[href="/ui/tasks/wait-1/cancel"]`, chromedp.ByQuery),
-		chromedp.WaitVisible("section.confirm button[type=submit]", chromedp.ByQuery))
+	b.follow("cancel from the console", `a[href="/ui/tasks/wait-1/cancel"]`, "section.confirm button[type=submit]")
 	b.check("confirm cancel")
 	b.screenshot("confirm")
-	b.run("confirm", 60*time.Second,
-		chromedp.Click("section.confirm button[type=submit]", chromedp.ByQuery),
-		chromedp.WaitVisible("p.flash", chromedp.ByQuery))
+	b.follow("confirm", "section.confirm button[type=submit]", "p.flash")
 	if got := d.task("wait-1"); got.State != queue.Cancelled {
 		t.Fatalf("after the console's cancel the task is %s", got.State)
 	}
@@ -445,18 +468,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	e.hold("START db")
 	b.open("/ui/apply")
 	b.check("apply")
-	b.run("paste the spec and plan", 60*time.Second,
-		chromedp.SetValue("#spec", string(spec), chromedp.ByQuery),
-		chromedp.Click("form.spec button[type=submit]", chromedp.ByQuery),
-		chromedp.WaitVisible("ol.steps", chromedp.ByQuery))
+	b.run("paste the spec", 30*time.Second, chromedp.SetValue("#spec", string(spec), chromedp.ByQuery))
+	b.follow("plan the pasted spec", "form.spec button[type=submit]", "ol.steps")
 	if s := b.text("ol.steps"); !strings.Contains(s, "create") {
 		t.Fatalf("the plan reads %q", s)
 	}
 	b.check("plan")
 	b.screenshot("plan")
-	b.run("apply", 60*time.Second,
-		chromedp.Click("form.actions button[type=submit]", chromedp.ByQuery),
-		chromedp.WaitVisible("#nodes", chromedp.ByQuery))
+	b.follow("apply", "form.actions button[type=submit]", "#nodes")
 	var mark string
 	b.eval(`document.body.dataset.mark = "same-page"`, &mark)
 	b.waitJS("START db running", `[...document.querySelectorAll(".stage li.task.st-running .tname")].some(n => n.textContent.trim() === "START db")`, 3*time.Minute)
@@ -506,15 +525,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	// A service action: restart web, after its plan; the web nodes stop
 	// and start it, the db node does not.
 	e.effects() // clears the hosts' logs
-	b.run("restart web: the plan", 60*time.Second,
+	b.run("restart web: the form", 30*time.Second,
 		chromedp.SetValue(`select[name="verb"]`, "restart", chromedp.ByQuery),
-		chromedp.SetValue(`select[name="services"]`, "web", chromedp.ByQuery),
-		chromedp.Click(`form[aria-label="Service action"] button[type=submit]`, chromedp.ByQuery),
-		chromedp.WaitVisible("ol.steps", chromedp.ByQuery))
+		chromedp.SetValue(`select[name="services"]`, "web", chromedp.ByQuery))
+	// The cluster page has an ol.steps of its own (the job's steps):
+	// follow waits for the plan page, not for the page being left.
+	b.follow("restart web: the plan", `form[aria-label="Service action"] button[type=submit]`, "ol.steps")
 	b.check("service action plan")
-	b.run("restart web", 60*time.Second,
-		chromedp.Click("form.actions button[type=submit]", chromedp.ByQuery),
-		chromedp.WaitVisible("p.flash", chromedp.ByQuery))
+	b.follow("restart web", "form.actions button[type=submit]", "p.flash")
 	b.waitJS("the restart complete", `(() => {
 		const h = document.querySelector("#job");
 		return h !== null && h.textContent.includes("restart") && h.querySelector(".state.st-complete") !== null;
