@@ -95,18 +95,28 @@ type profile struct {
 	seconds int
 }
 
+// benchDir makes a temporary directory holding n no-op plugin folders.
+func benchDir(prefix string, n int) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	for i := range n {
+		if err := writePlugin(dir, fmt.Sprintf("noop%02d", i), "v0"); err != nil {
+			os.RemoveAll(dir)
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
 func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads, nIdle int, keep bool, fsync, isolation, logLevel string, prof profile) error {
-	dir, err := os.MkdirTemp("", "loomd-bench-")
+	dir, err := benchDir("loomd-bench-", nPlugins)
 	if err != nil {
 		return err
 	}
 	if !keep {
 		defer os.RemoveAll(dir)
-	}
-	for i := range nPlugins {
-		if err := writePlugin(dir, fmt.Sprintf("noop%02d", i), "v0"); err != nil {
-			return err
-		}
 	}
 	addr, err := freePort()
 	if err != nil {

@@ -20,17 +20,12 @@ import (
 // the two are compared under the same load; the ratio per round is
 // printed, as the machine's noise is larger than the figures' spread.
 func startTimes(bin, baseline string, nPlugins, n int, keep bool, fsync, isolation string) error {
-	dir, err := os.MkdirTemp("", "loomd-starts-")
+	dir, err := benchDir("loomd-starts-", nPlugins)
 	if err != nil {
 		return err
 	}
 	if !keep {
 		defer os.RemoveAll(dir)
-	}
-	for i := range nPlugins {
-		if err := writePlugin(dir, fmt.Sprintf("noop%02d", i), "v0"); err != nil {
-			return err
-		}
 	}
 	bins := []string{bin}
 	if baseline != "" {

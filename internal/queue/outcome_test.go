@@ -27,6 +27,13 @@ func (b *logBuffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
+// String is everything logged so far.
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // lines returns the parsed lines whose msg is msg.
 func (b *logBuffer) lines(msg string) []map[string]any {
 	b.mu.Lock()

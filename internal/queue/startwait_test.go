@@ -1,13 +1,11 @@
 package queue
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,24 +14,6 @@ import (
 
 	"github.com/loomrt/loom/internal/jsretry"
 )
-
-// syncBuffer is a log the test reads while the queue writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestOpenWaitsForTheCluster: Open on a 3-node NATS cluster that cannot
 // create its streams right now (two of the three servers down: no meta
@@ -48,7 +28,7 @@ func TestOpenWaitsForTheCluster(t *testing.T) {
 		t.Skip("starts a 3-node NATS cluster")
 	}
 	c := startCluster(t)
-	cfg := func(owner string, replicas int, log *syncBuffer) Config {
+	cfg := func(owner string, replicas int, log *logBuffer) Config {
 		return Config{
 			URLs: c.urls, Replicas: replicas, Owner: owner,
 			AckWait: 10 * time.Second, RetryDelay: 50 * time.Millisecond, PollInterval: 100 * time.Millisecond,
@@ -70,7 +50,7 @@ func TestOpenWaitsForTheCluster(t *testing.T) {
 		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SQUATTER", Subjects: []string{subjectPrefix + ">"}, Replicas: 3}); err != nil {
 			t.Fatal(err)
 		}
-		var log syncBuffer
+		var log logBuffer
 		_, err = Open(ctx, cfg("overlap", 3, &log))
 		if err == nil || !strings.Contains(err.Error(), "creating stream LOOM_TASKS:") || !strings.Contains(err.Error(), "subjects overlap") || strings.Contains(err.Error(), "tries over") {
 			t.Fatalf("Open with the queue's subjects taken: %v, want the overlap, not retried", err)
@@ -91,7 +71,7 @@ func TestOpenWaitsForTheCluster(t *testing.T) {
 	t.Run("two-servers-down", func(t *testing.T) {
 		c.kill9("n1")
 		c.kill9("n2")
-		var log syncBuffer
+		var log logBuffer
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		type opened struct {
@@ -167,7 +147,7 @@ func TestFaultOpenWithAServerDown(t *testing.T) {
 		// three minutes instead of hanging.
 		ctx, cancel := context.WithCancel(context.Background())
 		stop := time.AfterFunc(3*time.Minute, cancel)
-		var log syncBuffer
+		var log logBuffer
 		owner := fmt.Sprintf("daemon-%d", round)
 		q, err := Open(ctx, Config{URLs: c.urls[:2], Replicas: 3, Owner: owner, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 		if err != nil {
