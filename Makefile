@@ -47,10 +47,20 @@ FUZZ := ./runtime:FuzzTaskScan ./runtime:FuzzParseTask ./runtime:FuzzParseCall \
 	./internal/extract:FuzzTarScript ./internal/extract:FuzzTar ./internal/extract:FuzzZip \
 	./internal/cluster/spec:FuzzParse ./internal/cluster/macro:FuzzExpand \
 	./internal/worker:FuzzFrames ./internal/coopr:FuzzSiteConfig
+# A finding always leaves its input in testdata/fuzz/FN. Go's fuzzing engine
+# also fails a run with a bare "context deadline exceeded" when -fuzztime
+# runs out while a slow input still runs (seen in CI under load, no input
+# written): that is the engine's timing, not a finding, and is reported but
+# not failed.
 fuzz:
 	@for t in $(FUZZ); do pkg=$${t%%:*}; fn=$${t##*:}; echo "== $$fn ($$pkg, $(FUZZTIME))"; \
-		$(GO) test -run XXX -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg || \
-		{ echo "fuzz: $$fn failed; its input is in $$pkg/testdata/fuzz/$$fn/"; exit 1; }; done
+		before=$$(ls $$pkg/testdata/fuzz/$$fn 2>/dev/null | wc -l); \
+		out=$$($(GO) test -run XXX -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg 2>&1); rc=$$?; echo "$$out" | tail -20; \
+		[ $$rc -eq 0 ] && continue; \
+		after=$$(ls $$pkg/testdata/fuzz/$$fn 2>/dev/null | wc -l); \
+		if [ "$$after" = "$$before" ] && echo "$$out" | grep -q "context deadline exceeded" && ! echo "$$out" | grep -q "Failing input written"; then \
+			echo "fuzz: $$fn: the engine ran out of -fuzztime during an input (no input written): not a finding"; continue; fi; \
+		echo "fuzz: $$fn failed; its input is in $$pkg/testdata/fuzz/$$fn/"; exit 1; done
 
 # Fault tests (test/faults_test.go): real disk exhaustion (a tmpfs under
 # --data filled for 3 s and for 60 s; LOOM_FAULTS_LONG=1 makes it 5 min),
