@@ -79,12 +79,20 @@ func start(t *testing.T, dir string) (jetstream.JetStream, *apiLog) {
 }
 
 // settle waits until the spy saw what was sent before it.
-func settle(t *testing.T, js jetstream.JetStream) {
+func settle(t *testing.T, js jetstream.JetStream, log *apiLog) {
 	t.Helper()
-	if err := js.Conn().Flush(); err != nil {
+	// A marker published after the requests reaches the spy after them
+	// (one publishing connection, delivered in order); a fixed sleep was
+	// too short under load.
+	marker := "$JS.API.LOOMTEST.SETTLE." + nats.NewInbox()[len("_INBOX."):]
+	if err := js.Conn().Publish(marker, nil); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); log.count(marker) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the spy never saw the settle marker")
+		}
+	}
 }
 
 // TestUnchangedIsNotUpdated: a stream, a bucket and an object store made
@@ -112,7 +120,7 @@ func TestUnchangedIsNotUpdated(t *testing.T) {
 	}
 	js, log := start(t, dir)
 	ensureAll(js)
-	settle(t, js)
+	settle(t, js, log)
 	if n := log.count("$JS.API.STREAM.CREATE."); n != 3 {
 		t.Errorf("new store: %d creates, want 3", n)
 	}
@@ -122,7 +130,7 @@ func TestUnchangedIsNotUpdated(t *testing.T) {
 
 	log.reset()
 	ensureAll(js)
-	settle(t, js)
+	settle(t, js, log)
 	if n := log.count("$JS.API.STREAM.UPDATE."); n != 0 {
 		t.Errorf("same configuration: %d updates, want 0", n)
 	}
@@ -131,7 +139,7 @@ func TestUnchangedIsNotUpdated(t *testing.T) {
 	// recovered compare equal too.
 	js, log = start(t, dir)
 	ensureAll(js)
-	settle(t, js)
+	settle(t, js, log)
 	if n := log.count("$JS.API.STREAM.UPDATE."); n != 0 {
 		t.Errorf("after a restart: %d updates, want 0", n)
 	}
@@ -141,7 +149,7 @@ func TestUnchangedIsNotUpdated(t *testing.T) {
 	kcfg.History = 8
 	log.reset()
 	ensureAll(js)
-	settle(t, js)
+	settle(t, js, log)
 	if n := log.count("$JS.API.STREAM.UPDATE."); n != 3 {
 		t.Errorf("changed configuration: %d updates, want 3", n)
 	}
@@ -193,11 +201,12 @@ func TestAdjustedKeyValueKeepsTheAdjustment(t *testing.T) {
 		if restart {
 			js, log = start(t, dir)
 		}
+		settle(t, js, log) // the adjustment's own update, seen before the reset
 		log.reset()
 		if err := AdjustedKeyValue(ctx, js, kcfg); err != nil {
 			t.Fatal(err)
 		}
-		settle(t, js)
+		settle(t, js, log)
 		if n := log.count("$JS.API.STREAM.UPDATE."); n != 0 || direct() {
 			t.Errorf("made again (restart %v): %d updates, direct gets %v; want 0, false", restart, n, direct())
 		}
