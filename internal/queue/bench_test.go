@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -29,9 +30,17 @@ func BenchmarkSubmitRunWait(b *testing.B) {
 	go func() { _ = q.Serve(ctx, run, 8); close(done) }()
 	defer func() { cancel(); <-done }()
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	submitAndWait(b, q, func(i int64) []byte { return task(fmt.Sprintf("b-%d", i), "shell") })
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-us/task")
+}
+
+// processCPU is the CPU time this process used so far, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 const benchClients = 32
