@@ -111,6 +111,10 @@ type Config struct {
 	// TaskLogs keeps every task's log lines (GET /v1/tasks/{id}/logs);
 	// nil answers 503 there (loomd serve --task-log-max 0).
 	TaskLogs *tasklog.Log
+	// Late, when set, gives ClusterStore, ClusterJobs, ClusterLog and
+	// TaskLogs (the fields above are then ignored) once the daemon opened
+	// them, after the API listens; requests that need them wait.
+	Late *Late
 	// Pprof serves the Go profiler under /debug/pprof/ (behind Token like
 	// every route). Off by default: profiles show the daemon's internals
 	// and a CPU profile costs CPU while it runs.
@@ -151,6 +155,7 @@ type Server struct {
 	ln  net.Listener
 
 	clusters clusterBucket // /v1/clusters (clusters.go)
+	late     *Late         // cfg.Late, or the Cluster* and TaskLogs fields
 	inflight bodyBudget    // bytes of request bodies held now
 	tokens   *tokens.Set   // who may call it (scope.go)
 }
@@ -199,7 +204,10 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.Metrics.watchSources(cfg.Queue, cfg.Plugins)
-	s := &Server{cfg: cfg, log: cfg.Logger, inflight: bodyBudget{max: cfg.MaxInflight}, tokens: cfg.Tokens}
+	s := &Server{cfg: cfg, log: cfg.Logger, inflight: bodyBudget{max: cfg.MaxInflight}, tokens: cfg.Tokens, late: cfg.Late}
+	if s.late == nil {
+		s.late = ReadyLate(LateParts{ClusterStore: cfg.ClusterStore, ClusterJobs: cfg.ClusterJobs, ClusterLog: cfg.ClusterLog, TaskLogs: cfg.TaskLogs})
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -677,11 +685,11 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 		s.queueError(w, err, id)
 		return
 	}
-	if s.cfg.TaskLogs != nil {
+	if tl := s.taskLogStore(); tl != nil {
 		// Its log goes with it (retention sweeps leave that to the log's
 		// own age limit): a task submitted again under the id starts
 		// with an empty log.
-		if err := s.cfg.TaskLogs.Purge(r.Context(), id); err != nil {
+		if err := tl.Purge(r.Context(), id); err != nil {
 			s.log.Warn("deleting a task's log lines failed; they expire with --retain", "task", id, "err", err)
 		}
 	}

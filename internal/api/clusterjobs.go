@@ -100,8 +100,11 @@ type LogEntry struct {
 	joblog.Entry
 }
 
-func (s *Server) jobsReady(w http.ResponseWriter) bool {
-	if s.cfg.ClusterJobs == nil || s.cfg.ClusterLog == nil {
+func (s *Server) jobsReady(w http.ResponseWriter, r *http.Request) bool {
+	if !s.lateReady(w, r) {
+		return false
+	}
+	if s.clusterJobs() == nil || s.clusterLog() == nil {
 		writeError(w, http.StatusServiceUnavailable, "this loomd runs no cluster jobs (its queue keeps no cluster state)")
 		return false
 	}
@@ -110,13 +113,13 @@ func (s *Server) jobsReady(w http.ResponseWriter) bool {
 
 func (s *Server) jobView(ctx context.Context, rec runner.Record) *JobView {
 	rec.Request.Spec = ""
-	v := &JobView{Record: rec, Liveness: s.cfg.ClusterJobs.Liveness(rec)}
-	v.LogSeq, _ = s.cfg.ClusterLog.Last(ctx, rec.Cluster)
+	v := &JobView{Record: rec, Liveness: s.clusterJobs().Liveness(rec)}
+	v.LogSeq, _ = s.clusterLog().Last(ctx, rec.Cluster)
 	return v
 }
 
 func (s *Server) submitClusterJob(w http.ResponseWriter, r *http.Request) {
-	if !s.jobsReady(w) {
+	if !s.jobsReady(w, r) {
 		return
 	}
 	body, ok := readBodyLimit(w, r, "the job request", maxClusterState)
@@ -140,8 +143,8 @@ func (s *Server) submitClusterJob(w http.ResponseWriter, r *http.Request) {
 	if req.Tenant, ok = s.submitTenant(w, r, req.Tenant, "cluster jobs"); !ok {
 		return
 	}
-	seq, _ := s.cfg.ClusterLog.Last(r.Context(), name)
-	acc, err := s.cfg.ClusterJobs.Submit(r.Context(), name, req)
+	seq, _ := s.clusterLog().Last(r.Context(), name)
+	acc, err := s.clusterJobs().Submit(r.Context(), name, req)
 	if s.jobError(w, err) {
 		return
 	}
@@ -173,7 +176,7 @@ func (s *Server) submitClusterJob(w http.ResponseWriter, r *http.Request) {
 // with the document's expect ({"expect": ...}) runs exactly that plan, or
 // is refused (412) when the cluster changed meanwhile.
 func (s *Server) planClusterJob(w http.ResponseWriter, r *http.Request) {
-	if !s.jobsReady(w) {
+	if !s.jobsReady(w, r) {
 		return
 	}
 	body, ok := readBodyLimit(w, r, "the job request", maxClusterState)
@@ -186,7 +189,7 @@ func (s *Server) planClusterJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "decoding the job request: "+err.Error()+` (want {"verb": "apply", "spec": "...", ...})`)
 		return
 	}
-	ch, _, err := s.cfg.ClusterJobs.PlanJob(r.Context(), r.PathValue("name"), req)
+	ch, _, err := s.clusterJobs().PlanJob(r.Context(), r.PathValue("name"), req)
 	if s.jobError(w, err) {
 		return
 	}
@@ -227,10 +230,10 @@ func (s *Server) getClusterJob(w http.ResponseWriter, r *http.Request) {
 	if !s.clusterOK(w, r, r.PathValue("name")) {
 		return
 	}
-	if !s.jobsReady(w) {
+	if !s.jobsReady(w, r) {
 		return
 	}
-	rec, err := s.cfg.ClusterJobs.Job(r.Context(), r.PathValue("name"))
+	rec, err := s.clusterJobs().Job(r.Context(), r.PathValue("name"))
 	if s.jobError(w, err) {
 		return
 	}
@@ -241,14 +244,14 @@ func (s *Server) cancelClusterJob(w http.ResponseWriter, r *http.Request) {
 	if !s.clusterOK(w, r, r.PathValue("name")) {
 		return
 	}
-	if !s.jobsReady(w) {
+	if !s.jobsReady(w, r) {
 		return
 	}
 	who := r.URL.Query().Get("by")
 	if who == "" {
 		who = "a request to the API"
 	}
-	rec, err := s.cfg.ClusterJobs.Cancel(r.Context(), r.PathValue("name"), who)
+	rec, err := s.clusterJobs().Cancel(r.Context(), r.PathValue("name"), who)
 	if err != nil && rec.ID != "" {
 		writeJSON(w, http.StatusConflict, JobBusy{Error: err.Error(), Job: s.jobView(r.Context(), rec)})
 		return
@@ -263,7 +266,7 @@ func (s *Server) getClusterJobStep(w http.ResponseWriter, r *http.Request) {
 	if !s.clusterOK(w, r, r.PathValue("name")) {
 		return
 	}
-	if !s.jobsReady(w) {
+	if !s.jobsReady(w, r) {
 		return
 	}
 	c, ok := s.loadCluster(w, r)
@@ -277,7 +280,7 @@ func (s *Server) getClusterJobStep(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j := c.Jobs[i]
-	seq, _ := s.cfg.ClusterLog.Last(r.Context(), c.Name)
+	seq, _ := s.clusterLog().Last(r.Context(), c.Name)
 	v := StepView{Job: jobReport(j, true, time.Now()), Action: j.Action, Events: j.Events, LogSeq: seq, Tasks: []StepTask{}}
 	row := func(i int, name, node, svc string, stage int) StepTask {
 		t := StepTask{Index: i, Name: name, Node: node, Service: svc, Stage: stage, Status: state.TaskPending}
@@ -335,7 +338,7 @@ func (s *Server) getClusterLog(w http.ResponseWriter, r *http.Request) {
 	if !s.clusterOK(w, r, r.PathValue("name")) {
 		return
 	}
-	if !s.jobsReady(w) {
+	if !s.jobsReady(w, r) {
 		return
 	}
 	name := r.PathValue("name")
@@ -361,14 +364,14 @@ func (s *Server) getClusterLog(w http.ResponseWriter, r *http.Request) {
 	}
 	if wait > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
-		err := s.cfg.ClusterLog.Wait(ctx, name, after)
+		err := s.clusterLog().Wait(ctx, name, after)
 		cancel()
 		if err != nil {
 			clusterErr(w, err)
 			return
 		}
 	}
-	batches, err := s.cfg.ClusterLog.Read(r.Context(), name, after, limit)
+	batches, err := s.clusterLog().Read(r.Context(), name, after, limit)
 	if err != nil {
 		clusterErr(w, err)
 		return

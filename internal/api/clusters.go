@@ -15,6 +15,7 @@ import (
 	"github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
+	"github.com/loomrt/loom/internal/jsretry"
 )
 
 // The cluster state loomd apply keeps in the queue's JetStream store
@@ -29,8 +30,10 @@ const maxClusterState = 64 << 20
 // clusterBucket opens the bucket on first use, from a queue that exposes
 // its JetStream context (*queue.Queue does).
 type clusterBucket struct {
-	mu    sync.Mutex
+	once  sync.Once
+	sem   chan struct{} // held while opening; guards store
 	store *state.KVStore
+	retry *jsretry.Waiter
 }
 
 type jetStreamer interface {
@@ -38,28 +41,63 @@ type jetStreamer interface {
 	Replicas() int
 }
 
+// clusterStore is the cluster state store: the daemon's (once open, see
+// Late), or the bucket opened here on first use. What the NATS cluster
+// cannot do right now (a server offline, an election) is tried again
+// while the request lasts, LateWait at most; then the request gets 503
+// with Retry-After, and the next one tries again.
 func (s *Server) clusterStore(ctx context.Context) (*state.KVStore, error) {
-	b := &s.clusters
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.store != nil {
-		return b.store, nil
+	p, err := s.late.Wait(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if s.cfg.ClusterStore != nil {
-		b.store = s.cfg.ClusterStore
-		return b.store, nil
+	if p.ClusterStore != nil {
+		return p.ClusterStore, nil
 	}
 	q, ok := s.cfg.Queue.(jetStreamer)
 	if !ok {
 		return nil, errors.New("this daemon's queue keeps no cluster state (it is not a JetStream queue)")
 	}
-	st, err := state.OpenKV(ctx, q.JetStream(), q.Replicas(), nil)
+	b := &s.clusters
+	b.once.Do(func() {
+		b.sem = make(chan struct{}, 1)
+		b.retry = &jsretry.Waiter{Logger: s.log, Hint: jsretry.Hint(q.Replicas(), "--replicas")}
+	})
+	select {
+	case b.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, &UnavailableError{What: jsretry.What("kv bucket", state.Bucket, q.Replicas()), Err: context.Cause(ctx)}
+	}
+	defer func() { <-b.sem }()
+	if b.store != nil {
+		return b.store, nil
+	}
+	octx, cancel := context.WithTimeout(ctx, LateWait)
+	defer cancel()
+	st, err := state.OpenKV(octx, q.JetStream(), q.Replicas(), b.retry)
 	if err != nil {
+		if jsretry.Transient(err) {
+			err = &UnavailableError{What: jsretry.What("kv bucket", state.Bucket, q.Replicas()), Err: b.retry.Explain(err)}
+		}
+		s.log.Warn("cannot open the cluster state bucket", "err", err)
 		return nil, err
 	}
 	b.store = st
 	return st, nil
 }
+
+// UnavailableError is a stream or bucket the NATS cluster could not
+// create or open within a request: 503 with Retry-After.
+type UnavailableError struct {
+	What string
+	Err  error
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("the NATS cluster cannot create or open %s right now: %v; try again after the Retry-After delay", e.What, e.Err)
+}
+
+func (e *UnavailableError) Unwrap() error { return e.Err }
 
 func (s *Server) clusterRoutes(mux *http.ServeMux) {
 	mux.Handle("/v1/clusters", s.route("clusters", map[string]http.HandlerFunc{"GET": s.listClusters}))
@@ -220,10 +258,10 @@ func (s *Server) liveJob(ctx context.Context, st *state.KVStore, c *state.Cluste
 		return
 	}
 	now := time.Now()
-	if s.cfg.ClusterJobs != nil {
-		rec, err := s.cfg.ClusterJobs.Job(ctx, c.Name)
+	if jobs := s.clusterJobs(); jobs != nil {
+		rec, err := jobs.Job(ctx, c.Name)
 		if err == nil && rec.State == runner.StateRunning {
-			live := s.cfg.ClusterJobs.Liveness(rec)
+			live := jobs.Liveness(rec)
 			r.Runner = "loomd " + rec.Owner
 			if !live.Running {
 				r.Status, r.Note, r.Runner = JobInterrupted, live.Note, ""
@@ -254,7 +292,12 @@ func orDash(s string) string {
 // clusterErr answers a store error: 404 for an unknown cluster, 400 for a
 // bad name, 503 otherwise (the store is unreachable: try again).
 func clusterErr(w http.ResponseWriter, err error) {
+	var un *UnavailableError
 	switch {
+	case writeNotReady(w, err):
+	case errors.As(err, &un):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, un.Error())
 	case errors.Is(err, state.ErrNotFound):
 		writeError(w, http.StatusNotFound, err.Error()+"; GET /v1/clusters lists the clusters this daemon's store holds")
 	case errors.Is(err, state.ErrBadName):
@@ -417,8 +460,8 @@ func (s *Server) deleteClusterState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("name")
-	if s.cfg.ClusterJobs != nil {
-		if err := s.cfg.ClusterJobs.Forget(r.Context(), name); s.jobError(w, err) {
+	if jobs := s.clusterJobs(); jobs != nil {
+		if err := jobs.Forget(r.Context(), name); s.jobError(w, err) {
 			return
 		}
 	}
@@ -426,8 +469,8 @@ func (s *Server) deleteClusterState(w http.ResponseWriter, r *http.Request) {
 		clusterErr(w, err)
 		return
 	}
-	if s.cfg.ClusterLog != nil {
-		if err := s.cfg.ClusterLog.Purge(r.Context(), name); err != nil {
+	if jl := s.clusterLog(); jl != nil {
+		if err := jl.Purge(r.Context(), name); err != nil {
 			s.log.Warn("removing a forgotten cluster's job log failed; it ages out", "cluster", name, "err", err)
 		}
 	}

@@ -161,8 +161,8 @@ func (s *Server) clusterTenant(ctx context.Context, name string) (tenant string,
 	case !errors.Is(err, state.ErrNotFound):
 		return "", false, err
 	}
-	if s.cfg.ClusterJobs != nil {
-		rec, err := s.cfg.ClusterJobs.Job(ctx, name)
+	if jobs := s.clusterJobs(); jobs != nil {
+		rec, err := jobs.Job(ctx, name)
 		if err == nil {
 			return rec.Request.Tenant, true, nil
 		}

@@ -54,7 +54,10 @@ type logSource struct {
 // server-sent events until the task is done.
 func (s *Server) taskLogs(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if s.cfg.TaskLogs == nil {
+	if !s.lateReady(w, r) {
+		return
+	}
+	if s.taskLogStore() == nil {
 		writeError(w, http.StatusServiceUnavailable, "this loomd keeps no task logs (started with --task-log-max 0): the task's lines are in the daemon's own log, with task="+id)
 		return
 	}
@@ -117,11 +120,11 @@ func (s *Server) logSource(w http.ResponseWriter, r *http.Request, id string) (l
 		return logSource{}, false
 	}
 	origin := tasklog.OriginCoopr
-	tenant, err := s.cfg.TaskLogs.Owner(r.Context(), id, origin)
+	tenant, err := s.taskLogStore().Owner(r.Context(), id, origin)
 	if errors.Is(err, tasklog.ErrNoLog) {
 		// A cluster job's task its daemon ran itself (--cluster-tasks local).
 		origin = tasklog.OriginCluster
-		tenant, err = s.cfg.TaskLogs.Owner(r.Context(), id, origin)
+		tenant, err = s.taskLogStore().Owner(r.Context(), id, origin)
 	}
 	switch {
 	case errors.Is(err, tasklog.ErrNoLog):
@@ -151,7 +154,7 @@ func (s *Server) readTaskLog(ctx context.Context, id string, src logSource, afte
 		out.State = rec.State
 		finished = rec.State.Terminal()
 	}
-	page, err := s.cfg.TaskLogs.Read(ctx, id, after, limit, src.filter)
+	page, err := s.taskLogStore().Read(ctx, id, after, limit, src.filter)
 	if err != nil {
 		return out, err
 	}
@@ -163,7 +166,7 @@ func (s *Server) readTaskLog(ctx context.Context, id string, src logSource, afte
 		// A Coopr server's task: done once its last attempt here ended.
 		if n := len(page.Lines); n > 0 {
 			finished = page.Lines[n-1].Kind == tasklog.KindEnd
-		} else if finished, err = s.cfg.TaskLogs.Ended(ctx, id); err != nil {
+		} else if finished, err = s.taskLogStore().Ended(ctx, id); err != nil {
 			return out, err
 		}
 	}
@@ -177,7 +180,7 @@ func (s *Server) waitTaskLog(ctx context.Context, id string, src logSource, next
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	go func() {
-		_ = s.cfg.TaskLogs.Wait(ctx, id, next)
+		_ = s.taskLogStore().Wait(ctx, id, next)
 		cancel()
 	}()
 	if src.queued {

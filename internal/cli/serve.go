@@ -273,11 +273,13 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		for {
 			select {
 			case s := <-allSigs:
-				endStart(fmt.Errorf("%v during the start", s))
+				// Queued first: a wait the end of the start interrupts
+				// finds it there.
 				select {
 				case sigs <- s:
 				default:
 				}
+				endStart(fmt.Errorf("%v during the start", s))
 			case <-relayDone:
 				return
 			}
@@ -510,34 +512,11 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		plugins = workerPlugins{Runtime: rt, sup: sup}
 	}
 
-	// The task logs' stream and the cluster jobs' streams and buckets
-	// at once: each is a few JetStream requests in turn.
-	type openedLogs struct {
-		tl  taskLogs
-		err error
-	}
-	logsDone := make(chan openedLogs, 1)
-	go func() {
-		tl, err := a.startTaskLogs(startCtx, o, q, tee, baseLogger)
-		logsDone <- openedLogs{tl, err}
-	}()
-	cj, err := a.startClusterJobs(startCtx, o, q, baseLogger, metrics, rt)
-	tl := <-logsDone
-	if err != nil {
-		tl.tl.Close()
-		return o.retry.Explain(err)
-	}
-	defer cj.close()
-	if tl.err != nil {
-		return o.retry.Explain(tl.err)
-	}
-	taskLogs := tl.tl
-	defer taskLogs.Close()
-	tasks := taskRunner{next: runner, logs: taskLogs, tee: tee, jobs: cj.jobs, jobLog: cj.log, source: q.Owner(), secrets: rt.TaskSecrets}
-	runner = tasks.from(tasklog.OriginQueue)
-	if o.clusterTasks == "local" {
-		cj.jobs.SetLocal(localTasks{rt: rt, run: tasks.from(tasklog.OriginCluster), slots: make(chan struct{}, o.concurrency)})
-	}
+	// The task logs and the cluster jobs (their streams and buckets: on a
+	// new store, a fifth of the ones to create) open once the API
+	// listens: no task submit or read needs them. Requests that do wait
+	// for them (api.Late), and the queue serves no task before.
+	late := api.NewLate("the cluster jobs' and task logs' streams and buckets")
 
 	// The console's reload runs what the hot reload runs; the Coopr link
 	// it tells exists only once started, below.
@@ -566,7 +545,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 	acfg := api.Config{Addr: o.listen, Tokens: apiTokens, DefaultTenant: o.g.tenant, Queue: q, Plugins: plugins, Metrics: metrics,
 		ReadTimeout: o.apiReadTimeout, MaxConns: o.apiMaxConns, MaxBody: apiMaxBody, MaxInflight: apiMaxInflight, SpecMax: specMax, Pprof: o.pprof, Listeners: o.g.listeners, Logger: logger.With("component", "api"),
-		ClusterStore: cj.store, ClusterJobs: cj.jobs, ClusterLog: cj.log, TaskLogs: taskLogs.log()}
+		Late: late}
 	var cooprStatus func() coopr.Status
 	if o.coopr.server != "" {
 		cooprStatus = func() coopr.Status {
@@ -579,7 +558,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 	if o.ui {
 		deps := uiDeps{token: o.token, tokens: apiTokens, readOnly: o.uiReadOnly, queue: q, plugins: plugins, metrics: metrics, coopr: cooprStatus,
-			tenant: o.g.tenant, store: cj.store, jobs: cj.jobs, jobLog: cj.log, taskLogs: taskLogs.log(), reload: reloadAll, logger: logger.With("component", "console")}
+			tenant: o.g.tenant, late: late, reload: reloadAll, logger: logger.With("component", "console")}
 		if sup != nil {
 			deps.workers = sup.Workers
 		}
@@ -605,6 +584,51 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		return usageErr(err)
 	}
 	releaseFill()
+
+	// What the API and console wait for (api.Late); the task logs'
+	// stream and the cluster jobs' streams and buckets at once: each is a
+	// few JetStream requests in turn.
+	type openedLogs struct {
+		tl  taskLogs
+		err error
+	}
+	logsDone := make(chan openedLogs, 1)
+	go func() {
+		tl, err := a.startTaskLogs(startCtx, o, q, tee, baseLogger)
+		logsDone <- openedLogs{tl, err}
+	}()
+	cj, err := a.startClusterJobs(startCtx, o, q, baseLogger, metrics, rt)
+	tl := <-logsDone
+	if err == nil && tl.err != nil {
+		cj.close()
+		err = tl.err
+	} else if err != nil {
+		tl.tl.Close()
+	}
+	if err != nil {
+		err = o.retry.Explain(err)
+		late.Set(api.LateParts{}, err)
+		select {
+		case sig := <-sigs:
+			// Stopped while it waited for the NATS cluster: nothing ran.
+			logger.Info("loomd stopped during the start: the cluster jobs and task logs were not open yet", "signal", fmt.Sprint(sig))
+			stopAPI(srv)
+			return nil
+		default:
+		}
+		logger.Error("cannot open the cluster jobs and task logs; loomd exits", "err", err)
+		stopAPI(srv)
+		return err
+	}
+	defer cj.close()
+	taskLogs := tl.tl
+	defer taskLogs.Close()
+	late.Set(api.LateParts{ClusterStore: cj.store, ClusterJobs: cj.jobs, ClusterLog: cj.log, TaskLogs: taskLogs.log()}, nil)
+	tasks := taskRunner{next: runner, logs: taskLogs, tee: tee, jobs: cj.jobs, jobLog: cj.log, source: q.Owner(), secrets: rt.TaskSecrets}
+	runner = tasks.from(tasklog.OriginQueue)
+	if o.clusterTasks == "local" {
+		cj.jobs.SetLocal(localTasks{rt: rt, run: tasks.from(tasklog.OriginCluster), slots: make(chan struct{}, o.concurrency)})
+	}
 
 	if o.coopr.server != "" {
 		p, err := a.startCoopr(ctx, o, cooprTenants, rt, tasks.from(tasklog.OriginCoopr), metrics.Registry(), logger)
@@ -733,6 +757,13 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 	logger.Info("loomd stopped")
 	return nil
+}
+
+// stopAPI closes the API on a return during the start.
+func stopAPI(srv *api.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
 }
 
 // startGCPercent is the garbage collector's GOGC while the daemon starts.

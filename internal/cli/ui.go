@@ -14,18 +14,12 @@ import (
 // parts. `go build -tags noui` leaves it out of the binary (ui_off.go).
 func startUI(d uiDeps) (webConsole, error) {
 	cfg := console.Config{Token: d.token, Tokens: d.tokens, ReadOnly: d.readOnly, Queue: d.queue, Plugins: d.plugins, Changes: d.queue,
-		Metrics: d.metrics.TaskGatherer(), Coopr: d.coopr, DefaultTenant: d.tenant, Clusters: d.store, Jobs: d.jobs,
+		Metrics: d.metrics.TaskGatherer(), Coopr: d.coopr, DefaultTenant: d.tenant, Late: d.late,
 		Workers: d.workers, Logger: d.logger,
 		Reload: func(ctx context.Context) (console.ReloadResult, error) {
 			rep, err := d.reload(ctx)
 			return consoleReload(rep), err
 		}}
-	if d.jobLog != nil {
-		cfg.JobLog = d.jobLog
-	}
-	if d.taskLogs != nil {
-		cfg.TaskLogs = d.taskLogs
-	}
 	c, err := console.New(cfg)
 	if err != nil {
 		return nil, err

@@ -6,12 +6,8 @@ import (
 	"net/http"
 
 	"github.com/loomrt/loom/internal/api"
-	"github.com/loomrt/loom/internal/cluster/joblog"
-	clusterrunner "github.com/loomrt/loom/internal/cluster/runner"
-	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/internal/coopr"
 	"github.com/loomrt/loom/internal/queue"
-	"github.com/loomrt/loom/internal/tasklog"
 	"github.com/loomrt/loom/internal/tokens"
 	"github.com/loomrt/loom/internal/worker"
 	"github.com/loomrt/loom/runtime"
@@ -27,10 +23,7 @@ type uiDeps struct {
 	metrics  *api.Metrics
 	coopr    func() coopr.Status
 	tenant   string
-	store    *state.KVStore
-	jobs     *clusterrunner.Runner
-	jobLog   *joblog.Stream
-	taskLogs *tasklog.Log
+	late     *api.Late // the cluster jobs, their log, the task logs
 	workers  func() []worker.Info
 	reload   func(ctx context.Context) (runtime.ReloadReport, error)
 	logger   *slog.Logger

@@ -170,8 +170,40 @@ func (c *Console) authed(next http.Handler) http.Handler {
 			http.Redirect(w, r, query(Prefix+"/login", "next", r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
+		if !c.lateReady(w, r) {
+			return
+		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, s)))
 	})
+}
+
+// lateReady waits for the parts the daemon opens after its API listens
+// (Config.Late) and fills them into the configuration once; false when
+// it answered 503 instead. Every reader of those fields is behind it.
+func (c *Console) lateReady(w http.ResponseWriter, r *http.Request) bool {
+	if c.cfg.Late == nil {
+		return true
+	}
+	p, err := c.cfg.Late.Wait(r.Context())
+	if err != nil {
+		c.log.Warn("a console page needs what this loomd has not opened", "path", r.URL.Path, "err", err)
+		w.Header().Set("Retry-After", "1")
+		c.refuse(w, r, http.StatusServiceUnavailable, "loomd is still starting", err.Error())
+		return false
+	}
+	c.lateOnce.Do(func() {
+		c.cfg.Clusters = p.ClusterStore
+		if p.ClusterJobs != nil {
+			c.cfg.Jobs = p.ClusterJobs
+		}
+		if p.ClusterLog != nil {
+			c.cfg.JobLog = p.ClusterLog
+		}
+		if p.TaskLogs != nil {
+			c.cfg.TaskLogs = p.TaskLogs
+		}
+	})
+	return true
 }
 
 // acting guards every action: read-only mode refuses it, and the request

@@ -11,17 +11,28 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/loomrt/loom/internal/api"
 	"github.com/loomrt/loom/internal/cluster/apply"
 	"github.com/loomrt/loom/internal/cluster/plan"
 	"github.com/loomrt/loom/internal/cluster/runner"
 	"github.com/loomrt/loom/internal/cluster/state"
+	"github.com/loomrt/loom/internal/jsretry"
 )
 
 // clusterState opens the cluster bucket on first use, from a queue that
-// exposes its JetStream context (*queue.Queue does), as the API does.
+// exposes its JetStream context (*queue.Queue does), as the API does:
+// what the NATS cluster cannot do right now is tried again while ctx
+// lasts (api.LateWait at most), and the next page tries again.
 func (c *Console) clusterState(ctx context.Context) (*state.KVStore, error) {
-	c.clusterMu.Lock()
-	defer c.clusterMu.Unlock()
+	if c.clusterSem == nil {
+		return nil, errors.New("the console is not set up (console.New)")
+	}
+	select {
+	case c.clusterSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("the cluster state bucket is still being opened: %w", context.Cause(ctx))
+	}
+	defer func() { <-c.clusterSem }()
 	if c.clusterStore != nil {
 		return c.clusterStore, nil
 	}
@@ -36,8 +47,16 @@ func (c *Console) clusterState(ctx context.Context) (*state.KVStore, error) {
 	if !ok {
 		return nil, errors.New("this daemon's queue keeps no cluster state (it is not a JetStream queue)")
 	}
-	st, err := state.OpenKV(ctx, q.JetStream(), q.Replicas(), nil)
+	retry := &jsretry.Waiter{Logger: c.log, Hint: jsretry.Hint(q.Replicas(), "--replicas")}
+	octx, cancel := context.WithTimeout(ctx, api.LateWait)
+	defer cancel()
+	st, err := state.OpenKV(octx, q.JetStream(), q.Replicas(), retry)
 	if err != nil {
+		err = retry.Explain(err)
+		if jsretry.Transient(err) {
+			err = fmt.Errorf("the NATS cluster cannot create or open %s right now: %w; reload the page to try again", jsretry.What("kv bucket", state.Bucket, q.Replicas()), err)
+		}
+		c.log.Warn("cannot open the cluster state bucket", "err", err)
 		return nil, err
 	}
 	c.clusterStore = st

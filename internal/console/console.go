@@ -92,6 +92,11 @@ type Config struct {
 	// --task-log-max 0): a cluster task's page reads its plugin's lines
 	// from JobLog, other tasks show none.
 	TaskLogs TaskLogs
+	// Late, when set, gives Clusters, Jobs, JobLog and TaskLogs (the
+	// fields are then filled from it) once the daemon opened them, after
+	// its API listens: a page waits for them, and answers 503 with
+	// Retry-After when they are not open within api.LateWait.
+	Late *api.Late
 	// JobLog is the cluster jobs' log (*joblog.Stream has it). Nil: none.
 	JobLog interface {
 		Read(ctx context.Context, cluster string, after uint64, max int) ([]joblog.Batch, error)
@@ -161,8 +166,10 @@ type Console struct {
 	stopped chan struct{}
 	stop    sync.Once
 
-	clusterMu    sync.Mutex
+	clusterMu    sync.Mutex    // guards clusterWatch
+	clusterSem   chan struct{} // held while opening; guards clusterStore
 	clusterStore *state.KVStore
+	lateOnce     sync.Once // cfg.Late's parts into cfg
 	clusterWatch bool
 
 	reloadMu   sync.Mutex
@@ -201,7 +208,7 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: static assets: %w", err)
 	}
-	c := &Console{cfg: cfg, log: cfg.Logger, pages: pages, keys: newSessionKeys(cfg.Token, cfg.Tokens), stopped: make(chan struct{}),
+	c := &Console{cfg: cfg, log: cfg.Logger, pages: pages, keys: newSessionKeys(cfg.Token, cfg.Tokens), stopped: make(chan struct{}), clusterSem: make(chan struct{}, 1),
 		assetV: assetVersion()}
 	c.static = http.StripPrefix(Prefix+"/static/", http.FileServer(http.FS(sub)))
 	if cfg.minInterval <= 0 {
