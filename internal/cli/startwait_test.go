@@ -91,3 +91,48 @@ func TestServeStartWaitsForNATS(t *testing.T) {
 		}
 	})
 }
+
+// When the streams and buckets opened after the API listens (the cluster
+// jobs', the task logs') cannot be created, loomd says which and why,
+// and exits non-zero, rather than serving without them. Here the NATS
+// account allows only the queue's 19 streams.
+func TestServeLatePartsFail(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	defer ns.Shutdown()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	if err := ns.GlobalAccount().UpdateJetStreamLimits(map[string]server.JetStreamAccountLimits{"": {MaxMemory: -1, MaxStore: -1, MaxStreams: 19, MaxConsumers: -1}}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	logs := &lockedBuffer{}
+	app := testApp(map[string]string{}, &bytes.Buffer{}, logs)
+	app.Signals = make(chan os.Signal, 2)
+	code := make(chan int, 1)
+	go func() {
+		code <- app.Execute([]string{"serve", "--plugins", "../../examples/plugins", "--work-dir", filepath.Join(dir, "work"),
+			"--data", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0", "--nats", ns.ClientURL(), "--start-timeout", "20s"})
+	}()
+	select {
+	case c := <-code:
+		out := logs.String()
+		if c == 0 {
+			t.Fatalf("loomd exited 0 without its cluster jobs and task logs:\n%s", out)
+		}
+		for _, want := range []string{"cannot open the cluster jobs and task logs; loomd exits", "maximum number of streams"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("the output does not say %q:\n%s", want, out)
+			}
+		}
+		if strings.Contains(out, "loomd serving") {
+			t.Errorf("loomd said it served:\n%s", out)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("loomd still running a minute later:\n%s", logs)
+	}
+}
