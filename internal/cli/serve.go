@@ -158,7 +158,7 @@ running, interrupts them and exits 1; the interrupted tasks run again later.`,
 	f.StringVar(&o.natsCert, "nats-cert", "", "TLS client certificate (PEM) for --nats servers that verify clients, with --nats-key")
 	f.StringVar(&o.natsKey, "nats-key", "", "private key (PEM) of --nats-cert")
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the stream and buckets on an external NATS cluster (1, 3 or 5)")
-	f.DurationVar(&o.startTimeout, "start-timeout", 2*time.Minute, "how long the start waits for the NATS cluster to create or open the streams and buckets while it cannot (a server offline, a leader election), before loomd exits saying what is missing; 0 waits until a signal")
+	f.DurationVar(&o.startTimeout, "start-timeout", 2*time.Minute, "how long the start waits for a NATS server to connect to (--nats not reachable yet) and for the NATS cluster to create or open the streams and buckets while it cannot (a server offline, a leader election), before loomd exits saying what is missing; 0 waits until a signal")
 	f.StringVar(&o.natsDomain, "nats-domain", "", "JetStream domain (embedded server's own, or the one to reach through a leafnode)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight tasks may run after SIGTERM/SIGINT before they are interrupted")
 	f.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "a running task silent this long (its daemon died) is redelivered; heartbeats every third of it")

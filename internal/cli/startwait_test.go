@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -135,4 +136,112 @@ func TestServeLatePartsFail(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatalf("loomd still running a minute later:\n%s", logs)
 	}
+}
+
+// With no NATS server reachable at all (--nats on a closed port), loomd
+// serve waits for one like for the rest of the start: it warns naming
+// the URL and what to do, exits once --start-timeout ran out naming what
+// was missing, ends the wait at a signal, and starts once a server
+// comes up on the port.
+func TestServeStartWaitsForTheServer(t *testing.T) {
+	freePort := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}
+	serve := func(natsAddr, timeout string) (logs *lockedBuffer, sigs chan os.Signal, code chan int, addr string) {
+		addr = freePort()
+		dir := t.TempDir()
+		logs = &lockedBuffer{}
+		sigs = make(chan os.Signal, 2)
+		app := testApp(map[string]string{}, &bytes.Buffer{}, logs)
+		app.Signals = sigs
+		code = make(chan int, 1)
+		go func() {
+			code <- app.Execute([]string{"serve", "--plugins", "../../examples/plugins", "--work-dir", filepath.Join(dir, "work"),
+				"--data", filepath.Join(dir, "data"), "--listen", addr, "--nats", "nats://" + natsAddr, "--start-timeout", timeout})
+		}()
+		return logs, sigs, code, addr
+	}
+	waitWarned := func(logs *lockedBuffer, code chan int, natsAddr string) {
+		t.Helper()
+		want := "waiting for the NATS cluster to create or open a connection to the NATS server at nats://" + natsAddr + " (--nats)"
+		for !strings.Contains(logs.String(), want) {
+			select {
+			case c := <-code:
+				t.Fatalf("loomd exited with %d before waiting:\n%s", c, logs)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		if !strings.Contains(logs.String(), "start the NATS server, or check --nats") {
+			t.Errorf("the warning does not say what to do:\n%s", logs)
+		}
+	}
+
+	t.Run("timeout", func(t *testing.T) {
+		natsAddr := freePort()
+		logs, _, code, _ := serve(natsAddr, "3s")
+		waitWarned(logs, code, natsAddr)
+		if c := <-code; c == 0 {
+			t.Fatalf("loomd exited 0 after --start-timeout:\n%s", logs)
+		}
+		out := logs.String()
+		for _, want := range []string{"connecting to nats at nats://" + natsAddr, "--start-timeout 3s ran out", "no servers available", "is the server running and reachable?"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("the output does not say %q:\n%s", want, out)
+			}
+		}
+	})
+	t.Run("signal", func(t *testing.T) {
+		natsAddr := freePort()
+		logs, sigs, code, _ := serve(natsAddr, "0")
+		waitWarned(logs, code, natsAddr)
+		sigs <- syscall.SIGTERM
+		select {
+		case c := <-code:
+			if c == 0 || !strings.Contains(logs.String(), "terminated during the start") {
+				t.Fatalf("loomd exited with %d at SIGTERM during the start:\n%s", c, logs)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("loomd still waiting a minute after SIGTERM:\n%s", logs)
+		}
+	})
+	t.Run("server comes up", func(t *testing.T) {
+		natsAddr := freePort()
+		logs, sigs, code, addr := serve(natsAddr, "2m")
+		waitWarned(logs, code, natsAddr)
+		host, port, _ := net.SplitHostPort(natsAddr)
+		p, _ := strconv.Atoi(port)
+		ns, err := server.NewServer(&server.Options{Host: host, Port: p, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns.Start()
+		defer ns.Shutdown()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			resp, err := http.Get("http://" + addr + "/healthz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			select {
+			case c := <-code:
+				t.Fatalf("loomd exited with %d after the server came up:\n%s", c, logs)
+			case <-time.After(50 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/healthz not answering a minute after the server came up:\n%s", logs)
+			}
+		}
+		sigs <- syscall.SIGTERM
+		if c := <-code; c != 0 {
+			t.Fatalf("loomd exited with %d at SIGTERM:\n%s", c, logs)
+		}
+	})
 }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -43,7 +44,9 @@ const (
 // right now (503), or a replicated stream cannot be placed because a peer
 // is offline. "jetstream not enabled" counts too: nats.go says so of a
 // key-value or object store request no server answered, which is also
-// what a cluster whose JetStream is not up yet does. Anything else (a JetStream API error about the request
+// what a cluster whose JetStream is not up yet does. So does a server
+// not reachable yet when connecting (no servers available, a dial that
+// fails: refused, unreachable, a name not resolving yet). Anything else (a JetStream API error about the request
 // itself, an authorization error, a closed connection) is permanent.
 //
 // Of errors joined together (errors.Join), one transient one makes them
@@ -73,7 +76,12 @@ func Transient(err error) bool {
 		}
 		return a.Code == 503
 	}
+	var dial *net.OpError
+	if errors.As(err, &dial) && dial.Op == "dial" {
+		return true
+	}
 	return errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrNoServers) ||
 		errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrConnectionReconnecting) ||

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,9 @@ func TestTransient(t *testing.T) {
 		{nats.ErrAuthorization, false},
 		{nats.ErrConnectionClosed, false},
 		{errors.Join(apiErr(400, 10065, "subjects overlap"), nats.ErrNoResponders), true},
+		{nats.ErrNoServers, true}, // connecting: nothing listens at the URL
+		{&net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "nats.invalid", IsNotFound: true}}, true},
+		{&net.OpError{Op: "read", Net: "tcp", Err: errors.New("reset")}, false},
 	} {
 		if got := Transient(c.err); got != c.want {
 			t.Errorf("Transient(%v) = %v, want %v", c.err, got, c.want)

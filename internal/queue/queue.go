@@ -180,12 +180,29 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 		}
 		opts = append(opts, auth...)
 	}
-	nc, err := nats.Connect(url, append(opts, cfg.NATSOptions...)...)
-	if err != nil {
-		if q.srvRef != nil {
+	var nc *nats.Conn
+	var err error
+	if q.srvRef != nil {
+		if nc, err = nats.Connect(url, append(opts, cfg.NATSOptions...)...); err != nil {
 			return nil, fmt.Errorf("connecting to the embedded nats server: %w", err)
 		}
-		return nil, fmt.Errorf("connecting to nats at %s: %w (is the server running and reachable? check --nats and the credentials: --nats-nkey, --nats-token, --nats-user, --nats-creds, TLS)", redactURLs(cfg.URLs), err)
+	} else {
+		// A server not reachable yet (started after loomd, restarting,
+		// its name not resolving yet) is waited for like the streams
+		// below, until ctx ends; a refused login or certificate fails
+		// at once.
+		connect := cfg.Retry
+		if connect != nil {
+			connect = &jsretry.Waiter{Logger: connect.Logger, WarnEvery: connect.WarnEvery, Min: connect.Min, Max: connect.Max,
+				Hint: "start the NATS server, or check --nats and that this host reaches it"}
+		}
+		err = connect.Do(ctx, "a connection to the NATS server at "+redactURLs(cfg.URLs)+" (--nats)", func(context.Context) (err error) {
+			nc, err = nats.Connect(url, append(opts, cfg.NATSOptions...)...)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("connecting to nats at %s: %w (is the server running and reachable? check --nats and the credentials: --nats-nkey, --nats-token, --nats-user, --nats-creds, TLS)", redactURLs(cfg.URLs), err)
+		}
 	}
 	q.nc = nc
 	if q.js, err = q.jetStream(nc); err != nil {
