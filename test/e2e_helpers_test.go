@@ -139,6 +139,9 @@ type loomdResult struct {
 	Result map[string]any
 	// Accepted is how many SSH connections sshd accepted during the run.
 	Accepted int
+	// Connections is how many TCP connections sshd saw during the run
+	// (an early dial the plugin did not use would be one more).
+	Connections int
 }
 
 func (r loomdResult) status() int {
@@ -170,9 +173,9 @@ func (e *e2eEnv) run(task map[string]any, extraArgs ...string) loomdResult {
 	if err := os.WriteFile(f, data, 0o600); err != nil {
 		e.t.Fatal(err)
 	}
-	before := 0
+	before, beforeConns := 0, 0
 	if e.srv != nil {
-		before = e.srv.Accepted()
+		before, beforeConns = e.srv.Accepted(), strings.Count(e.srv.Logs(), "Connection from")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e2eDeadline)
 	defer cancel()
@@ -197,6 +200,7 @@ func (e *e2eEnv) run(task map[string]any, extraArgs ...string) loomdResult {
 		// sshd logs "Accepted" as it authenticates; the connection is long
 		// done when loomd exits, so the line is there.
 		r.Accepted = e.srv.Accepted() - before
+		r.Connections = strings.Count(e.srv.Logs(), "Connection from") - beforeConns
 	}
 	e.output = append(e.output, r.Stdout, r.Stderr)
 	return r

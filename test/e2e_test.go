@@ -168,6 +168,11 @@ func TestShellBootstrapInstall(t *testing.T) {
 	if boot.Accepted != 1 {
 		t.Errorf("BOOTSTRAP used %d SSH connections, want 1", boot.Accepted)
 	}
+	// loomd run dials the task's node while its plugins load, and the
+	// plugin's connection is that one.
+	if boot.Connections != 1 {
+		t.Errorf("BOOTSTRAP opened %d TCP connections to sshd, want 1 (the early one, used)", boot.Connections)
+	}
 	node.apply(boot)
 	for _, p := range []string{"scripts/install-web.sh", "archives/site/index.html", "lib/loom-wrapper.sh", "lib/loom_lookup_key", "lib/coopr_lookup_key"} {
 		st, err := os.Stat(filepath.Join(defaultCacheDir, p))
@@ -188,8 +193,8 @@ func TestShellBootstrapInstall(t *testing.T) {
 	if install.status() != 0 || install.Code != 0 {
 		t.Fatalf("INSTALL failed:\n%s", install)
 	}
-	if install.Accepted != 1 {
-		t.Errorf("INSTALL used %d SSH connections, want 1", install.Accepted)
+	if install.Accepted != 1 || install.Connections != 1 {
+		t.Errorf("INSTALL used %d SSH connections over %d TCP connections, want 1 and 1", install.Accepted, install.Connections)
 	}
 	node.apply(install)
 	t.Logf("INSTALL:\n%s", install)

@@ -99,6 +99,10 @@ type Options struct {
 	// instead of a net.Dialer: loomd test routes them to in-process fake
 	// hosts. Tunnels through a jump host still go through the bastion.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// EarlyDials, when set (and Dial is not), are TCP connections opened
+	// ahead: a connection to an address there takes it instead of
+	// dialling (see EarlyDials). The caller closes them.
+	EarlyDials *EarlyDials
 }
 
 // dialTCP opens the TCP connection to addr, within timeout when it is
@@ -111,6 +115,9 @@ func (o Options) dialTCP(ctx context.Context, timeout time.Duration, addr string
 			defer cancel()
 		}
 		return o.Dial(ctx, "tcp", addr)
+	}
+	if c := o.EarlyDials.take(ctx, addr); c != nil {
+		return quickAck(c), nil
 	}
 	d := net.Dialer{Timeout: timeout}
 	c, err := d.DialContext(ctx, "tcp", addr)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	sshb "github.com/loomrt/loom/bindings/ssh"
 	"github.com/loomrt/loom/runtime"
 )
 
@@ -73,9 +74,17 @@ func (a *App) runRun(ctx context.Context, o *runOptions) error {
 	if err != nil {
 		return usageErr(fmt.Errorf("%s: %w", o.file, err))
 	}
+	// An automator task's node: its TCP connection opens now, so that
+	// sshd's start of a process for it overlaps the plugins' loading (the
+	// SSH handshake still waits for the plugin; see sshb.EarlyDials).
+	early := &sshb.EarlyDials{}
+	defer early.Close()
+	if addr := sshb.TaskNodeAddr(data); addr != "" {
+		early.Start(addr, 10*time.Second)
+	}
 	// One task: the hooks other types (or this one) leave undefined are
 	// not this run's business; a task for one fails with its own message.
-	rt, err := a.newRuntime(ctx, o.g, runtimeConfig{timeout: o.timeout, logger: logger, quietMissingHooks: true, permit: o.permit})
+	rt, err := a.newRuntime(ctx, o.g, runtimeConfig{timeout: o.timeout, logger: logger, quietMissingHooks: true, permit: o.permit, early: early})
 	if err != nil {
 		return err
 	}

@@ -42,15 +42,17 @@ func (o *sshOptions) addFlags(fs *pflag.FlagSet) {
 
 // newBindings builds the registry of Lua modules loomd gives plugins.
 func (a *App) newBindings(g *globalOptions, logger *slog.Logger) *bindings.Registry {
-	return a.newBindingsWith(g, logger, nil)
+	return a.newBindingsWith(g, logger, nil, nil)
 }
 
 // newBindingsWith is newBindings with the REPL's test kit: its HTTP fakes
 // answer before the network, its SSH fakes are dialled in process and
-// their host keys trusted.
-func (a *App) newBindingsWith(g *globalOptions, logger *slog.Logger, kit *plugtest.Kit) *bindings.Registry {
+// their host keys trusted. early, when not nil, are TCP connections to
+// SSH servers opened ahead (loomd run).
+func (a *App) newBindingsWith(g *globalOptions, logger *slog.Logger, kit *plugtest.Kit, early *sshb.EarlyDials) *bindings.Registry {
 	h := httpb.Options{UserAgent: "loomd/" + a.Version, Listeners: g.listeners}
 	s := a.sshBindingOptions(g, logger)
+	s.EarlyDials = early
 	if kit != nil {
 		h.Intercept = kit.Intercept
 		s.Dial = kit.Dial
@@ -182,6 +184,8 @@ type runtimeConfig struct {
 	permit []string
 	// kit is the REPL's test kit (fakes), or nil.
 	kit *plugtest.Kit
+	// early are TCP connections to SSH servers opened ahead, or nil.
+	early *sshb.EarlyDials
 	// lazyTypes makes each type's first VM with its first task (a worker
 	// runs versions the daemon validated, and only some of its types).
 	lazyTypes bool
@@ -210,7 +214,7 @@ func (a *App) newRuntime(ctx context.Context, g *globalOptions, rc runtimeConfig
 		PluginsDir:      g.pluginsDir,
 		WorkDir:         g.workDir,
 		Tenant:          g.tenant,
-		Bindings:        a.newBindingsWith(g, rc.logger, rc.kit),
+		Bindings:        a.newBindingsWith(g, rc.logger, rc.kit, rc.early),
 		PermitHTTP:      permit,
 		InstructionHook: hook,
 		Logger:          rc.logger,
