@@ -9,8 +9,12 @@ import (
 )
 
 // cooprName is what a Coopr server accepts as an entity name
-// (NamedEntity: [\w.-]+, at most 255 characters).
-var cooprName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,255}$`)
+// (NamedEntity: [\w.-]+, at most 255 characters). The length is checked
+// apart: a counted repetition ({1,255}) compiles into as many copies of
+// its class, 1.4 ms at the start of every loomd process.
+var cooprName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+
+func validCooprName(s string) bool { return len(s) <= 255 && cooprName.MatchString(s) }
 
 // cooprPermissions is a resource file mode a Coopr server accepts (3 or 4
 // digits) that is also an octal mode loomd can apply.
@@ -25,7 +29,7 @@ var cooprPermissions = regexp.MustCompile(`^[0-7]{3,4}$`)
 func CooprProblems(name string, raw json.RawMessage) []string {
 	var probs []string
 	add := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
-	if !cooprName.MatchString(name) {
+	if !validCooprName(name) {
 		add("type name %q: a Coopr server accepts 1 to 255 letters, digits, '_', '.' or '-'", name)
 	}
 	var obj map[string]any
@@ -65,7 +69,7 @@ func CooprProblems(name string, raw json.RawMessage) []string {
 		}
 		for _, rname := range sortedKeys(rts) {
 			where := "resourceTypes." + rname
-			if !cooprName.MatchString(rname) {
+			if !validCooprName(rname) {
 				add("%s: a resource type name is 1 to 255 letters, digits, '_', '.' or '-'", where)
 			}
 			rt, isObj := rts[rname].(map[string]any)

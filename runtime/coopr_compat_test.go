@@ -190,6 +190,13 @@ func TestCooprProblems(t *testing.T) {
 	if p := runtime.CooprProblems("my type", json.RawMessage(`{"classname":"S"}`)); len(p) != 1 {
 		t.Errorf("a name with a space: %v", p)
 	}
+	// The 255-character limit holds at its edge.
+	if p := runtime.CooprProblems(strings.Repeat("a", 255), json.RawMessage(`{"classname":"S"}`)); len(p) != 0 {
+		t.Errorf("a name of 255 characters: %v", p)
+	}
+	if p := runtime.CooprProblems(strings.Repeat("a", 256), json.RawMessage(`{"classname":"S"}`)); len(p) != 1 {
+		t.Errorf("a name of 256 characters: %v", p)
+	}
 }
 
 // TestCooprSpecFixture runs Coopr's own rspec fixture (spec/task.json,

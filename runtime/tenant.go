@@ -13,11 +13,12 @@ import (
 )
 
 // tenantRE is a safe tenant id: it names a directory of the work root.
-var tenantRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+// (Its length is checked apart, as cooprName's.)
+var tenantRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 
 // ValidTenant reports whether id is a safe tenant id: 1 to 64 letters,
 // digits, '.', '_' or '-', starting with a letter or a digit.
-func ValidTenant(id string) bool { return tenantRE.MatchString(id) }
+func ValidTenant(id string) bool { return len(id) <= 64 && tenantRE.MatchString(id) }
 
 // tenantRule says what ValidTenant accepts, for error messages.
 const tenantRule = "1 to 64 letters, digits, '.', '_' or '-', starting with a letter or a digit"

@@ -83,6 +83,9 @@ end`}})
 
 // tenantId is a safe token: path tricks and odd values are bad input.
 func TestTenantIDValidated(t *testing.T) {
+	if !runtime.ValidTenant(strings.Repeat("a", 64)) || !runtime.ValidTenant("a") {
+		t.Error("a tenant id of 1 or 64 characters was refused")
+	}
 	base := luatest.Task("INSTALL", "x", nil)
 	for _, bad := range []string{"..", ".", "a/b", "../etc", "", "-x", strings.Repeat("a", 65), "a b"} {
 		var m map[string]any

@@ -26,7 +26,7 @@ func (d *decoder) at(line int, format string, args ...any) {
 // validate checks the cross-references: names, services of groups,
 // dependencies, conflicts, cycles and layout constraints.
 func (d *decoder) validate(s *Spec) {
-	if !labelName.MatchString(s.Name) {
+	if !validLabelName(s.Name) {
 		d.at(s.nameLine, "name %q must be a lower-case DNS label of at most 32 characters (letters, digits, '-'): it starts every node id and hostname", s.Name)
 	}
 	names := make([]string, 0, len(s.Services))
@@ -39,7 +39,7 @@ func (d *decoder) validate(s *Spec) {
 	providers := map[string][]string{}
 	for _, name := range names {
 		svc := s.Services[name]
-		if !serviceName.MatchString(name) {
+		if !validServiceName(name) {
 			d.at(svc.Line, "service name %q may use only letters, digits, '_', '.' and '-'", name)
 		}
 		for _, p := range svc.Provides {
@@ -65,7 +65,7 @@ func (d *decoder) validate(s *Spec) {
 	total := 0
 	seen := map[string]int{}
 	for _, g := range s.NodeGroups {
-		if g.Name != "" && !labelName.MatchString(g.Name) {
+		if g.Name != "" && !validLabelName(g.Name) {
 			d.at(g.Line, "node group name %q must be a lower-case DNS label of at most 32 characters", g.Name)
 		}
 		if line, dup := seen[g.Name]; dup {
@@ -157,7 +157,7 @@ func (d *decoder) validate(s *Spec) {
 // validateTemplateSpec checks what a template spec must say before the
 // solver runs; the solved spec is validated in full.
 func (d *decoder) validateTemplateSpec(s *Spec) {
-	if !labelName.MatchString(s.Name) {
+	if !validLabelName(s.Name) {
 		d.at(s.nameLine, "name %q must be a lower-case DNS label of at most 32 characters (letters, digits, '-'): it starts every node id and hostname", s.Name)
 	}
 	switch {
