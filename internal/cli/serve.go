@@ -485,19 +485,26 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	}
 	defer q.Close()
 
-	// The consumers of the plugin types are created while the cluster
-	// jobs, task logs and console are set up: neither needs the other.
-	// Waited for before the API starts, so that it never says a type
-	// this daemon serves has nobody serving it.
+	// The consumers of the plugin types are created once the API
+	// listens, while the cluster jobs and task logs open: no submit needs
+	// them (tasks wait in their streams), and until they exist the queue
+	// says this daemon serves its types (ExpectTypes), so that the API
+	// never says a type it serves has nobody serving it. The queue serves
+	// tasks only after they are created.
 	// Those of the task stream's other shards wait until the API
-	// listens: nothing needs them before, and they are most of the
+	// listens too: nothing needs them before, and they are most of the
 	// consumers. (On an early return, closing the queue ends the wait.)
 	releaseFill := q.HoldShardFill()
+	routes := routesOf(rt.Types())
+	q.ExpectTypes(routes)
 	typesSet := make(chan error, 1)
-	go func() { typesSet <- q.SetTypes(startCtx, routesOf(rt.Types())) }()
-	typesWaited := false
+	typesStarted, typesWaited := false, false
+	setTypes := func() {
+		typesStarted = true
+		go func() { typesSet <- q.SetTypes(startCtx, routes) }()
+	}
 	waitTypes := func() error {
-		if typesWaited {
+		if !typesStarted || typesWaited {
 			return nil
 		}
 		typesWaited = true
@@ -572,9 +579,6 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return usageErr(err)
 	}
-	if err := waitTypes(); err != nil {
-		logger.Error("some plugin types cannot be served", "err", err)
-	}
 	if sup != nil {
 		if err := <-warmed; err != nil {
 			return fmt.Errorf("%w (hooks run in worker processes; --isolation none runs them in the daemon instead)", err)
@@ -583,11 +587,12 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	if err := srv.Start(); err != nil {
 		return usageErr(err)
 	}
+	setTypes()
 	releaseFill()
 
-	// What the API and console wait for (api.Late); the task logs'
-	// stream and the cluster jobs' streams and buckets at once: each is a
-	// few JetStream requests in turn.
+	// What the API and console wait for (api.Late), while the consumers
+	// are created; the task logs' stream and the cluster jobs' streams
+	// and buckets at once: each is a few JetStream requests in turn.
 	type openedLogs struct {
 		tl  taskLogs
 		err error
@@ -624,6 +629,10 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	taskLogs := tl.tl
 	defer taskLogs.Close()
 	late.Set(api.LateParts{ClusterStore: cj.store, ClusterJobs: cj.jobs, ClusterLog: cj.log, TaskLogs: taskLogs.log()}, nil)
+	// A signal meanwhile ends SetTypes' wait too: the serve loop sees it.
+	if err := waitTypes(); err != nil && len(sigs) == 0 {
+		logger.Error("some plugin types cannot be served", "err", err)
+	}
 	tasks := taskRunner{next: runner, logs: taskLogs, tee: tee, jobs: cj.jobs, jobLog: cj.log, source: q.Owner(), secrets: rt.TaskSecrets}
 	runner = tasks.from(tasklog.OriginQueue)
 	if o.clusterTasks == "local" {

@@ -872,3 +872,31 @@ func TestConsumersKeepStateInMemory(t *testing.T) {
 	}
 	memory(q)
 }
+
+// TestExpectTypes: between ExpectTypes and SetTypes (loomd serve's API
+// listens before the consumers exist) Served says this daemon serves the
+// expected types; SetTypes settles them: a type it cannot serve (an
+// invalid name) is then not served, one it serves still is.
+func TestExpectTypes(t *testing.T) {
+	q := open(t, testConfig(t))
+	bad := Route{Family: "automator", Type: "bad type"}
+	other := Route{Family: "automator", Type: "nobody"}
+	q.ExpectTypes([]Route{shell, bad})
+	for _, r := range []Route{shell, bad} {
+		if ok, _ := q.Served(r); !ok {
+			t.Errorf("%s expected: not served", r)
+		}
+	}
+	if ok, _ := q.Served(other); ok {
+		t.Errorf("%s not expected: served", other)
+	}
+	if err := q.SetTypes(context.Background(), []Route{shell, bad}); err == nil {
+		t.Fatalf("SetTypes with %q: no error", bad.Type)
+	}
+	if ok, _ := q.Served(shell); !ok {
+		t.Errorf("%s after SetTypes: not served", shell)
+	}
+	if ok, _ := q.Served(bad); ok {
+		t.Errorf("%s after SetTypes refused it: still served", bad)
+	}
+}

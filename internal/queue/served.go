@@ -292,6 +292,7 @@ func (s *served) ownerLive(owner string) bool {
 func (q *Queue) Served(route Route) (bool, []Route) {
 	q.w.mu.Lock()
 	_, here := q.w.routes[route]
+	here = here || q.w.expected[route]
 	q.w.mu.Unlock()
 	if here {
 		return true, nil

@@ -58,6 +58,7 @@ type workers struct {
 	fillStop context.CancelFunc
 	fillWG   sync.WaitGroup
 	fillHold chan struct{} // HoldShardFill's: the fill waits until it is closed
+	expected map[Route]bool // ExpectTypes': served, says Served, until SetTypes settles them
 }
 
 type routeState struct {
@@ -244,11 +245,29 @@ func (q *Queue) SetTypes(ctx context.Context, routes []Route) error {
 		q.w.mu.Unlock()
 		q.log.Info("serving plugin type", "family", r.Family, "type", r.Type, "consumer", r.consumerName())
 	}
+	q.w.mu.Lock()
+	q.w.expected = nil
+	q.w.mu.Unlock()
 	q.announceTypes()
 	if served > 0 && StateShards > 1 {
 		q.startFill()
 	}
 	return errors.Join(errs...)
+}
+
+// ExpectTypes makes Served report routes as served by this daemon until
+// the next SetTypes settles them (those it could not serve are then
+// not). loomd serve starts its API before the first shard's consumers
+// are created (50 creations with 50 plugin types, a tenth of a start's
+// CPU, which no submit needs: tasks wait in their streams), and a submit
+// in between must not be told that nobody serves its type.
+func (q *Queue) ExpectTypes(routes []Route) {
+	q.w.mu.Lock()
+	defer q.w.mu.Unlock()
+	q.w.expected = make(map[Route]bool, len(routes))
+	for _, r := range routes {
+		q.w.expected[r] = true
+	}
 }
 
 // startFill starts fillShards in the background unless the queue stopped.
