@@ -499,9 +499,16 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	q.ExpectTypes(routes)
 	typesSet := make(chan error, 1)
 	typesStarted, typesWaited := false, false
+	// Under reloadMu, with the types loaded then: a reload the API or
+	// console asked for meanwhile must not be undone by this one.
+	var reloadMu sync.Mutex
 	setTypes := func() {
 		typesStarted = true
-		go func() { typesSet <- q.SetTypes(startCtx, routes) }()
+		go func() {
+			reloadMu.Lock()
+			defer reloadMu.Unlock()
+			typesSet <- q.SetTypes(startCtx, routesOf(rt.Types()))
+		}()
 	}
 	waitTypes := func() error {
 		if !typesStarted || typesWaited {
@@ -527,7 +534,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 
 	// The console's reload runs what the hot reload runs; the Coopr link
 	// it tells exists only once started, below.
-	var reloadMu, cpMu sync.Mutex
+	var cpMu sync.Mutex
 	var cp *coopr.Provisioner
 	coopLink := func() *coopr.Provisioner {
 		cpMu.Lock()
