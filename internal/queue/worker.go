@@ -57,7 +57,7 @@ type workers struct {
 	fillCtx  context.Context
 	fillStop context.CancelFunc
 	fillWG   sync.WaitGroup
-	fillHold chan struct{} // HoldShardFill's: the fill waits until it is closed
+	fillHold chan struct{}  // HoldShardFill's: the fill waits until it is closed
 	expected map[Route]bool // ExpectTypes': served, says Served, until SetTypes settles them
 }
 
