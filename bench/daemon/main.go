@@ -44,6 +44,7 @@ var pluginLog = flag.Int("plugin-log", 0, "log lines (loom.log info) each task's
 
 // idleWait is -idle-wait: how long the workers sit idle after the last
 // -idle-samples task before their memory is read.
+var startsServing = flag.Bool("starts-serving", false, "with -starts: stop each loomd only once it logged \"loomd serving\" (it serves tasks), not as soon as /healthz answers, so that its startup= is there for every start")
 var idleWait = flag.Duration("idle-wait", 1500*time.Millisecond, "with -idle-samples: time the workers sit idle after the last task before their memory is read")
 
 func main() {

@@ -115,6 +115,7 @@ func startOnce(bin, dir, data, fsync, isolation string) (time.Duration, time.Dur
 		return 0, 0, "", err
 	}
 	defer logf.Close()
+	before := servingLines(logPath) // the log is appended to by each start on data
 	cmd := exec.Command(bin, "serve", "--plugins", filepath.Join(dir, "plugins"), "--data", data,
 		"--work-dir", filepath.Join(dir, "work"), "--listen", addr, "--log-level", "info", "--fsync", fsync, "--isolation", isolation)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -146,6 +147,15 @@ func startOnce(bin, dir, data, fsync, isolation string) (time.Duration, time.Dur
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+	// The API listens before the daemon serves tasks (the consumers,
+	// cluster jobs and task logs open after): with -starts-serving, wait
+	// for that too.
+	for *startsServing && servingLines(logPath) <= before {
+		if time.Since(start) > 30*time.Second {
+			return 0, 0, "", fmt.Errorf("loomd did not log \"loomd serving\" within 30s; see %s", logPath)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -159,6 +169,15 @@ func startOnce(bin, dir, data, fsync, isolation string) (time.Duration, time.Dur
 		return 0, 0, "", fmt.Errorf("loomd did not stop within 30s of SIGTERM; see %s", logPath)
 	}
 	return took, cpu, loggedStartup(logPath), nil
+}
+
+// servingLines counts the "loomd serving" lines in the log at path.
+func servingLines(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), "loomd serving")
 }
 
 // loggedStartup is the startup= of the last "loomd serving" line in the

@@ -433,8 +433,8 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	// a third of the start with 50 plugin folders on a new store.
 	//
 	// With worker isolation, the first worker starts as soon as the
-	// plugins are loaded, while the rest is set up; the API starts only
-	// once it answered.
+	// plugins are loaded, while the rest is set up; the queue serves
+	// tasks only once it answered.
 	type loaded struct {
 		rt  *runtime.Runtime
 		sup *worker.Supervisor
@@ -586,11 +586,6 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return usageErr(err)
 	}
-	if sup != nil {
-		if err := <-warmed; err != nil {
-			return fmt.Errorf("%w (hooks run in worker processes; --isolation none runs them in the daemon instead)", err)
-		}
-	}
 	if err := srv.Start(); err != nil {
 		return usageErr(err)
 	}
@@ -639,6 +634,15 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	// A signal meanwhile ends SetTypes' wait too: the serve loop sees it.
 	if err := waitTypes(); err != nil && len(sigs) == 0 {
 		logger.Error("some plugin types cannot be served", "err", err)
+	}
+	// The first worker (started once the plugins were loaded) must have
+	// answered before tasks are served: a worker that cannot start is a
+	// start that failed, not a failure of every task later.
+	if sup != nil {
+		if err := <-warmed; err != nil {
+			stopAPI(srv)
+			return fmt.Errorf("%w (hooks run in worker processes; --isolation none runs them in the daemon instead)", err)
+		}
 	}
 	tasks := taskRunner{next: runner, logs: taskLogs, tee: tee, jobs: cj.jobs, jobLog: cj.log, source: q.Owner(), secrets: rt.TaskSecrets}
 	runner = tasks.from(tasklog.OriginQueue)
