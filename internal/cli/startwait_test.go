@@ -245,3 +245,51 @@ func TestServeStartWaitsForTheServer(t *testing.T) {
 		}
 	})
 }
+
+// SIGTERM as soon as /healthz answers (the consumers, cluster jobs and
+// task logs may still be opening then) stops loomd cleanly: exit 0.
+func TestServeSignalRightAfterHealthz(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	logs := &lockedBuffer{}
+	sigs := make(chan os.Signal, 2)
+	app := testApp(map[string]string{}, &bytes.Buffer{}, logs)
+	app.Signals = sigs
+	code := make(chan int, 1)
+	go func() {
+		code <- app.Execute([]string{"serve", "--plugins", "../../examples/plugins", "--work-dir", filepath.Join(dir, "work"),
+			"--data", filepath.Join(dir, "data"), "--listen", addr, "--isolation", "none", "--watch=false"})
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case c := <-code:
+			t.Fatalf("loomd exited with %d before /healthz answered:\n%s", c, logs)
+		case <-time.After(2 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz not answering after a minute:\n%s", logs)
+		}
+	}
+	sigs <- syscall.SIGTERM
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("loomd exited with %d at SIGTERM right after /healthz:\n%s", c, logs)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("loomd still running a minute after SIGTERM:\n%s", logs)
+	}
+}
