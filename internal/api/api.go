@@ -685,7 +685,12 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 		s.queueError(w, err, id)
 		return
 	}
-	if tl := s.taskLogStore(); tl != nil {
+	// The task logs may still be opening at a start: waited for within
+	// the request (LateWait at most); if they are not open, the lines
+	// stay until the log's own age limit.
+	if p, err := s.late.Wait(r.Context()); err != nil {
+		s.log.Warn("the task's log lines were not deleted: the task logs are not open; they expire with --retain", "task", id, "err", err)
+	} else if tl := p.TaskLogs; tl != nil {
 		// Its log goes with it (retention sweeps leave that to the log's
 		// own age limit): a task submitted again under the id starts
 		// with an empty log.
