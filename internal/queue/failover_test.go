@@ -87,16 +87,20 @@ cluster { name: loomtest, listen: 127.0.0.1:%d, routes: [%s] }
 	return c
 }
 
+// clusterReadyWait bounds waitReady: three servers forming a cluster and
+// electing a meta leader took over 30 s on a loaded 2-core machine.
+const clusterReadyWait = 2 * time.Minute
+
 // waitReady waits until the cluster places a 3-replica stream: a meta
 // leader is not enough, the three peers must be known online too.
 func (c *natsCluster) waitReady() {
 	t := c.t
 	t.Helper()
-	end := time.Now().Add(30 * time.Second)
+	end := time.Now().Add(clusterReadyWait)
 	for time.Now().Before(end) {
 		if nc, err := nats.Connect(strings.Join(c.urls, ",")); err == nil {
 			js, _ := jetstream.New(nc)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "LOOM_READY", Subjects: []string{"loom.ready"}, Replicas: 3})
 			if err == nil {
 				err = js.DeleteStream(ctx, "LOOM_READY")
@@ -109,7 +113,7 @@ func (c *natsCluster) waitReady() {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatalf("the cluster was not ready within 30s; logs in %s", c.dir)
+	t.Fatalf("the cluster was not ready within %s; logs in %s", clusterReadyWait, c.dir)
 }
 
 // start runs server name from its config (again, after a kill: same store).
