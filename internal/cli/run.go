@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -57,6 +58,7 @@ func (a *App) runRun(ctx context.Context, o *runOptions) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	defer a.oneShotGC()()
 	logger, err := a.newLogger(o.g.log)
 	if err != nil {
 		return err
@@ -102,6 +104,19 @@ func (a *App) runRun(ctx context.Context, o *runOptions) error {
 		return silentExit(ExitFailure)
 	}
 	return nil
+}
+
+// oneShotGC raises GOGC to startGCPercent for a one-shot run and returns
+// what restores it. Such a run builds its whole heap from nothing
+// (plugins, a VM, the task) and ends: collecting at every doubling from
+// 4 MiB took a sixth of its CPU (BOOTSTRAP+INSTALL 66 -> 54 ms). GOGC,
+// when set, is left alone.
+func (a *App) oneShotGC() (restore func()) {
+	if a.Getenv("GOGC") != "" {
+		return func() {}
+	}
+	prev := debug.SetGCPercent(startGCPercent)
+	return func() { debug.SetGCPercent(prev) }
 }
 
 // printOneShot ends a one-shot run (loomd run, loomd call): a run that
