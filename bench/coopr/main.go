@@ -4,6 +4,9 @@
 // and by loomd (two `loomd run`s, and two `loomd submit --wait` to a
 // `loomd serve`), against the same OpenSSH sshd on a loopback address, as
 // root and as a plain user with NOPASSWD sudo and a default .bashrc.
+// For the one-shot paths it also reports the CPU time (user + system) of
+// the processes each BOOTSTRAP+INSTALL started: on a loaded machine that
+// moves less with the load than the time does.
 // docs/benchmarks.md ("Issue 26: performance near the floor", item 1)
 // records its figures and how to run it.
 //
@@ -66,6 +69,7 @@ type variant struct {
 // sample is one timed BOOTSTRAP+INSTALL.
 type sample struct {
 	d                time.Duration
+	cpu              time.Duration // user + system of the processes it started
 	logins, sessions int
 }
 
@@ -156,6 +160,15 @@ func run(loomds []string, cooprSrc string, rounds int, host string, users []stri
 			return fmt.Errorf("-users: %q is neither root nor plain", user)
 		}
 		fmt.Printf("\n## As %s (%s)\n\n", user, login)
+		// cpu adds up the CPU time of the processes a variant starts.
+		var cpu time.Duration
+		combined := func(cmd *exec.Cmd) ([]byte, error) {
+			b, err := cmd.CombinedOutput()
+			if cmd.ProcessState != nil {
+				cpu += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+			}
+			return b, err
+		}
 		tasks := &taskMaker{dir: filepath.Join(dir, "tasks", user), host: host, user: login, key: keyFile,
 			hostKeys: hostKeys, out: out}
 		var variants []variant
@@ -168,7 +181,7 @@ func run(loomds []string, cooprSrc string, rounds int, host string, users []stri
 				cmd := exec.Command("ruby", "-I", filepath.Join(dir, "fog-stand-ins"), filepath.Join(cooprDir, "bin", "worker"),
 					"-c", siteXML, "-t", tenant, "-f", task)
 				cmd.Dir = dir
-				b, err := cmd.CombinedOutput()
+				b, err := combined(cmd)
 				if err != nil || bytes.Contains(b, []byte("Worker run failed")) {
 					return fmt.Errorf("Coopr's worker, %s: %v\n%s", name, err, b)
 				}
@@ -189,7 +202,7 @@ func run(loomds []string, cooprSrc string, rounds int, host string, users []stri
 						return err
 					}
 					cmd := exec.Command(bin, "run", task, "--plugins", pluginCopy, "--work-dir", work, "--tenant", tenant, "--log-level", "warn")
-					if b, err := cmd.CombinedOutput(); err != nil {
+					if b, err := combined(cmd); err != nil {
 						return fmt.Errorf("loomd run %s: %v\n%s", name, err, b)
 					}
 					if err := tasks.check(name, token); err != nil {
@@ -226,11 +239,11 @@ func run(loomds []string, cooprSrc string, rounds int, host string, users []stri
 		for round := 0; round <= rounds; round++ { // round 0 warms up (and is the serve variants' cold run)
 			for vi, v := range variants {
 				a0, s0 := count(srv, "Accepted publickey"), count(srv, "Starting session:")
-				t0 := time.Now()
+				t0, cpu0 := time.Now(), cpu
 				if err := v.run(round); err != nil {
 					return fmt.Errorf("%s, round %d: %w", v.name, round, err)
 				}
-				s := sample{time.Since(t0), count(srv, "Accepted publickey") - a0, count(srv, "Starting session:") - s0}
+				s := sample{time.Since(t0), cpu - cpu0, count(srv, "Accepted publickey") - a0, count(srv, "Starting session:") - s0}
 				if round > 0 || v.serve {
 					results[vi] = append(results[vi], s)
 				}
@@ -238,21 +251,30 @@ func run(loomds []string, cooprSrc string, rounds int, host string, users []stri
 		}
 		load = append(load, loadAvg())
 		fmt.Printf("%d rounds, load average %s before and %s after\n\n", rounds, load[0], load[1])
-		fmt.Println("| Path | BOOTSTRAP+INSTALL: median (range) | SSH logins | sessions | Coopr's median ÷ this median (per-round range) |")
-		fmt.Println("|---|---|---|---|---|")
+		fmt.Println("| Path | BOOTSTRAP+INSTALL: median (range) | SSH logins | sessions | Coopr's median ÷ this median (per-round range) | CPU of its processes: median (range) |")
+		fmt.Println("|---|---|---|---|---|---|")
 		base := median(results[0])
 		for vi, v := range variants {
 			rs := results[vi]
 			if v.serve {
 				c := rs[0]
-				fmt.Printf("| %s, first (new connection) | %.3f s | %d | %d | %.1f× |\n", v.name, c.d.Seconds(), c.logins, c.sessions, base.Seconds()/c.d.Seconds())
+				fmt.Printf("| %s, first (new connection) | %.3f s | %d | %d | %.1f× | — |\n", v.name, c.d.Seconds(), c.logins, c.sessions, base.Seconds()/c.d.Seconds())
 				rs = rs[1:]
 				v.name += ", pooled"
 			}
 			m := median(rs)
 			lo, hi := ratioRange(results[0], rs)
-			fmt.Printf("| %s | %.3f s (%.3f–%.3f) | %s | %s | %.1f× (%.1f–%.1f) |\n", v.name, m.Seconds(), minD(rs).Seconds(), maxD(rs).Seconds(),
-				counts(rs, func(s sample) int { return s.logins }), counts(rs, func(s sample) int { return s.sessions }), base.Seconds()/m.Seconds(), lo, hi)
+			// The daemon's CPU is not its client's: in-daemon rows show none.
+			cpu := "—"
+			if !v.serve {
+				cs := make([]sample, len(rs))
+				for i, x := range rs {
+					cs[i] = sample{d: x.cpu}
+				}
+				cpu = fmt.Sprintf("%.1f ms (%.1f–%.1f)", ms(median(cs)), ms(minD(cs)), ms(maxD(cs)))
+			}
+			fmt.Printf("| %s | %.3f s (%.3f–%.3f) | %s | %s | %.1f× (%.1f–%.1f) | %s |\n", v.name, m.Seconds(), minD(rs).Seconds(), maxD(rs).Seconds(),
+				counts(rs, func(s sample) int { return s.logins }), counts(rs, func(s sample) int { return s.sessions }), base.Seconds()/m.Seconds(), lo, hi, cpu)
 		}
 		for _, d := range daemons {
 			d.stop()
@@ -502,6 +524,7 @@ func sorted(s []sample) []time.Duration {
 }
 
 func median(s []sample) time.Duration { ds := sorted(s); return ds[len(ds)/2] }
+func ms(d time.Duration) float64      { return float64(d) / float64(time.Millisecond) }
 func minD(s []sample) time.Duration   { return sorted(s)[0] }
 func maxD(s []sample) time.Duration   { ds := sorted(s); return ds[len(ds)-1] }
 
