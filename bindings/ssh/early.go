@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,34 +59,45 @@ func (e *EarlyDials) Start(addr string, timeout time.Duration) {
 }
 
 // take hands over the early connection to addr, once, waiting for its
-// dial to end. It returns nil when there is none, when its dial failed
-// (the caller dials again and reports its own error) or when it is older
-// than earlyMaxAge.
-func (e *EarlyDials) take(ctx context.Context, addr string) net.Conn {
+// dial to end, within the caller's connect timeout when it is positive
+// (past it, take fails as a dial would: a timeout). It returns no
+// connection and no error when there is none, when the caller's context
+// ends first, when its dial failed (the caller dials again and reports
+// its own error) or when it is older than earlyMaxAge.
+func (e *EarlyDials) take(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error) {
 	if e == nil {
-		return nil
+		return nil, nil
 	}
 	e.mu.Lock()
 	d := e.m[addr]
 	delete(e.m, addr)
 	e.mu.Unlock()
 	if d == nil {
-		return nil
+		return nil, nil
+	}
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
 	}
 	select {
 	case <-d.done:
 	case <-ctx.Done():
 		go closeWhenDone(d)
-		return nil
+		return nil, nil
+	case <-expired:
+		go closeWhenDone(d)
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
 	}
 	if d.err != nil {
-		return nil
+		return nil, nil
 	}
 	if time.Since(d.at) > earlyMaxAge {
 		d.conn.Close()
-		return nil
+		return nil, nil
 	}
-	return d.conn
+	return d.conn, nil
 }
 
 // Close closes the early connections no one took, and those still being

@@ -2,6 +2,7 @@ package ssh
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"strings"
@@ -100,12 +101,27 @@ func TestEarlyDialFailedFallsBack(t *testing.T) {
 	e := &EarlyDials{}
 	defer e.Close()
 	e.Start(addr, 5*time.Second)
-	if c := e.take(context.Background(), addr); c != nil {
-		c.Close()
-		t.Fatal("a refused early dial handed out a connection")
+	if c, err := e.take(context.Background(), addr, 0); c != nil || err != nil {
+		t.Fatalf("a refused early dial handed out %v, %v; want nothing (the caller dials again)", c, err)
 	}
 	if _, err := (Options{EarlyDials: e}).dialTCP(context.Background(), 0, addr); err == nil || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("dial after a refused early dial: %v, want connection refused", err)
+	}
+}
+
+// TestEarlyDialTimeout: waiting for an early dial that has not ended
+// counts against the caller's connect timeout, and fails as a dial that
+// timed out would.
+func TestEarlyDialTimeout(t *testing.T) {
+	const addr = "192.0.2.1:22" // never dialled: the early dial is a stand-in that does not end
+	e := &EarlyDials{m: map[string]*earlyDial{addr: {done: make(chan struct{}), at: time.Now()}}}
+	_, err := (Options{EarlyDials: e}).dialTCP(context.Background(), 50*time.Millisecond, addr)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("dial while the early one hangs past the connect timeout: %v, want a timeout", err)
+	}
+	if de := classifyTCP(context.Background(), &connConfig{host: "192.0.2.1", port: 22, connectTimeout: 50 * time.Millisecond}, err); !strings.Contains(de.err.Message, "TCP connect timed out") {
+		t.Errorf("classified as %q, want the TCP connect timeout", de.err.Message)
 	}
 }
 

@@ -116,7 +116,10 @@ func (o Options) dialTCP(ctx context.Context, timeout time.Duration, addr string
 		}
 		return o.Dial(ctx, "tcp", addr)
 	}
-	if c := o.EarlyDials.take(ctx, addr); c != nil {
+	if c, err := o.EarlyDials.take(ctx, addr, timeout); c != nil || err != nil {
+		if err != nil {
+			return nil, err
+		}
 		return quickAck(c), nil
 	}
 	d := net.Dialer{Timeout: timeout}
