@@ -267,9 +267,10 @@ func lcScript(rev int) string {
 	return out + fmt.Sprintf("# rev %d\n", rev)
 }
 
-// sshdtestProcs are the processes of one service on one node.
+// sshdtestProcs are the processes of one service on one node (not the
+// forks of its loop caught before their exec).
 func sshdtestProcs(token, svc, node string) []int {
-	return sshdtest.ProcessesMatching("loomfx-" + token + "-" + svc + "-" + node)
+	return sshdtest.TopProcessesMatching("loomfx-" + token + "-" + svc + "-" + node)
 }
 
 // step makes one random change, with a random fault, and checks.

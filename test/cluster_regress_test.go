@@ -244,8 +244,9 @@ func (e *regEnv) svcDirs(h *sshdtest.Server) []string {
 	return out
 }
 
-// processes counts this test's service processes.
-func (e *regEnv) processes() int { return len(sshdtest.ProcessesMatching("loomfx-" + e.token)) }
+// processes counts this test's service processes (not the forks of their
+// loops caught before their exec).
+func (e *regEnv) processes() int { return len(sshdtest.TopProcessesMatching("loomfx-" + e.token)) }
 
 func has(lines []string, want ...string) bool {
 	for _, w := range want {

@@ -661,6 +661,27 @@ func parentOf(pid int) (int, bool) {
 	return pp, err == nil
 }
 
+// TopProcessesMatching is ProcessesMatching without the matches whose
+// parent matches too. A shell that forks a command shows its own command
+// line in the child until the child's exec, so counting a service's
+// processes with ProcessesMatching sees two for one while a loop forks
+// (often, on a loaded machine); counts use this instead.
+func TopProcessesMatching(substr string) []int {
+	all := ProcessesMatching(substr)
+	set := make(map[int]bool, len(all))
+	for _, p := range all {
+		set[p] = true
+	}
+	var out []int
+	for _, p := range all {
+		if pp, ok := parentOf(p); ok && set[pp] {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 // ProcessesMatching lists the pids whose command line contains substr.
 // Tests use it to check that no remote process was left behind.
 func ProcessesMatching(substr string) []int {
