@@ -3,8 +3,6 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -42,12 +40,7 @@ func testApp(env map[string]string, out, errw interface{ Write([]byte) (int, err
 // loomd with only flags serves; clients submit and read tasks; SIGTERM
 // drains and exits 0. Everything runs in process, under -race.
 func TestServeInProcess(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	dir := t.TempDir()
 	// Settings from a TOML file and the environment.
 	cfg := filepath.Join(dir, "loomd.toml")
@@ -55,34 +48,12 @@ func TestServeInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"LOOM_LISTEN": addr, "LOOM_DATA": filepath.Join(dir, "data")}
-	logs := &lockedBuffer{}
-	sigs := make(chan os.Signal, 2)
 	gcBefore := debug.SetGCPercent(-1)
 	debug.SetGCPercent(gcBefore)
-	app := testApp(env, &bytes.Buffer{}, logs)
-	app.Signals = sigs
-	code := make(chan int, 1)
-	go func() {
-		code <- app.Execute([]string{"--plugins", "../../examples/plugins", "--work-dir", filepath.Join(dir, "work"), "--config", cfg})
-	}()
+	p := runInProcess(env, "--plugins", "../../examples/plugins", "--work-dir", filepath.Join(dir, "work"), "--config", cfg)
+	logs, sigs, code := p.logs, p.sigs, p.code
+	p.waitHealthz(t, addr, 10*time.Millisecond, 30*time.Second)
 	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		select {
-		case c := <-code:
-			t.Fatalf("loomd exited with %d:\n%s", c, logs)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("loomd did not answer within 30s:\n%s", logs)
-		}
-	}
 	// The API answers before the "loomd serving" line is logged (it is
 	// written once the consumers run), so wait for the line itself.
 	for !strings.Contains(logs.String(), "loomd serving") {

@@ -1,11 +1,8 @@
 package cli
 
 import (
-	"bytes"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,31 +28,16 @@ func TestServeStartWaitsForNATS(t *testing.T) {
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats server not ready")
 	}
-	serve := func(timeout string) (logs *lockedBuffer, sigs chan os.Signal, code chan int, addr string) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr = ln.Addr().String()
-		ln.Close()
-		dir := t.TempDir()
-		logs = &lockedBuffer{}
-		sigs = make(chan os.Signal, 2)
-		app := testApp(map[string]string{}, &bytes.Buffer{}, logs)
-		app.Signals = sigs
-		code = make(chan int, 1)
-		go func() {
-			code <- app.Execute([]string{"serve", "--plugins", "../../examples/plugins", "--work-dir", filepath.Join(dir, "work"),
-				"--data", filepath.Join(dir, "data"), "--listen", addr, "--nats", ns.ClientURL(), "--replicas", "3", "--start-timeout", timeout})
-		}()
-		return logs, sigs, code, addr
+	serve := func(timeout string) (p *inProcess, addr string) {
+		addr = freeAddr(t)
+		return serveInProcess(t, addr, "--nats", ns.ClientURL(), "--replicas", "3", "--start-timeout", timeout), addr
 	}
-	waitWarned := func(logs *lockedBuffer, code chan int, addr string) {
+	waitWarned := func(p *inProcess, addr string) {
 		t.Helper()
-		for !strings.Contains(logs.String(), "waiting for the NATS cluster to create or open") {
+		for !strings.Contains(p.logs.String(), "waiting for the NATS cluster to create or open") {
 			select {
-			case c := <-code:
-				t.Fatalf("loomd exited with %d before waiting:\n%s", c, logs)
+			case c := <-p.code:
+				t.Fatalf("loomd exited with %d before waiting:\n%s", c, p.logs)
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
@@ -66,12 +48,12 @@ func TestServeStartWaitsForNATS(t *testing.T) {
 	}
 
 	t.Run("timeout", func(t *testing.T) {
-		logs, _, code, addr := serve("3s")
-		waitWarned(logs, code, addr)
-		if c := <-code; c == 0 {
-			t.Fatalf("loomd exited 0 after --start-timeout:\n%s", logs)
+		p, addr := serve("3s")
+		waitWarned(p, addr)
+		if c := <-p.code; c == 0 {
+			t.Fatalf("loomd exited 0 after --start-timeout:\n%s", p.logs)
 		}
-		out := logs.String()
+		out := p.logs.String()
 		for _, want := range []string{"creating stream LOOM_TASKS", "--start-timeout 3s ran out", "(3 replicas)", "with --replicas 3, each stream needs 3 JetStream servers", "what to do: no NATS server answered", "no responders"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("the output does not say %q:\n%s", want, out)
@@ -79,17 +61,9 @@ func TestServeStartWaitsForNATS(t *testing.T) {
 		}
 	})
 	t.Run("signal", func(t *testing.T) {
-		logs, sigs, code, addr := serve("0")
-		waitWarned(logs, code, addr)
-		sigs <- syscall.SIGTERM
-		select {
-		case c := <-code:
-			if c == 0 || !strings.Contains(logs.String(), "terminated during the start") {
-				t.Fatalf("loomd exited with %d at SIGTERM during the start:\n%s", c, logs)
-			}
-		case <-time.After(time.Minute):
-			t.Fatalf("loomd still waiting a minute after SIGTERM:\n%s", logs)
-		}
+		p, addr := serve("0")
+		waitWarned(p, addr)
+		p.terminatedDuringStart(t)
 	})
 }
 
@@ -110,18 +84,10 @@ func TestServeLatePartsFail(t *testing.T) {
 	if err := ns.GlobalAccount().UpdateJetStreamLimits(map[string]server.JetStreamAccountLimits{"": {MaxMemory: -1, MaxStore: -1, MaxStreams: 19, MaxConsumers: -1}}); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	logs := &lockedBuffer{}
-	app := testApp(map[string]string{}, &bytes.Buffer{}, logs)
-	app.Signals = make(chan os.Signal, 2)
-	code := make(chan int, 1)
-	go func() {
-		code <- app.Execute([]string{"serve", "--plugins", "../../examples/plugins", "--work-dir", filepath.Join(dir, "work"),
-			"--data", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0", "--nats", ns.ClientURL(), "--start-timeout", "20s"})
-	}()
+	p := serveInProcess(t, "127.0.0.1:0", "--nats", ns.ClientURL(), "--start-timeout", "20s")
 	select {
-	case c := <-code:
-		out := logs.String()
+	case c := <-p.code:
+		out := p.logs.String()
 		if c == 0 {
 			t.Fatalf("loomd exited 0 without its cluster jobs and task logs:\n%s", out)
 		}
@@ -134,7 +100,7 @@ func TestServeLatePartsFail(t *testing.T) {
 			t.Errorf("loomd said it served:\n%s", out)
 		}
 	case <-time.After(time.Minute):
-		t.Fatalf("loomd still running a minute later:\n%s", logs)
+		t.Fatalf("loomd still running a minute later:\n%s", p.logs)
 	}
 }
 
@@ -144,51 +110,33 @@ func TestServeLatePartsFail(t *testing.T) {
 // was missing, ends the wait at a signal, and starts once a server
 // comes up on the port.
 func TestServeStartWaitsForTheServer(t *testing.T) {
-	freePort := func() string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		return ln.Addr().String()
+	serve := func(natsAddr, timeout string) (p *inProcess, addr string) {
+		addr = freeAddr(t)
+		return serveInProcess(t, addr, "--nats", "nats://"+natsAddr, "--start-timeout", timeout), addr
 	}
-	serve := func(natsAddr, timeout string) (logs *lockedBuffer, sigs chan os.Signal, code chan int, addr string) {
-		addr = freePort()
-		dir := t.TempDir()
-		logs = &lockedBuffer{}
-		sigs = make(chan os.Signal, 2)
-		app := testApp(map[string]string{}, &bytes.Buffer{}, logs)
-		app.Signals = sigs
-		code = make(chan int, 1)
-		go func() {
-			code <- app.Execute([]string{"serve", "--plugins", "../../examples/plugins", "--work-dir", filepath.Join(dir, "work"),
-				"--data", filepath.Join(dir, "data"), "--listen", addr, "--nats", "nats://" + natsAddr, "--start-timeout", timeout})
-		}()
-		return logs, sigs, code, addr
-	}
-	waitWarned := func(logs *lockedBuffer, code chan int, natsAddr string) {
+	waitWarned := func(p *inProcess, natsAddr string) {
 		t.Helper()
 		want := "waiting for the NATS cluster to create or open a connection to the NATS server at nats://" + natsAddr + " (--nats)"
-		for !strings.Contains(logs.String(), want) {
+		for !strings.Contains(p.logs.String(), want) {
 			select {
-			case c := <-code:
-				t.Fatalf("loomd exited with %d before waiting:\n%s", c, logs)
+			case c := <-p.code:
+				t.Fatalf("loomd exited with %d before waiting:\n%s", c, p.logs)
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
-		if !strings.Contains(logs.String(), "start the NATS server, or check --nats") {
-			t.Errorf("the warning does not say what to do:\n%s", logs)
+		if !strings.Contains(p.logs.String(), "start the NATS server, or check --nats") {
+			t.Errorf("the warning does not say what to do:\n%s", p.logs)
 		}
 	}
 
 	t.Run("timeout", func(t *testing.T) {
-		natsAddr := freePort()
-		logs, _, code, _ := serve(natsAddr, "3s")
-		waitWarned(logs, code, natsAddr)
-		if c := <-code; c == 0 {
-			t.Fatalf("loomd exited 0 after --start-timeout:\n%s", logs)
+		natsAddr := freeAddr(t)
+		p, _ := serve(natsAddr, "3s")
+		waitWarned(p, natsAddr)
+		if c := <-p.code; c == 0 {
+			t.Fatalf("loomd exited 0 after --start-timeout:\n%s", p.logs)
 		}
-		out := logs.String()
+		out := p.logs.String()
 		for _, want := range []string{"connecting to nats at nats://" + natsAddr, "--start-timeout 3s ran out", "no servers available", "is the server running and reachable?"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("the output does not say %q:\n%s", want, out)
@@ -196,100 +144,59 @@ func TestServeStartWaitsForTheServer(t *testing.T) {
 		}
 	})
 	t.Run("signal", func(t *testing.T) {
-		natsAddr := freePort()
-		logs, sigs, code, _ := serve(natsAddr, "0")
-		waitWarned(logs, code, natsAddr)
-		sigs <- syscall.SIGTERM
-		select {
-		case c := <-code:
-			if c == 0 || !strings.Contains(logs.String(), "terminated during the start") {
-				t.Fatalf("loomd exited with %d at SIGTERM during the start:\n%s", c, logs)
-			}
-		case <-time.After(time.Minute):
-			t.Fatalf("loomd still waiting a minute after SIGTERM:\n%s", logs)
-		}
+		natsAddr := freeAddr(t)
+		p, _ := serve(natsAddr, "0")
+		waitWarned(p, natsAddr)
+		p.terminatedDuringStart(t)
 	})
 	t.Run("server comes up", func(t *testing.T) {
-		natsAddr := freePort()
-		logs, sigs, code, addr := serve(natsAddr, "2m")
-		waitWarned(logs, code, natsAddr)
+		natsAddr := freeAddr(t)
+		p, addr := serve(natsAddr, "2m")
+		waitWarned(p, natsAddr)
 		host, port, _ := net.SplitHostPort(natsAddr)
-		p, _ := strconv.Atoi(port)
-		ns, err := server.NewServer(&server.Options{Host: host, Port: p, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir()})
+		pn, _ := strconv.Atoi(port)
+		ns, err := server.NewServer(&server.Options{Host: host, Port: pn, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ns.Start()
 		defer ns.Shutdown()
-		deadline := time.Now().Add(time.Minute)
-		for {
-			resp, err := http.Get("http://" + addr + "/healthz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
-			}
-			select {
-			case c := <-code:
-				t.Fatalf("loomd exited with %d after the server came up:\n%s", c, logs)
-			case <-time.After(50 * time.Millisecond):
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("/healthz not answering a minute after the server came up:\n%s", logs)
-			}
-		}
-		sigs <- syscall.SIGTERM
-		if c := <-code; c != 0 {
-			t.Fatalf("loomd exited with %d at SIGTERM:\n%s", c, logs)
+		p.waitHealthz(t, addr, 50*time.Millisecond, time.Minute)
+		p.sigs <- syscall.SIGTERM
+		if c := <-p.code; c != 0 {
+			t.Fatalf("loomd exited with %d at SIGTERM:\n%s", c, p.logs)
 		}
 	})
+}
+
+// terminatedDuringStart sends SIGTERM to a loomd still waiting in its
+// start and checks it ends with a non-zero exit saying so.
+func (p *inProcess) terminatedDuringStart(t *testing.T) {
+	t.Helper()
+	p.sigs <- syscall.SIGTERM
+	select {
+	case c := <-p.code:
+		if c == 0 || !strings.Contains(p.logs.String(), "terminated during the start") {
+			t.Fatalf("loomd exited with %d at SIGTERM during the start:\n%s", c, p.logs)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("loomd still waiting a minute after SIGTERM:\n%s", p.logs)
+	}
 }
 
 // SIGTERM as soon as /healthz answers (the consumers, cluster jobs and
 // task logs may still be opening then) stops loomd cleanly: exit 0.
 func TestServeSignalRightAfterHealthz(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	dir := t.TempDir()
-	logs := &lockedBuffer{}
-	sigs := make(chan os.Signal, 2)
-	app := testApp(map[string]string{}, &bytes.Buffer{}, logs)
-	app.Signals = sigs
-	code := make(chan int, 1)
-	go func() {
-		code <- app.Execute([]string{"serve", "--plugins", "../../examples/plugins", "--work-dir", filepath.Join(dir, "work"),
-			"--data", filepath.Join(dir, "data"), "--listen", addr, "--isolation", "none", "--watch=false"})
-	}()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case c := <-code:
-			t.Fatalf("loomd exited with %d before /healthz answered:\n%s", c, logs)
-		case <-time.After(2 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/healthz not answering after a minute:\n%s", logs)
-		}
-	}
-	sigs <- syscall.SIGTERM
+	addr := freeAddr(t)
+	p := serveInProcess(t, addr, "--isolation", "none", "--watch=false")
+	p.waitHealthz(t, addr, 2*time.Millisecond, time.Minute)
+	p.sigs <- syscall.SIGTERM
 	select {
-	case c := <-code:
+	case c := <-p.code:
 		if c != 0 {
-			t.Fatalf("loomd exited with %d at SIGTERM right after /healthz:\n%s", c, logs)
+			t.Fatalf("loomd exited with %d at SIGTERM right after /healthz:\n%s", c, p.logs)
 		}
 	case <-time.After(time.Minute):
-		t.Fatalf("loomd still running a minute after SIGTERM:\n%s", logs)
+		t.Fatalf("loomd still running a minute after SIGTERM:\n%s", p.logs)
 	}
 }
