@@ -176,14 +176,31 @@ local function describe(self, c, id)
   return ec2.instances(doc)[1]
 end
 
+-- The most DescribeInstances pages one lookup reads: a node's tag
+-- matches a handful of instances, so more means a token that never ends.
+local MAX_PAGES = 100
+
 -- find_live returns the node's instances that are not terminated, oldest
--- first.
+-- first. It reads every page of the answer: DELETE without a providerid
+-- terminates all of them, and an instance left on a later page would
+-- keep running (and billing) unseen.
 local function find_live(self, c, node, creating)
   local params = ec2.add_filters({}, {
     { "tag:coopr-node", { node } },
     { "instance-state-name", LIVE },
   })
-  local found = ec2.instances(call(self, c, "DescribeInstances", params, creating))
+  local found = {}
+  for page = 1, MAX_PAGES + 1 do
+    if page > MAX_PAGES then
+      fail(self, ("EC2 DescribeInstances in %s: still a nextToken after %d pages of instances tagged coopr-node=%s; "
+        .. "look for a stuck paging token or far too many tagged instances"):format(c.region, MAX_PAGES, node))
+    end
+    local doc = call(self, c, "DescribeInstances", params, creating)
+    for _, inst in ipairs(ec2.instances(doc)) do found[#found + 1] = inst end
+    local token = type(doc) == "table" and doc.nextToken or nil
+    if type(token) ~= "string" or token == "" then break end
+    params.NextToken = token
+  end
   table.sort(found, function(a, b)
     if a.launchTime ~= b.launchTime then return tostring(a.launchTime) < tostring(b.launchTime) end
     return a.instanceId < b.instanceId

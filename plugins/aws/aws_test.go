@@ -713,6 +713,51 @@ func TestDelete(t *testing.T) {
 	}
 }
 
+// EC2 pages a large DescribeInstances answer behind a nextToken: the
+// lookup by the node's tag reads every page, so that CREATE sees every
+// instance of the node and DELETE without a providerid terminates them
+// all (one left on page two would keep running unseen).
+func TestTagLookupReadsEveryPage(t *testing.T) {
+	e := newEnv(t, envOptions{fake: ec2fake.Options{PageSize: 1}})
+	var ids []string
+	for i := 0; i < 3; i++ {
+		c := e.create(cooprFields(nil), nil)
+		mustStatus(t, c, 0)
+		ids = append(ids, c.Result["providerid"].(string))
+		if i < 2 {
+			mustStatus(t, e.delete(c.Result["providerid"], cooprFields(nil), nil), 0)
+		}
+	}
+	// Three live instances carry the node's tag (two brought back by hand).
+	e.fake.SetState(ids[0], "running")
+	e.fake.SetState(ids[1], "running")
+	before := len(e.fake.Exchanges("DescribeInstances"))
+	c := e.create(cooprFields(nil), nil)
+	mustStatus(t, c, 0)
+	if n := len(e.fake.Instances()); n != 3 || !slices.Contains(ids, c.Result["providerid"].(string)) {
+		t.Errorf("%d instances, CREATE gave %v; want one of the node's three reused", n, c.Result["providerid"])
+	}
+	if !e.logged("WARN", "3 instances carry the tag coopr-node=") {
+		t.Errorf("no warning naming all three instances:\n%s", e.logs.String())
+	}
+	var tokens []string
+	for _, x := range e.fake.Exchanges("DescribeInstances")[before:] {
+		if x.Params.Get("Filter.1.Name") == "tag:coopr-node" {
+			tokens = append(tokens, x.Params.Get("NextToken"))
+		}
+	}
+	if len(tokens) != 3 || tokens[0] != "" || tokens[1] == "" || tokens[2] == "" || tokens[1] == tokens[2] {
+		t.Errorf("tag lookups with NextToken %q; want three pages of one instance each", tokens)
+	}
+	mustStatus(t, e.delete(nil, cooprFields(nil), nil), 0)
+	if live := e.fake.Live(); len(live) != 0 {
+		t.Errorf("live instances after DELETE by tag over three pages: %v", live)
+	}
+	if n := len(e.fake.Exchanges("TerminateInstances")); n != 3 {
+		t.Errorf("%d TerminateInstances, want 3 (two earlier DELETEs, one for the rest)", n)
+	}
+}
+
 func TestSessionTokenAndRegions(t *testing.T) {
 	e := newEnv(t, envOptions{fake: ec2fake.Options{Region: "eu-west-2", Credentials: []ec2fake.Credentials{
 		{AccessKeyID: "ASIAEXAMPLE", SecretAccessKey: ec2fake.SecretAccessKey, SessionToken: sessionToken}}}})

@@ -61,6 +61,11 @@ type Options struct {
 	// instance answer without output first (the console is posted a
 	// while after boot).
 	ConsoleAfter int
+	// PageSize, when set, is the most reservations a DescribeInstances
+	// answer without instance ids carries; the rest come on later pages
+	// behind its nextToken, as EC2 pages large answers. MaxResults (5 to
+	// 1,000, not with InstanceId) lowers it.
+	PageSize int
 	// KeyPairs are the names of key pairs the account has besides
 	// "coopr" (KeyPair), for RunInstances' KeyName.
 	KeyPairs []string
@@ -846,6 +851,10 @@ func (s *Server) describeInstances(p url.Values) (any, *apiError) {
 			cands = append(cands, s.instances[id])
 		}
 	}
+	start, size, aerr := s.page(p, len(ids) > 0)
+	if aerr != nil {
+		return nil, aerr
+	}
 	resp := &describeInstancesResponse{}
 	for _, i := range cands {
 		// A read moves the instance along its life, as time does.
@@ -862,8 +871,49 @@ func (s *Server) describeInstances(p url.Values) (any, *apiError) {
 		resp.Reservations = append(resp.Reservations, reservationXML{ReservationID: i.reservation, OwnerID: ownerID,
 			Instances: []instanceXML{s.instanceXML(i)}})
 	}
+	// Filters apply before paging, as on EC2: a page holds matches only.
+	if size > 0 {
+		if start > len(resp.Reservations) {
+			start = len(resp.Reservations)
+		}
+		resp.Reservations = resp.Reservations[start:]
+		if len(resp.Reservations) > size {
+			resp.Reservations = resp.Reservations[:size]
+			resp.NextToken = pageToken(start + size)
+		}
+	}
 	return resp, nil
 }
+
+// page reads DescribeInstances' MaxResults and NextToken: where the
+// answer starts and how many reservations it holds (0: all).
+func (s *Server) page(p url.Values, byID bool) (start, size int, aerr *apiError) {
+	size = s.o.PageSize
+	if v := p.Get("MaxResults"); v != "" {
+		if byID {
+			return 0, 0, combination("The parameter instancesSet cannot be used with the parameter maxResults")
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 5 || n > 1000 {
+			return 0, 0, badValue("Value ( %s ) for parameter maxResults is invalid. Expecting a value between 5 and 1000.", v)
+		}
+		if size == 0 || n < size {
+			size = n
+		}
+	}
+	if t := p.Get("NextToken"); t != "" {
+		n, ok := strings.CutPrefix(t, "fake-page-")
+		at, err := strconv.Atoi(n)
+		if !ok || err != nil || at < 0 || size == 0 {
+			return 0, 0, badValue("Invalid value '%s' for nextToken", t)
+		}
+		start = at
+	}
+	return start, size, nil
+}
+
+// pageToken is the nextToken of a page starting at reservation n.
+func pageToken(n int) string { return "fake-page-" + strconv.Itoa(n) }
 
 func matches(i *Instance, fs []filter) bool {
 	for _, f := range fs {

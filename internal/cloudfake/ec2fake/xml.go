@@ -122,6 +122,7 @@ type describeInstancesResponse struct {
 	XMLName      xml.Name         `xml:"http://ec2.amazonaws.com/doc/2016-11-15/ DescribeInstancesResponse"`
 	RequestID    string           `xml:"requestId"`
 	Reservations []reservationXML `xml:"reservationSet>item"`
+	NextToken    string           `xml:"nextToken,omitempty"`
 }
 
 type stateChangeXML struct {
