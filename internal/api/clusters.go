@@ -86,19 +86,6 @@ func (s *Server) clusterStore(ctx context.Context) (*state.KVStore, error) {
 	return st, nil
 }
 
-// UnavailableError is a stream or bucket the NATS cluster could not
-// create or open within a request: 503 with Retry-After.
-type UnavailableError struct {
-	What string
-	Err  error
-}
-
-func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("the NATS cluster cannot create or open %s right now: %v; try again after the Retry-After delay", e.What, e.Err)
-}
-
-func (e *UnavailableError) Unwrap() error { return e.Err }
-
 func (s *Server) clusterRoutes(mux *http.ServeMux) {
 	mux.Handle("/v1/clusters", s.route("clusters", map[string]http.HandlerFunc{"GET": s.listClusters}))
 	mux.Handle("/v1/clusters/{name}", s.route("cluster", map[string]http.HandlerFunc{"GET": s.getCluster}))
@@ -292,12 +279,8 @@ func orDash(s string) string {
 // clusterErr answers a store error: 404 for an unknown cluster, 400 for a
 // bad name, 503 otherwise (the store is unreachable: try again).
 func clusterErr(w http.ResponseWriter, err error) {
-	var un *UnavailableError
 	switch {
-	case writeNotReady(w, err):
-	case errors.As(err, &un):
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, un.Error())
+	case writeUnavailable(w, err):
 	case errors.Is(err, state.ErrNotFound):
 		writeError(w, http.StatusNotFound, err.Error()+"; GET /v1/clusters lists the clusters this daemon's store holds")
 	case errors.Is(err, state.ErrBadName):

@@ -63,23 +63,30 @@ func (l *Late) Set(p LateParts, err error) {
 	})
 }
 
-// NotReadyError is a request's answer while the late parts are not open,
-// or after they failed to.
-type NotReadyError struct {
-	What string
-	Err  error // nil: still opening
+// UnavailableError is a request's answer when what it needs is not open:
+// the late parts while they open (Starting, Err nil) or after they failed
+// to (Starting, Err set: the daemon exits), or a bucket the NATS cluster
+// could not create or open within the request. The API answers it with
+// 503 and Retry-After.
+type UnavailableError struct {
+	What     string
+	Err      error
+	Starting bool // the late parts of the daemon's start
 }
 
-func (e *NotReadyError) Error() string {
-	if e.Err != nil {
+func (e *UnavailableError) Error() string {
+	switch {
+	case e.Starting && e.Err == nil:
+		return fmt.Sprintf("this loomd is still opening %s (it waits for the NATS cluster, up to --start-timeout; see its log): try again after the Retry-After delay", e.What)
+	case e.Starting:
 		return fmt.Sprintf("this loomd could not open %s: %v; the daemon exits and must be restarted once the NATS cluster can create them (see its log)", e.What, e.Err)
 	}
-	return fmt.Sprintf("this loomd is still opening %s (it waits for the NATS cluster, up to --start-timeout; see its log): try again after the Retry-After delay", e.What)
+	return fmt.Sprintf("the NATS cluster cannot create or open %s right now: %v; try again after the Retry-After delay", e.What, e.Err)
 }
 
-func (e *NotReadyError) Unwrap() error { return e.Err }
+func (e *UnavailableError) Unwrap() error { return e.Err }
 
-// Wait returns the parts once open, or a *NotReadyError when ctx ends or
+// Wait returns the parts once open, or an *UnavailableError when ctx ends or
 // LateWait passes first, or when they failed to open.
 func (l *Late) Wait(ctx context.Context) (LateParts, error) {
 	select {
@@ -90,13 +97,13 @@ func (l *Late) Wait(ctx context.Context) (LateParts, error) {
 		select {
 		case <-l.done:
 		case <-ctx.Done():
-			return LateParts{}, &NotReadyError{What: l.what}
+			return LateParts{}, &UnavailableError{What: l.what, Starting: true}
 		case <-t.C:
-			return LateParts{}, &NotReadyError{What: l.what}
+			return LateParts{}, &UnavailableError{What: l.what, Starting: true}
 		}
 	}
 	if l.err != nil {
-		return LateParts{}, &NotReadyError{What: l.what, Err: l.err}
+		return LateParts{}, &UnavailableError{What: l.what, Err: l.err, Starting: true}
 	}
 	return l.p, nil
 }
@@ -109,15 +116,15 @@ func (l *Late) get() LateParts {
 	return l.p
 }
 
-// writeNotReady answers err with 503 and Retry-After when it is a
-// *NotReadyError, and reports whether it did.
-func writeNotReady(w http.ResponseWriter, err error) bool {
-	var nr *NotReadyError
-	if !errors.As(err, &nr) {
+// writeUnavailable answers err with 503 and Retry-After when it is an
+// *UnavailableError, and reports whether it did.
+func writeUnavailable(w http.ResponseWriter, err error) bool {
+	var un *UnavailableError
+	if !errors.As(err, &un) {
 		return false
 	}
 	w.Header().Set("Retry-After", "1")
-	writeError(w, http.StatusServiceUnavailable, nr.Error())
+	writeError(w, http.StatusServiceUnavailable, un.Error())
 	return true
 }
 
@@ -126,7 +133,7 @@ func (s *Server) lateReady(w http.ResponseWriter, r *http.Request) bool {
 	_, err := s.late.Wait(r.Context())
 	if err != nil {
 		s.log.Warn("a request needs what this loomd has not opened", "path", r.URL.Path, "err", err)
-		writeNotReady(w, err)
+		writeUnavailable(w, err)
 		return false
 	}
 	return true
