@@ -131,8 +131,9 @@ type Config struct {
 const DefaultAddr = "127.0.0.1:7070"
 
 // NotReadHeader is set on a 503 whose request had no effect: its body was
-// refused unread by the in-flight budget, so sending it again is always
-// safe (a client cannot know that of a 503 from the queue).
+// refused unread by the in-flight budget, or it was a read whose answer
+// did not fit the budget, so sending it again is always safe (a client
+// cannot know that of a 503 from the queue).
 const NotReadHeader = "Loom-Not-Read"
 
 // Default request size limits.
@@ -342,9 +343,14 @@ func (s *Server) route(name string, methods map[string]http.HandlerFunc) http.Ha
 		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
 		defer func() { s.cfg.Metrics.requests.WithLabelValues(name, strconv.Itoa(rec.code)).Inc() }()
 		// The body a handler reads counts against the in-flight budget
-		// until it returns.
+		// until it returns, and so does the large answer to a read.
 		hold := &bodyHold{b: &s.inflight}
 		defer hold.release()
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			// Only reads: refusing the answer to a change would hide
+			// that it was made.
+			rec.hold = hold
+		}
 		r = r.WithContext(context.WithValue(r.Context(), bodyHoldKey{}, hold))
 		h, ok := methods[r.Method]
 		if !ok {
@@ -362,6 +368,7 @@ func (s *Server) route(name string, methods map[string]http.HandlerFunc) http.Ha
 type statusRecorder struct {
 	http.ResponseWriter
 	code int
+	hold *bodyHold // a read's share of the in-flight budget
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
@@ -788,11 +795,33 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, Error{Error: msg})
 }
 
+// minHeldResponse is the smallest answer that counts against the
+// in-flight budget: small ones cost the daemon less than the counting.
+const minHeldResponse = 64 << 10
+
 func writeJSON(w http.ResponseWriter, code int, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		code, data = http.StatusInternalServerError, []byte(`{"error":"encoding the answer failed; the daemon's log has the request"}`)
+	}
+	data = append(data, '\n')
+	// An answer is held whole until the client has read it: a slow reader
+	// of a large result must not hold it outside the budget. One larger
+	// than the whole budget takes all of it.
+	if rec, ok := w.(*statusRecorder); ok && rec.hold != nil && len(data) >= minHeldResponse {
+		if !rec.hold.acquire(min(int64(len(data)), rec.hold.b.max)) {
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set(NotReadHeader, "1")
+			msg := fmt.Sprintf("the API holds %s of request bodies and answers being sent, its in-flight budget (--api-max-inflight-bytes): this answer of %s was not sent; ask again after the Retry-After delay",
+				runtime.FormatSize(rec.hold.b.max), runtime.FormatSize(int64(len(data))))
+			code = http.StatusServiceUnavailable
+			data, _ = json.Marshal(Error{Error: msg})
+			data = append(data, '\n')
+		}
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	_ = enc.Encode(v)
+	_, _ = w.Write(data)
 }
 
 // unservedWarning tells a submitter that no daemon serves the task's

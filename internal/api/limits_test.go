@@ -3,6 +3,7 @@ package api
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -139,5 +140,88 @@ func TestInflightBudget(t *testing.T) {
 	}
 	if _, err := New(Config{Queue: g, MaxBody: 4 << 20, MaxInflight: 1 << 20}); err == nil || !strings.Contains(err.Error(), "--api-max-inflight-bytes") {
 		t.Errorf("a budget smaller than one body: %v", err)
+	}
+}
+
+// bigResults answers every Get with a record whose result is pad bytes.
+type bigResults struct {
+	Queue
+	pad int
+}
+
+func (b bigResults) Get(ctx context.Context, id string) (queue.Record, error) {
+	res, _ := json.Marshal(map[string]string{"pad": strings.Repeat("r", b.pad)})
+	st := 0
+	return queue.Record{TaskID: id, State: queue.Succeeded, Type: "shell", Hook: "install", Status: &st, Result: res}, nil
+}
+
+// stalledWriter is a client that does not read: Write blocks until gate
+// closes (a socket whose buffers are full).
+type stalledWriter struct {
+	*httptest.ResponseRecorder
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (s stalledWriter) Write(p []byte) (int, error) {
+	s.entered <- struct{}{}
+	<-s.gate
+	return s.ResponseRecorder.Write(p)
+}
+
+// TestInflightBudgetHoldsAnswers: a large answer to a read counts against
+// the in-flight budget until the client has it, so slow readers of large
+// results cannot hold more than the budget; the answer that does not fit
+// is 503 with Retry-After and goes through once the others are read.
+// Small answers and answers to changes are never refused.
+func TestInflightBudgetHoldsAnswers(t *testing.T) {
+	f := newFixture(t, Config{})
+	s, err := New(Config{Queue: bigResults{Queue: f.q, pad: 900 << 10}, Plugins: fakePlugins{}, MaxBody: 64 << 10, MaxInflight: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(w http.ResponseWriter, path string) {
+		s.Handler().ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+	}
+	// Two slow readers hold 1.8 MiB of the 2 MiB.
+	entered, gate := make(chan struct{}, 2), make(chan struct{})
+	var slow []stalledWriter
+	done := make(chan struct{}, 2)
+	for _, id := range []string{"slow-1", "slow-2"} {
+		sw := stalledWriter{ResponseRecorder: httptest.NewRecorder(), entered: entered, gate: gate}
+		slow = append(slow, sw)
+		go func() { get(sw, "/v1/tasks/"+id); done <- struct{}{} }()
+	}
+	<-entered
+	<-entered
+	w := httptest.NewRecorder()
+	get(w, "/v1/tasks/third")
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" || w.Header().Get(NotReadHeader) == "" || !strings.Contains(w.Body.String(), "--api-max-inflight-bytes") {
+		t.Errorf("a third large answer while two are being read: %d Retry-After %q %.200s, want 503 naming the budget, safe to ask again (NotReadHeader)", w.Code, w.Header().Get("Retry-After"), w.Body)
+	}
+	if e := decode[Error](t, w.Body.Bytes()); !strings.Contains(e.Error, "was not sent") {
+		t.Errorf("503 body %q does not say the answer was not sent", e.Error)
+	}
+	// Small answers still go out beside them.
+	w = httptest.NewRecorder()
+	get(w, "/v1/plugins")
+	if w.Code != http.StatusOK {
+		t.Errorf("plugins beside two held answers: %d %s", w.Code, w.Body)
+	}
+	close(gate)
+	<-done
+	<-done
+	for i, sw := range slow {
+		if sw.Code != http.StatusOK || len(decode[Task](t, sw.Body.Bytes()).Result) < 900<<10 {
+			t.Errorf("slow reader %d got %d (%d bytes), want 200 with the whole result", i+1, sw.Code, sw.Body.Len())
+		}
+	}
+	w = httptest.NewRecorder()
+	get(w, "/v1/tasks/after")
+	if w.Code != http.StatusOK || len(decode[Task](t, w.Body.Bytes()).Result) < 900<<10 {
+		t.Errorf("a large answer once the others were read: %d (%d bytes), want 200 with the result", w.Code, w.Body.Len())
+	}
+	if used := s.inflight.used; used != 0 {
+		t.Errorf("%d bytes of the budget still held after every request ended", used)
 	}
 }
