@@ -29,11 +29,13 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/flavors"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/keypairs"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	tokensv2 "github.com/gophercloud/gophercloud/v2/openstack/identity/v2/tokens"
 	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/tokens"
 	tokenfixtures "github.com/gophercloud/gophercloud/v2/openstack/identity/v3/tokens/testing"
 	"github.com/gophercloud/gophercloud/v2/openstack/image/v2/images"
@@ -100,6 +102,21 @@ func checkRequest(ex openstackfake.Exchange) error {
 	switch {
 	case ex.Service == "identity" && ex.Method == "POST" && ex.Path == "/auth/tokens":
 		return checkTokenRequest(ex.Body)
+
+	case ex.Service == "identity-v2" && ex.Method == "POST" && ex.Path == "/tokens":
+		// Rackspace's API key credentials, as its SDKs (fog, pyrax,
+		// gophercloud's rackspace provider) send them: nothing else.
+		var doc struct {
+			Auth map[string]map[string]string `json:"auth"`
+		}
+		if err := json.Unmarshal(ex.Body, &doc); err != nil {
+			return err
+		}
+		cred, ok := doc.Auth["RAX-KSKEY:apiKeyCredentials"]
+		if len(doc.Auth) != 1 || !ok || len(cred) != 2 || cred["username"] == "" || cred["apiKey"] == "" {
+			return fmt.Errorf("body %s, want {\"auth\": {\"RAX-KSKEY:apiKeyCredentials\": {\"username\", \"apiKey\"}}}", ex.Body)
+		}
+		return nil
 
 	case ex.Service == "compute" && ex.Method == "POST" && ex.Path == "/servers":
 		return checkServerCreate(ex.Body)
@@ -312,6 +329,36 @@ func checkResponse(ex openstackfake.Exchange) error {
 		}
 		return shapeLike(ex.RespBody, []byte(tokenfixtures.TokenOutput), "token fixture TokenOutput")
 
+	case ex.Service == "identity-v2":
+		r, err := result(ex)
+		if err != nil {
+			return err
+		}
+		cr := tokensv2.CreateResult{}
+		cr.Result = r
+		if id, err := cr.ExtractTokenID(); err != nil || id == "" {
+			return fmt.Errorf("token id %q: %v", id, err)
+		}
+		// Rackspace writes the expiry with its zone's offset
+		// ("2014-01-15T20:01:33.000-06:00"), which gophercloud's
+		// OpenStack v2 reader (a literal Z) does not take.
+		var doc struct {
+			Access struct {
+				Token struct{ Expires string } `json:"token"`
+			} `json:"access"`
+		}
+		if err := json.Unmarshal(ex.RespBody, &doc); err != nil {
+			return err
+		}
+		if _, err := time.Parse(time.RFC3339, doc.Access.Token.Expires); err != nil {
+			return fmt.Errorf("token expiry: %v", err)
+		}
+		cat, err := cr.ExtractServiceCatalog()
+		if err != nil || len(cat.Entries) == 0 {
+			return fmt.Errorf("service catalog %v: %v", cat, err)
+		}
+		return nil
+
 	case ex.Service == "compute" && ex.Path == "/servers/detail":
 		p, err := page(ex)
 		if err != nil {
@@ -461,7 +508,7 @@ func checkErrorShape(ex openstackfake.Exchange) error {
 	}
 	for k, v := range doc {
 		service := ex.Service
-		if ex.Status == http.StatusUnauthorized {
+		if ex.Status == http.StatusUnauthorized && service != "identity-v2" {
 			service = "identity" // keystonemiddleware answers 401 for every service
 		}
 		switch service {
@@ -474,6 +521,7 @@ func checkErrorShape(ex openstackfake.Exchange) error {
 				return fmt.Errorf("not Keystone's error shape: %s", ex.RespBody)
 			}
 		default:
+			// Nova's, and Rackspace's identity service's (v2.0).
 			if v["code"] == nil || v["message"] == nil {
 				return fmt.Errorf("not Nova's error shape: %s", ex.RespBody)
 			}

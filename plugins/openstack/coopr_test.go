@@ -2,10 +2,12 @@ package openstack_test
 
 // Coopr's own fog_provider.json, unchanged and in Coopr's folder layout
 // (providers/fog_provider/), served by openstack.lua (its class
-// FogProviderOpenstack) for the openstack type; the five other fog types
+// FogProviderOpenstack) for the openstack type and its class
+// FogProviderRackspace for the rackspace type; the four other fog types
 // are stand-ins here (aws and google have plugins of their own). Coopr's
 // fields drive a node's life against the fake cloud, its Keystone v2 auth
-// URL included.
+// URL included, and a rackspace node's life against the fake's Rackspace
+// identity service.
 
 import (
 	"encoding/json"
@@ -28,7 +30,7 @@ import (
 
 const otherFogClasses = `
 local loom = require("loom")
-for _, name in ipairs({ "FogProviderAWS", "FogProviderDigitalOcean", "FogProviderGoogle", "FogProviderJoyent", "FogProviderRackspace" }) do
+for _, name in ipairs({ "FogProviderAWS", "FogProviderDigitalOcean", "FogProviderGoogle", "FogProviderJoyent" }) do
   local cls = loom.Provider:extend(name)
   local function refuse(self) self:fail(name .. " is a stand-in in this test") end
   cls.create, cls.confirm, cls.delete = refuse, refuse, refuse
@@ -38,7 +40,7 @@ end
 
 func TestCooprFogDefinition(t *testing.T) {
 	cloud := openstackfake.Start(openstackfake.Options{Username: "coopr", Password: password, Project: "admin",
-		KeyPairs: []string{"coopr"}})
+		KeyPairs: []string{"coopr"}, APIKeys: map[string]string{"coopr-rax": password}})
 	t.Cleanup(cloud.Close)
 	checkConformance(t, cloud)
 
@@ -68,14 +70,18 @@ func TestCooprFogDefinition(t *testing.T) {
 		"openstack_auth_url": strings.TrimSuffix(cloud.AuthURL(), "/v3") + "/v2.0/tokens",
 		"ssh_keypair":        "coopr", "ssh_key_resource": "coopr.pem", "floating_ip": "true", "wait_for_ssh": "false",
 		"poll_interval": "0.01"}
-	run := func(name string, config map[string]any) *runtime.Result {
+	runAs := func(typ string, fields map[string]any, name string, config map[string]any) *runtime.Result {
 		t.Helper()
 		b := task(name, fields, config)
 		var doc map[string]any
 		json.Unmarshal(b, &doc)
-		doc["config"].(map[string]any)["provider"].(map[string]any)["providertype"] = "openstack"
+		doc["config"].(map[string]any)["provider"].(map[string]any)["providertype"] = typ
 		b, _ = json.Marshal(doc)
 		return luatest.Run(t, rt, b)
+	}
+	run := func(name string, config map[string]any) *runtime.Result {
+		t.Helper()
+		return runAs("openstack", fields, name, config)
 	}
 	c := run("CREATE", nil)
 	mustStatus(t, c, 0)
@@ -98,6 +104,27 @@ func TestCooprFogDefinition(t *testing.T) {
 	bad := run("CREATE", nil)
 	if bad.Status == 0 || !strings.Contains(bad.Message, "missing required admin fields for openstack: ssh_keypair") {
 		t.Fatalf("CREATE without ssh_keypair: %d %s", bad.Status, bad.Message)
+	}
+
+	// Coopr's rackspace type: its three required admin fields (the region
+	// as Coopr's select offers it) and the identity URL fog would take.
+	rax := map[string]any{"api_user": "coopr-rax", "api_password": password, "rackspace_region": "regionone",
+		"rackspace_auth_url": cloud.URL() + "/identity/v2.0", "ssh_keypair": "coopr", "wait_for_ssh": "false", "poll_interval": "0.01"}
+	c = runAs("rackspace", rax, "CREATE", nil)
+	mustStatus(t, c, 0)
+	id = c.Result["providerid"].(string)
+	mustStatus(t, runAs("rackspace", rax, "CONFIRM", map[string]any{"providerid": id, "ssh-auth": c.Result["ssh-auth"]}), 0)
+	mustStatus(t, runAs("rackspace", rax, "DELETE", map[string]any{"providerid": id}), 0)
+	if len(cloud.Servers()) != 0 {
+		t.Fatalf("rackspace servers left: %+v", cloud.Servers())
+	}
+	if n := len(cloud.Exchanges("POST", "/tokens")); n != 1 {
+		t.Errorf("%d Rackspace identity requests, want 1", n)
+	}
+	delete(rax, "rackspace_region")
+	bad = runAs("rackspace", rax, "CREATE", nil)
+	if bad.Status == 0 || !strings.Contains(bad.Message, "rackspace_region") {
+		t.Fatalf("CREATE without rackspace_region: %d %s", bad.Status, bad.Message)
 	}
 	for _, p := range cloud.Problems() {
 		t.Errorf("fake cloud: %s", p)

@@ -1,6 +1,6 @@
 -- OpenStack provider: servers on any OpenStack cloud (Keystone v3, Nova,
--- Neutron), Rackspace-style clouds included as far as Keystone v3 and Nova
--- go.
+-- Neutron), and on Rackspace's public cloud through its own identity
+-- service (the Rackspace class at the end, Coopr's rackspace type).
 --
 --   create(input)   makes (or finds again) the node's server
 --   confirm(input)  waits until it is ACTIVE, attaches a floating IP when
@@ -651,3 +651,54 @@ end
 
 -- Coopr's fog_provider.json names this class for its openstack type.
 FogProviderOpenstack = OpenStack
+
+-- Rackspace ----------------------------------------------------------------
+
+-- Rackspace's public cloud (Coopr's rackspace type, FogProviderRackspace):
+-- Nova servers behind Rackspace's own identity service (Keystone v2.0 with
+-- an API key). Its fields are Coopr's (api_user, api_password holding the
+-- API key, rackspace_region, rackconnect_wait, ssh_keypair,
+-- ssh_key_resource) and fog's rackspace_auth_url, rackspace_config_drive
+-- and rackspace_metadata; they are mapped onto the OpenStack hooks, which
+-- do the work: the same metadata lookup, accessIPv4, adminPass and
+-- RackConnect wait.
+Rackspace = OpenStack:extend("Rackspace")
+
+-- rackspace_fields maps the rackspace type's fields onto the OpenStack
+-- hooks' (a new table: the task's own stays as it came).
+local function rackspace_fields(self, f)
+  local out = {}
+  for k, v in pairs(f or {}) do out[k] = v end
+  out.identity = "rackspace"
+  out.api_key = f.api_password
+  out.region = util.str(f.rackspace_region, "dfw")
+  out.auth_url = f.rackspace_auth_url
+  if f.rackspace_config_drive ~= nil then out.config_drive = f.rackspace_config_drive end
+  local md = f.rackspace_metadata
+  if type(md) == "table" then
+    -- Coopr passed fog a hash; the OpenStack hooks read JSON or k=v.
+    local json = require("loom.json")
+    md = json.encode(md)
+  end
+  if md ~= nil then out.metadata = md end
+  if f.rackspace_files ~= nil and util.str(f.rackspace_files) ~= "" then
+    log.warn("rackspace_files is not supported (Coopr injected local files of the provisioner's host); use user_data or config_drive instead")
+  end
+  return out
+end
+
+local function with_rackspace_fields(hook)
+  return function(self, input)
+    local mapped = {}
+    for k, v in pairs(input) do mapped[k] = v end
+    mapped.fields = rackspace_fields(self, input.fields)
+    return hook(self, mapped)
+  end
+end
+
+Rackspace.create = with_rackspace_fields(OpenStack.create)
+Rackspace.confirm = with_rackspace_fields(OpenStack.confirm)
+Rackspace.delete = with_rackspace_fields(OpenStack.delete)
+
+-- Coopr's fog_provider.json names this class for its rackspace type.
+FogProviderRackspace = Rackspace

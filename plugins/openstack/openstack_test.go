@@ -9,6 +9,7 @@ package openstack_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -388,5 +389,92 @@ func TestConfirmRecordsARealSSHDsHostKeys(t *testing.T) {
 	keys, _ := res.Result["ssh_host_keys"].(map[string]any)
 	if keys["ed25519"] == nil || keys["rsa"] == nil {
 		t.Fatalf("ssh_host_keys %v", res.Result["ssh_host_keys"])
+	}
+}
+
+// raxEnv is an env whose fake cloud is Rackspace's: its identity service
+// takes the API key `password` for user loomrax, in region DFW, and Nova
+// returns a root password.
+func raxEnv(t *testing.T) *env {
+	return newEnv(t, envOptions{cloud: openstackfake.Options{Username: "loom", Password: "unused-v3-password", Project: "ops",
+		APIKeys: map[string]string{"loomrax": password}, Region: "DFW", AdminPass: true}})
+}
+
+// raxTask is a task of Coopr's rackspace provider type with its fields.
+func (e *env) raxTask(name string, extra, config map[string]any) []byte {
+	f := map[string]any{
+		"api_user": "loomrax", "api_password": password, "rackspace_region": "dfw",
+		"rackspace_auth_url": e.cloud.URL() + "/identity/v2.0/tokens",
+		"ssh_keypair":        "loom-key", "ssh_key_resource": "loom.pem", "poll_interval": "0.01", "wait_for_ssh": "false",
+	}
+	maps.Copy(f, extra)
+	var doc map[string]any
+	_ = json.Unmarshal(task(name, f, config), &doc)
+	doc["config"].(map[string]any)["provider"].(map[string]any)["providertype"] = "rackspace"
+	b, _ := json.Marshal(doc)
+	return b
+}
+
+// A node's whole life on Rackspace: an API key token from the identity
+// service (v2.0), the regional Nova of its catalog (not the first
+// generation's, which has no region), the root password Nova returns in
+// ssh-auth only, no Neutron calls (Rackspace lists none), and DELETE by
+// metadata without a providerid.
+func TestRackspaceServerLife(t *testing.T) {
+	e := raxEnv(t)
+	res := e.run(e.raxTask("CREATE", map[string]any{"rackspace_metadata": "team=web"}, nil))
+	mustStatus(t, res, 0)
+	servers := e.cloud.Servers()
+	if len(servers) != 1 || res.Result["providerid"] != servers[0].ID {
+		t.Fatalf("servers %+v, result %v", servers, res.Result)
+	}
+	s := servers[0]
+	if s.Metadata["loom_node"] != nodeID || s.Metadata["team"] != "web" || s.KeyName != "loom-key" {
+		t.Errorf("server %+v: want loom_node, the extra metadata and the key pair", s)
+	}
+	auth := res.Result["ssh-auth"].(map[string]any)
+	if auth["password"] != s.AdminPass || s.AdminPass == "" || !strings.HasSuffix(fmt.Sprint(auth["identityfile"]), "/providertypes/rackspace/ssh_keys/loom.pem") {
+		t.Errorf("ssh-auth %v, want Nova's root password and the rackspace type's key file", auth)
+	}
+	toks := e.cloud.Exchanges("POST", "/tokens")
+	if len(toks) != 1 || toks[0].Service != "identity-v2" || !strings.Contains(string(toks[0].Body), "RAX-KSKEY:apiKeyCredentials") {
+		t.Errorf("token requests %d, want one API key request to the v2.0 identity service", len(toks))
+	}
+	c := e.run(e.raxTask("CONFIRM", nil, map[string]any{"providerid": s.ID, "ssh-auth": map[string]any{"user": "root"}}))
+	mustStatus(t, c, 0)
+	if c.IPAddresses["access_v4"] != "10.0.0.10" {
+		t.Errorf("ipaddresses %v", c.IPAddresses)
+	}
+	mustStatus(t, e.run(e.raxTask("DELETE", nil, map[string]any{"providerid": nil})), 0)
+	if left := e.cloud.Servers(); len(left) != 0 {
+		t.Errorf("servers left after DELETE by metadata: %+v", left)
+	}
+	for _, ex := range e.cloud.Exchanges("", "") {
+		if ex.Service != "identity-v2" && ex.Service != "compute" && ex.Service != "image" {
+			t.Errorf("%s %s to %q: Rackspace's catalog lists no such service", ex.Method, ex.Path, ex.Service)
+		}
+	}
+	if n := e.cloud.TokensIssued(); n != 1 {
+		t.Errorf("%d tokens for three tasks, want 1 (shared)", n)
+	}
+}
+
+// A wrong API key is Coopr's "nothing was created" 201, naming what to
+// check; a region the catalog does not list fails naming the regions it
+// does and the field.
+func TestRackspaceRefusals(t *testing.T) {
+	e := raxEnv(t)
+	res := e.run(e.raxTask("CREATE", map[string]any{"api_password": "wrong-key-0123456789"}, nil))
+	mustStatus(t, res, 201)
+	if !strings.Contains(res.Message, "API key") || !strings.Contains(res.Message, "HTTP 401") {
+		t.Errorf("message %q, want the 401 and a hint at the API key", res.Message)
+	}
+	res = e.run(e.raxTask("CREATE", map[string]any{"rackspace_region": "syd"}, nil))
+	mustStatus(t, res, 1)
+	if !strings.Contains(res.Message, `none in region "syd" (field rackspace_region)`) || !strings.Contains(res.Message, "DFW") {
+		t.Errorf("message %q, want the regions of the catalog and the field", res.Message)
+	}
+	if len(e.cloud.Servers()) != 0 {
+		t.Errorf("servers made: %+v", e.cloud.Servers())
 	}
 }

@@ -8,6 +8,13 @@
 
 local json = require("loom.json")
 
+-- The plugin declares two provider types (openstack, rackspace): these
+-- tests run the openstack type unless they say otherwise.
+local function run(hook, opts)
+  opts.type = opts.type or "openstack"
+  return loom.test.run(hook, opts)
+end
+
 local PASSWORD = "s3cret-Passw0rd-for-tests"
 local TOKEN = "gAAAAABtest-token-0123456789abcdef"
 local ADMIN_PASS = "nova-generated-Pa55"
@@ -171,7 +178,7 @@ describe("CREATE", function()
   before_each(function() cloud = new_cloud() end)
 
   it("creates a server carrying the node's metadata, with the key pair and networks", function()
-    local res = loom.test.run("CREATE", { fields = fields, node = "node-7", hostname = "web1.example.com",
+    local res = run("CREATE", { fields = fields, node = "node-7", hostname = "web1.example.com",
       config = { flavor = "2", image = "6e4b3a4e-0b5e-4c58-9e2b-6d5a1c0f9a10", clusterId = "c-42" } })
     assert.equals(0, res.status, res.message)
     local s = only(servers)
@@ -189,7 +196,7 @@ describe("CREATE", function()
   end)
 
   it("resolves a flavor name and an image name", function()
-    local res = loom.test.run("CREATE", { fields = fields, config = { flavor = "m1.medium", image = "debian-12" } })
+    local res = run("CREATE", { fields = fields, config = { flavor = "m1.medium", image = "debian-12" } })
     assert.equals(0, res.status, res.message)
     local s = only(servers)
     assert.equals("3", s.body.flavorRef)
@@ -197,7 +204,7 @@ describe("CREATE", function()
   end)
 
   it("names the flavors the cloud has when config.flavor names none", function()
-    local res = loom.test.run("CREATE", { fields = fields, config = { flavor = "huge", image = "debian-12" } })
+    local res = run("CREATE", { fields = fields, config = { flavor = "huge", image = "debian-12" } })
     assert.equals(1, res.status)
     assert.matches('no flavor "huge".*m1%.small %(2%)', res.message)
     cloud:assert_not_called("POST", "/v2.1/servers")
@@ -205,8 +212,8 @@ describe("CREATE", function()
 
   it("finds the node's server again instead of making a second one", function()
     local cfg = { flavor = "2", image = "debian-12" }
-    local first = loom.test.run("CREATE", { fields = fields, config = cfg })
-    local again = loom.test.run("CREATE", { fields = fields, config = cfg })
+    local first = run("CREATE", { fields = fields, config = cfg })
+    local again = run("CREATE", { fields = fields, config = cfg })
     assert.equals(0, again.status, again.message)
     assert.equals(first.result.providerid, again.result.providerid)
     cloud:assert_called("POST", "/v2.1/servers", 1)
@@ -223,7 +230,7 @@ describe("CREATE", function()
       made = true
       return { drop = true }
     end)
-    local res = loom.test.run("CREATE", { fields = fields, config = { flavor = "2", image = "debian-12" } })
+    local res = run("CREATE", { fields = fields, config = { flavor = "2", image = "debian-12" } })
     assert.equals(0, res.status, res.message)
     assert.truthy(made)
     assert.equals(uuid(900), res.result.providerid)
@@ -234,7 +241,7 @@ describe("CREATE", function()
   it("after a 500 that made nothing, looks for the server, then posts again", function()
     cloud:fail_next({ method = "POST", path = "/v2.1/servers", status = 500,
       json = { computeFault = { code = 500, message = "Unexpected API Error." } } })
-    local res = loom.test.run("CREATE", { fields = fields, config = { flavor = "2", image = "debian-12" } })
+    local res = run("CREATE", { fields = fields, config = { flavor = "2", image = "debian-12" } })
     assert.equals(0, res.status, res.message)
     assert.equals(1, count(servers))
     cloud:assert_called("POST", "/v2.1/servers", 2)
@@ -246,7 +253,7 @@ describe("CREATE", function()
   it("waits out Nova's throttling on the virtual clock, then creates the server once", function()
     cloud:fail_next({ method = "POST", path = "/v2.1/servers", status = 429, times = 2, headers = { ["Retry-After"] = "8" },
       json = { overLimit = { code = 429, message = "Over limit", retryAfter = "8" } } })
-    local res, logs = loom.test.run("CREATE", { fields = fields, config = { flavor = "2", image = "debian-12" } })
+    local res, logs = run("CREATE", { fields = fields, config = { flavor = "2", image = "debian-12" } })
     assert.equals(0, res.status, res.message)
     assert.equals(1, count(servers))
     assert.same({ 8, 8 }, loom.test.clock.sleeps())
@@ -256,14 +263,14 @@ describe("CREATE", function()
   it("reads Nova's 413 overLimit with retryAfter in the body as a throttle", function()
     cloud:fail_next({ method = "GET", path = "/v2.1/servers/detail", status = 413,
       json = { overLimit = { code = 413, message = "This request was rate-limited.", retryAfter = "3" } } })
-    local res = loom.test.run("CREATE", { fields = fields, config = { flavor = "2", image = "debian-12" } })
+    local res = run("CREATE", { fields = fields, config = { flavor = "2", image = "debian-12" } })
     assert.equals(0, res.status, res.message)
     assert.same({ 3 }, loom.test.clock.sleeps())
   end)
 
   it("fails clearly when the cloud asks to wait past the hook deadline", function()
     cloud:fail_next({ method = "POST", path = "/v2.1/servers", status = 429, headers = { ["Retry-After"] = "3600" } })
-    local res = loom.test.run("CREATE", { fields = fields, config = { flavor = "2", image = "debian-12" } })
+    local res = run("CREATE", { fields = fields, config = { flavor = "2", image = "debian-12" } })
     assert.equals(1, res.status)
     assert.matches("asks to wait 3600s, past the hook deadline", res.message)
     assert.equals(0, count(servers))
@@ -273,7 +280,7 @@ describe("CREATE", function()
     local f = {}
     for k, v in pairs(fields) do f[k] = v end
     f.api_password = "wrong-password"
-    local res = loom.test.run("CREATE", { fields = f, config = { flavor = "2", image = "debian-12" } })
+    local res = run("CREATE", { fields = f, config = { flavor = "2", image = "debian-12" } })
     assert.equals(201, res.status)
     assert.matches("HTTP 401", res.message)
     assert.matches("api_user/api_password", res.message)
@@ -283,7 +290,7 @@ describe("CREATE", function()
   it("authenticates with an application credential", function()
     local f = { openstack_auth_url = fields.openstack_auth_url, application_credential_id = "app-1",
       application_credential_secret = PASSWORD, wait_for_ssh = false }
-    local res = loom.test.run("CREATE", { fields = f, config = { flavor = "2", image = "debian-12" } })
+    local res = run("CREATE", { fields = f, config = { flavor = "2", image = "debian-12" } })
     assert.equals(0, res.status, res.message)
     local auth = cloud:last("POST", "/v3/auth/tokens")
     assert.same({ "application_credential" }, auth.json.auth.identity.methods)
@@ -297,13 +304,13 @@ describe("CREATE", function()
     -- Another account than the other tests': the plugin keeps tokens per
     -- VM (as loomd serve's pooled VMs do), and the tests share one VM.
     f.api_user = "coopr-v2"
-    local res = loom.test.run("CREATE", { fields = f, config = { flavor = "2", image = "debian-12" } })
+    local res = run("CREATE", { fields = f, config = { flavor = "2", image = "debian-12" } })
     assert.equals(0, res.status, res.message)
     cloud:assert_called("POST", "/v3/auth/tokens")
   end)
 
   it("requires Keystone credentials", function()
-    local res = loom.test.run("CREATE", { fields = { openstack_auth_url = "https://keystone.example.com:5000/v3" },
+    local res = run("CREATE", { fields = { openstack_auth_url = "https://keystone.example.com:5000/v3" },
       config = { flavor = "2", image = "debian-12" } })
     assert.equals(1, res.status)
     assert.matches("missing required admin fields for openstack", res.message)
@@ -313,9 +320,9 @@ describe("CREATE", function()
     local f = {}
     for k, v in pairs(fields) do f[k] = v end
     f.api_password = "wrong-" .. PASSWORD
-    local bad, bad_logs = loom.test.run("CREATE", { fields = f, config = { flavor = "2", image = "debian-12" } })
-    local good, good_logs = loom.test.run("CREATE", { fields = fields, config = { flavor = "2", image = "debian-12" } })
-    local c = loom.test.chain({ fields = fields, config = { flavor = "2", image = "debian-12" } })
+    local bad, bad_logs = run("CREATE", { fields = f, config = { flavor = "2", image = "debian-12" } })
+    local good, good_logs = run("CREATE", { fields = fields, config = { flavor = "2", image = "debian-12" } })
+    local c = loom.test.chain({ type = "openstack", fields = fields, config = { flavor = "2", image = "debian-12" } })
     for _, out in ipairs({ json.encode(bad), table.concat(bad_logs, "\n"), json.encode(good), table.concat(good_logs, "\n"),
       json.encode(c.results) }) do
       assert.falsy(out:find(PASSWORD, 1, true), "the password leaked")
@@ -328,8 +335,8 @@ describe("CONFIRM", function()
   before_each(function() cloud = new_cloud() end)
 
   it("polls until the server is ACTIVE and reports its addresses", function()
-    local c = loom.test.run("CREATE", { fields = fields, config = { flavor = "2", image = "debian-12" } })
-    local res = loom.test.run("CONFIRM", { fields = fields, providerid = c.result.providerid })
+    local c = run("CREATE", { fields = fields, config = { flavor = "2", image = "debian-12" } })
+    local res = run("CONFIRM", { fields = fields, providerid = c.result.providerid })
     assert.equals(0, res.status, res.message)
     assert.same({ access_v4 = "10.0.0.11", bind_v4 = "10.0.0.11" }, res.ipaddresses)
     assert.same({ 2 }, loom.test.clock.sleeps())
@@ -339,38 +346,38 @@ describe("CONFIRM", function()
     local f = {}
     for k, v in pairs(fields) do f[k] = v end
     f.floating_ip = "true"
-    local c = loom.test.run("CREATE", { fields = f, node = "node-3", config = { flavor = "2", image = "debian-12" } })
-    local res = loom.test.run("CONFIRM", { fields = f, node = "node-3", providerid = c.result.providerid })
+    local c = run("CREATE", { fields = f, node = "node-3", config = { flavor = "2", image = "debian-12" } })
+    local res = run("CONFIRM", { fields = f, node = "node-3", providerid = c.result.providerid })
     assert.equals(0, res.status, res.message)
     assert.same({ access_v4 = "203.0.113.50", bind_v4 = "10.0.0.11" }, res.ipaddresses)
     local post = cloud:assert_called("POST", "/v2.0/floatingips", 1)[1]
     assert.equals("ext-net", post.json.floatingip.floating_network_id)
     assert.equals("loom node node-3", post.json.floatingip.description)
     -- A CONFIRM run again keeps the same address.
-    local again = loom.test.run("CONFIRM", { fields = f, node = "node-3", providerid = c.result.providerid })
+    local again = run("CONFIRM", { fields = f, node = "node-3", providerid = c.result.providerid })
     assert.equals("203.0.113.50", again.ipaddresses.access_v4)
     cloud:assert_called("POST", "/v2.0/floatingips", 1)
   end)
 
   it("fails when the server is gone", function()
-    local res = loom.test.run("CONFIRM", { fields = fields, providerid = uuid(404) })
+    local res = run("CONFIRM", { fields = fields, providerid = uuid(404) })
     assert.equals(1, res.status)
     assert.matches("does not exist", res.message)
   end)
 
   it("fails with Nova's fault when the server is in ERROR", function()
-    local c = loom.test.run("CREATE", { fields = fields, config = { flavor = "2", image = "debian-12" } })
+    local c = run("CREATE", { fields = fields, config = { flavor = "2", image = "debian-12" } })
     local s = servers[c.result.providerid]
     s.status = "ERROR"
     cloud:route("GET", "/v2.1/servers/{id}", { json = { server = { id = s.id, name = s.name, status = "ERROR",
       fault = { code = 500, message = "No valid host was found." }, addresses = {}, metadata = s.metadata } } })
-    local res = loom.test.run("CONFIRM", { fields = fields, providerid = s.id })
+    local res = run("CONFIRM", { fields = fields, providerid = s.id })
     assert.equals(1, res.status)
     assert.matches("No valid host was found", res.message)
   end)
 
   it("refuses a providerid that is not a server id", function()
-    local res = loom.test.run("CONFIRM", { fields = fields, providerid = "../os-keypairs" })
+    local res = run("CONFIRM", { fields = fields, providerid = "../os-keypairs" })
     assert.equals(1, res.status)
     assert.matches("is not an OpenStack server id", res.message)
     cloud:assert_not_called("*", "/v2.1/*")
@@ -384,7 +391,7 @@ describe("a node's life", function()
     local f = {}
     for k, v in pairs(fields) do f[k] = v end
     f.floating_ip = true
-    local c = loom.test.chain({ fields = f, config = { flavor = "2", image = "debian-12" } })
+    local c = loom.test.chain({ type = "openstack", fields = f, config = { flavor = "2", image = "debian-12" } })
     assert.truthy(c.ok, c.failed)
     assert.equals(c.results.CREATE.result.providerid, c.tasks.DELETE.config.providerid)
     assert.equals("203.0.113.50", c.config.ipaddresses.access_v4)
@@ -394,19 +401,39 @@ describe("a node's life", function()
   end)
 
   it("DELETE of a server already gone succeeds", function()
-    local res = loom.test.run("DELETE", { fields = fields, providerid = uuid(77) })
+    local res = run("DELETE", { fields = fields, providerid = uuid(77) })
     assert.equals(0, res.status, res.message)
   end)
 
   it("DELETE without a providerid finds the node's server by its metadata", function()
-    loom.test.run("CREATE", { fields = fields, node = "node-9", hostname = "db1.example.com",
+    run("CREATE", { fields = fields, node = "node-9", hostname = "db1.example.com",
       config = { flavor = "2", image = "debian-12" } })
     -- another node's server with the same name is not touched
     servers[uuid(500)] = { id = uuid(500), name = "db1.example.com", status = "ACTIVE", metadata = { loom_node = "other" },
       reads = 0, created = "2024-01-01T00:00:00Z", addresses = {} }
-    local res = loom.test.run("DELETE", { fields = fields, node = "node-9", hostname = "db1.example.com" })
+    local res = run("DELETE", { fields = fields, node = "node-9", hostname = "db1.example.com" })
     assert.equals(0, res.status, res.message)
     assert.equals(1, count(servers))
     assert.truthy(servers[uuid(500)])
+  end)
+end)
+
+describe("Rackspace's identity URL", function()
+  local client = require("lib.openstack.client")
+
+  it("defaults by region (London apart) and reads a given URL as its v2.0 root", function()
+    assert.equals("https://lon.identity.api.rackspacecloud.com/v2.0", client.rackspace_url("", "lon"))
+    assert.equals("https://identity.api.rackspacecloud.com/v2.0", client.rackspace_url(nil, "DFW"))
+    assert.equals("https://id.example.com/v2.0", client.rackspace_url("https://id.example.com/v2.0/tokens/", "dfw"))
+    assert.equals("https://id.example.com/v2.0", client.rackspace_url("https://id.example.com", "dfw"))
+  end)
+
+  it("refuses another identity version and a URL that is not http(s)", function()
+    local ok, err = pcall(client.rackspace_url, "https://id.example.com/v3", "dfw")
+    assert.falsy(ok)
+    assert.matches("other than v2%.0", err.message)
+    ok, err = pcall(client.rackspace_url, "id.example.com", "dfw")
+    assert.falsy(ok)
+    assert.matches("not an http%(s%) URL", err.message)
   end)
 end)

@@ -1,6 +1,7 @@
 // Package openstackfake is a strict fake of the OpenStack APIs the
 // openstack provider plugin uses: Keystone v3 tokens (password and
-// application credential) with a service catalog, Nova servers and
+// application credential) and Rackspace's identity service (Keystone v2.0
+// tokens for an API key, at /identity/v2.0) with a service catalog, Nova servers and
 // flavors, Neutron ports, networks and floating IPs, and Glance images, on
 // one loopback HTTP server with devstack's path layout (/identity/v3,
 // /compute/v2.1, /network, /image).
@@ -72,6 +73,12 @@ type Options struct {
 	// AdminPass makes Nova return a generated root password on create
 	// (Rackspace-style clouds).
 	AdminPass bool
+	// APIKeys maps user names to the API keys Rackspace's identity
+	// service (POST /identity/v2.0/tokens, RAX-KSKEY:apiKeyCredentials)
+	// accepts. Its catalog is Rackspace's: v2.0 endpoints (publicURL,
+	// internalURL) in Region, a first-generation compute endpoint without
+	// a region, and no Neutron (type rax:network instead).
+	APIKeys map[string]string
 }
 
 // Exchange is one request and the fake's answer.
@@ -321,7 +328,7 @@ func (r *recorder) Write(b []byte) (int, error) {
 }
 
 var services = []struct{ prefix, name string }{
-	{"/identity/v3", "identity"}, {"/compute/v2.1", "compute"}, {"/network", "network"}, {"/image", "image"},
+	{"/identity/v3", "identity"}, {"/identity/v2.0", "identity-v2"}, {"/compute/v2.1", "compute"}, {"/network", "network"}, {"/image", "image"},
 }
 
 func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
@@ -447,6 +454,15 @@ func (f *Fake) route(w http.ResponseWriter, r *http.Request, service, path strin
 	if service == "" {
 		http.NotFound(w, r)
 		f.problem("%s %s: no such service (paths: /identity/v3, /compute/v2.1, /network, /image)", r.Method, r.URL.Path)
+		return
+	}
+	if service == "identity-v2" {
+		if r.Method == http.MethodPost && path == "/tokens" {
+			f.tokenV2(w, body)
+			return
+		}
+		writeJSON(w, 404, map[string]any{"itemNotFound": map[string]any{"code": 404, "message": "Resource not found"}})
+		f.problem("%s %s: not an identity v2.0 route the provider uses", r.Method, path)
 		return
 	}
 	if service == "identity" {
@@ -645,6 +661,60 @@ func (f *Fake) token(w http.ResponseWriter, r *http.Request, body []byte) {
 			ep("compute", "nova", "/compute/v2.1"),
 			ep("network", "neutron", "/network"),
 			ep("image", "glance", "/image"),
+		},
+	}})
+}
+
+// tokenV2 is Rackspace's identity service: POST /v2.0/tokens with
+// {"auth": {"RAX-KSKEY:apiKeyCredentials": {"username", "apiKey"}}}; 200
+// with the token and a Keystone v2.0 catalog in "access".
+func (f *Fake) tokenV2(w http.ResponseWriter, body []byte) {
+	var req struct {
+		Auth struct {
+			Key *struct {
+				Username string `json:"username"`
+				APIKey   string `json:"apiKey"`
+			} `json:"RAX-KSKEY:apiKeyCredentials"`
+		} `json:"auth"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || req.Auth.Key == nil {
+		writeJSON(w, 400, map[string]any{"badRequest": map[string]any{"code": 400, "message": "Invalid json request body"}})
+		f.problem("POST /v2.0/tokens: %v (want RAX-KSKEY:apiKeyCredentials)", err)
+		return
+	}
+	k := req.Auth.Key
+	if want, ok := f.o.APIKeys[k.Username]; !ok || want == "" || want != k.APIKey {
+		writeJSON(w, 401, map[string]any{"unauthorized": map[string]any{"code": 401, "message": "Username or api key is invalid."}})
+		return
+	}
+	tok := "AAD" + randHex(40)
+	exp := time.Now().Add(f.o.TokenTTL)
+	f.mu.Lock()
+	f.tokens[tok] = exp
+	f.issued++
+	f.mu.Unlock()
+	tenant := f.o.ProjectID
+	ep := func(typ, name, path string) map[string]any {
+		return map[string]any{"name": name, "type": typ, "endpoints": []any{map[string]any{
+			"region": f.o.Region, "tenantId": tenant, "publicURL": f.srv.URL + path, "internalURL": f.srv.URL + "/servicenet" + path}}}
+	}
+	// Rackspace writes expiry times with its own zone offset.
+	cst := time.FixedZone("CST", -6*3600)
+	writeJSON(w, 200, map[string]any{"access": map[string]any{
+		"token": map[string]any{"id": tok, "expires": exp.In(cst).Format("2006-01-02T15:04:05.000-07:00"),
+			"tenant": map[string]any{"id": tenant, "name": tenant}, "RAX-AUTH:authenticatedBy": []string{"APIKEY"}},
+		"user": map[string]any{"id": randHex(8), "name": k.Username, "RAX-AUTH:defaultRegion": f.o.Region,
+			"roles": []any{map[string]any{"id": "3", "name": "identity:user-admin"}}},
+		"serviceCatalog": []any{
+			// First-generation servers: no region, another API.
+			map[string]any{"name": "cloudServers", "type": "compute", "endpoints": []any{map[string]any{
+				"tenantId": tenant, "publicURL": f.srv.URL + "/first-gen/v1.0/" + tenant, "versionInfo": "https://servers.api.rackspacecloud.com/v1.0"}}},
+			ep("compute", "cloudServersOpenStack", "/compute/v2.1"),
+			ep("image", "cloudImages", "/image"),
+			ep("rax:network", "cloudNetworks", "/network"),
+			ep("object-store", "cloudFiles", "/object-store"),
 		},
 	}})
 }

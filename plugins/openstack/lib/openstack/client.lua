@@ -1,6 +1,7 @@
 -- A small OpenStack client on top of loom.http: Keystone v3 tokens (password
--- or application credential), the service catalog, and requests to the
--- services it lists (Nova, Neutron, Glance) with OpenStack's error shapes,
+-- or application credential) or Rackspace's identity service (Keystone
+-- v2.0 with an API key), the service catalog, and requests to the services
+-- it lists (Nova, Neutron, Glance) with OpenStack's error shapes,
 -- throttling and retries.
 --
 --   local client = require("lib.openstack.client")
@@ -147,11 +148,86 @@ local function auth_body(f)
   return body, ("user %s, %s"):format(user, scope)
 end
 
+-- Rackspace's identity service, by region (fog's endpoints): London's
+-- accounts live apart from the others.
+client.RACKSPACE_US = "https://identity.api.rackspacecloud.com/v2.0"
+client.RACKSPACE_UK = "https://lon.identity.api.rackspacecloud.com/v2.0"
+
+--- rackspace_url turns the identity URL of a Rackspace account (or "" for
+--- the region's default) into the v2.0 root ".../v2.0".
+function client.rackspace_url(raw, region)
+  local u = util.trim(raw)
+  if u == "" then
+    return region:lower() == "lon" and client.RACKSPACE_UK or client.RACKSPACE_US
+  end
+  if not u:match("^https?://[^/]") then
+    error({ kind = "config", message = ("rackspace_auth_url %q is not an http(s) URL"):format(u) }, 0)
+  end
+  u = u:gsub("/+$", ""):gsub("/tokens$", "")
+  if u:match("/v2%.0$") then return u end
+  if u:match("/v%d[%d%.]*$") then
+    error({ kind = "config", message = ("rackspace_auth_url %q names an identity API version other than v2.0 (Rackspace's)"):format(u) }, 0)
+  end
+  return u .. "/v2.0"
+end
+
 -- tokens: account key -> {token, expires, catalog, project}, per VM.
 local tokens = {}
 
+-- new_rackspace is client.new for Rackspace's identity service: an API
+-- key for a user, and a region (DFW, ORD, IAD, LON, SYD, HKG) that picks
+-- the endpoints of the catalog.
+local function new_rackspace(f)
+  local user, key = util.str(f.api_user), util.str(f.api_key)
+  if user == "" or key == "" then
+    error({ kind = "config", message = "Rackspace needs api_user (the user name) and api_password (the user's API key)" }, 0)
+  end
+  local region = util.str(f.region)
+  if region == "" then
+    error({ kind = "config", message = "rackspace_region is empty: give the region of the servers, such as dfw" }, 0)
+  end
+  local url = client.rackspace_url(f.auth_url, region)
+  local c = setmetatable({
+    keystone = url,
+    v2 = true,
+    auth = { auth = { ["RAX-KSKEY:apiKeyCredentials"] = { username = user, apiKey = key } } },
+    who = "Rackspace user " .. user,
+    region = region,
+    region_field = "rackspace_region",
+    interface = "public",
+    timeout = tonumber(f.api_timeout) or 30,
+    verify = util.truthy(f.openstack_ssl_verify_peer, true),
+    ca = util.str(f.openstack_ca_cert),
+    endpoints = {},
+  }, Client)
+  c.key = util.digest(url .. "\n" .. c.who .. "\n" .. key)
+  return c
+end
+
+-- v2_catalog turns a Keystone v2.0 service catalog (endpoints with
+-- publicURL, internalURL and adminURL) into the v3 shape endpoint() reads.
+local function v2_catalog(services)
+  local out = {}
+  for _, svc in ipairs(type(services) == "table" and services or {}) do
+    local entry = { type = svc.type, name = svc.name, endpoints = {} }
+    for _, ep in ipairs(type(svc.endpoints) == "table" and svc.endpoints or {}) do
+      for iface, field in pairs({ public = "publicURL", internal = "internalURL", admin = "adminURL" }) do
+        if type(ep[field]) == "string" and ep[field] ~= "" then
+          entry.endpoints[#entry.endpoints + 1] = { interface = iface, region = ep.region or "", url = ep[field] }
+        end
+      end
+    end
+    out[#out + 1] = entry
+  end
+  return out
+end
+
 --- Builds a client from the provider's fields. No request is sent yet.
+--- With f.identity == "rackspace", it speaks Rackspace's identity service
+--- (fields api_user, api_key, region and auth_url, set by the rackspace
+--- provider type).
 function client.new(f)
+  if f.identity == "rackspace" then return new_rackspace(f) end
   local url = client.keystone_url(f.openstack_auth_url)
   local body, who = auth_body(f)
   local c = setmetatable({
@@ -202,6 +278,7 @@ function Client:authenticate(force)
     return cached
   end
   tokens[self.key] = nil
+  if self.v2 then return self:authenticate_v2() end
   local url = self.keystone .. "/auth/tokens"
   local what = "getting a Keystone token for " .. self.who
   local resp = self:retrying("POST", url, { json = self.auth, retries = 2, retry_post = true },
@@ -229,6 +306,35 @@ function Client:authenticate(force)
   return rec
 end
 
+-- authenticate_v2 asks Rackspace's identity service (Keystone v2.0) for a
+-- token: POST /tokens with the API key; the token and catalog are in the
+-- answer's access object.
+function Client:authenticate_v2()
+  local what = "getting a Rackspace identity token for " .. self.who
+  local resp = self:retrying("POST", self.keystone .. "/tokens", { json = self.auth, retries = 2, retry_post = true },
+    { Accept = "application/json" }, what)
+  if resp.status == 401 or resp.status == 403 then
+    local err = self:api_error(resp, what)
+    err.kind = "auth"
+    err.message = err.message .. "; check api_user (the Rackspace user name) and api_password (the user's API key, not the password)"
+    error(err, 0)
+  end
+  if resp.status ~= 200 and resp.status ~= 203 then
+    error(self:api_error(resp, what), 0)
+  end
+  local ok, doc = pcall(resp.json, resp)
+  local access = ok and type(doc) == "table" and doc.access
+  local tok = type(access) == "table" and type(access.token) == "table" and access.token
+  if not tok or type(tok.id) ~= "string" or tok.id == "" then
+    error({ kind = "openstack", message = what .. ": the identity service answered without a token (no access.token.id)" }, 0)
+  end
+  local expires = util.parse_time(tok.expires) or (client.now() + 3600)
+  local rec = { token = tok.id, expires = expires, catalog = v2_catalog(access.serviceCatalog), project = tok.tenant }
+  tokens[self.key] = rec
+  log.debug("got a Rackspace identity token for %s, valid until %s", self.who, tostring(tok.expires))
+  return rec
+end
+
 --- forget drops the cached token (a service refused it).
 function Client:forget()
   tokens[self.key] = nil
@@ -246,8 +352,10 @@ function Client:endpoint(service)
       for _, ep in ipairs(entry.endpoints or {}) do
         if ep.interface == self.interface then
           local r = ep.region_id or ep.region or ""
-          regions[#regions + 1] = r
-          if self.region == "" or r == self.region or ep.region == self.region then
+          regions[#regions + 1] = r ~= "" and r or "(none)"
+          -- Rackspace names regions DFW and Coopr's fields dfw: regions
+          -- are matched without case.
+          if self.region == "" or r:lower() == self.region:lower() or tostring(ep.region or ""):lower() == self.region:lower() then
             if found == nil then found = ep.url end
           end
         end
@@ -258,8 +366,8 @@ function Client:endpoint(service)
     if #regions == 0 then
       return nil, ("the service catalog has no %s endpoint for interface %s"):format(service, self.interface)
     end
-    return nil, ("the service catalog has %s endpoints in regions %s, none in region %q (field region)")
-      :format(service, table.concat(regions, ", "), self.region)
+    return nil, ("the service catalog has %s endpoints in regions %s, none in region %q (field %s)")
+      :format(service, table.concat(regions, ", "), self.region, self.region_field or "region")
   end
   if self.region == "" and #regions > 1 then
     log.warn("the catalog has %s endpoints in regions %s; using the first (%s): set the region field to choose",
