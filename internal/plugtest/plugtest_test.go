@@ -35,7 +35,7 @@ func TestBundledPlugins(t *testing.T) {
 	for _, f := range rep.Files {
 		plugins[f.Plugin] = true
 	}
-	for _, p := range []string{"static", "digitalocean", "shell", "openstack", "docker", "aws", "chef-solo", "google"} {
+	for _, p := range []string{"static", "digitalocean", "shell", "openstack", "docker", "aws", "chef-solo", "google", "joyent"} {
 		if !plugins[p] {
 			t.Errorf("no test file ran for plugin %s:\n%s", p, out)
 		}
