@@ -352,12 +352,15 @@ func (q *Queue) writeIndexed(ctx context.Context, cur, next Record, entry uint64
 	}
 	var rev uint64
 	var err error
+	value := mustJSON(next)
+	q.written.put(next, value) // for wake, when the watch delivers it
 	if cur.Revision == 0 {
-		rev, err = kv.Create(ctx, key, mustJSON(next))
+		rev, err = kv.Create(ctx, key, value)
 	} else {
-		rev, err = kv.Update(ctx, key, mustJSON(next), cur.Revision)
+		rev, err = kv.Update(ctx, key, value, cur.Revision)
 	}
 	if err != nil {
+		q.written.drop(next.TaskID, value)
 		if reindex {
 			q.dropIndex(newPart, next.IndexSeq)
 		}

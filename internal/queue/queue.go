@@ -21,6 +21,7 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -98,6 +99,7 @@ type Queue struct {
 
 	mu      sync.Mutex
 	waiters map[string][]chan Record
+	written ownWrites          // records this process wrote, until the watch delivers them (wake)
 	changes changeSubs         // OnChange callbacks (changes.go)
 	flights map[string]*flight // tasks this daemon holds, by id
 	trouble atomic.Int64       // unix nanos of the last failed broker call
@@ -736,6 +738,7 @@ func (q *Queue) startWatch() error {
 // OnChange callbacks.
 func (q *Queue) wake(e jetstream.KeyValueEntry) {
 	id := strings.TrimPrefix(e.Key(), keyPrefix)
+	rec, own := q.written.take(id, e.Value())
 	subs := q.hasChangeSubs()
 	q.mu.Lock()
 	waiting := len(q.waiters[id]) > 0
@@ -743,10 +746,14 @@ func (q *Queue) wake(e jetstream.KeyValueEntry) {
 	if !subs && !waiting {
 		return
 	}
-	// Decoded once for both.
-	rec, err := decodeRecord(e)
-	if err != nil {
-		return
+	// Decoded once for both, unless this process wrote it.
+	if own {
+		rec.Revision = e.Revision()
+	} else {
+		var err error
+		if rec, err = decodeRecord(e); err != nil {
+			return
+		}
 	}
 	if subs {
 		q.emit(Change{TaskID: rec.TaskID, TenantID: rec.TenantID, Cluster: rec.ClusterID, Type: rec.Type, State: rec.State})
@@ -763,6 +770,83 @@ func (q *Queue) wake(e jetstream.KeyValueEntry) {
 		}
 		ch <- rec
 	}
+}
+
+// ownWrites keeps the records this process is writing until the watch
+// delivers them back to wake: a watched entry whose value is the very
+// bytes written holds that record, so wake hands it on instead of
+// decoding the entry again (three decodes per task). A record is kept
+// before its write is sent, since the watch may deliver the entry before
+// the write's answer arrives. What the watch never delivers (a write
+// that failed without being dropped here, a restarted watch) is dropped
+// when the bounds are reached. Other daemons' writes are decoded as
+// before.
+type ownWrites struct {
+	mu    sync.Mutex
+	recs  map[string]ownWrite // task id -> its last write from here
+	bytes int                 // the kept values' sizes
+}
+
+type ownWrite struct {
+	value []byte // as written
+	rec   Record // what value encodes; its Revision is the watched entry's
+}
+
+// Bounds of ownWrites: the watch takes a record back within milliseconds,
+// so these are only reached when it stops delivering.
+const (
+	maxOwnWrites     = 4096
+	maxOwnWriteBytes = 8 << 20
+)
+
+// put keeps rec, about to be written as value.
+func (o *ownWrites) put(rec Record, value []byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.recs == nil {
+		o.recs = map[string]ownWrite{}
+	}
+	o.dropLocked(rec.TaskID)
+	if len(value) > maxOwnWriteBytes {
+		return
+	}
+	if len(o.recs) >= maxOwnWrites || o.bytes+len(value) > maxOwnWriteBytes {
+		clear(o.recs)
+		o.bytes = 0
+	}
+	o.recs[rec.TaskID] = ownWrite{value: value, rec: rec}
+	o.bytes += len(value)
+}
+
+// drop forgets task id's write of value (it failed), unless another
+// write replaced it since.
+func (o *ownWrites) drop(id string, value []byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if w, ok := o.recs[id]; ok && &w.value[0] == &value[0] {
+		o.dropLocked(id)
+	}
+}
+
+func (o *ownWrites) dropLocked(id string) {
+	if w, ok := o.recs[id]; ok {
+		o.bytes -= len(w.value)
+		delete(o.recs, id)
+	}
+}
+
+// take returns (and forgets) the record this process wrote as task id's
+// value, if the watch delivered exactly that value. Another value leaves
+// the kept write alone: it may be one still on its way.
+func (o *ownWrites) take(id string, value []byte) (Record, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	w, ok := o.recs[id]
+	if !ok || !bytes.Equal(w.value, value) {
+		return Record{}, false
+	}
+	o.dropLocked(id)
+	return w.rec, true
 }
 
 // Depth counts the tasks in the task streams (queued or running) by
