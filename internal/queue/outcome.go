@@ -1,7 +1,9 @@
 package queue
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"time"
 	"unicode/utf8"
 )
@@ -19,6 +21,13 @@ func (q *Queue) logOutcome(t Transition) {
 	r := t.Record
 	if t.Lost || !r.State.Terminal() || t.From == r.State {
 		return
+	}
+	level := slog.LevelWarn
+	if r.State == Succeeded || r.State == Cancelled { // on request: not a failure to warn about
+		level = slog.LevelInfo
+	}
+	if !q.log.Enabled(context.Background(), level) {
+		return // at the default level (warn) a success writes nothing: no attributes to build, no result to read
 	}
 	attrs := []any{"task", r.TaskID, "family", r.Family, "type", r.Type, "hook", r.Hook, "taskName", r.TaskName,
 		"state", string(r.State), "attempts", r.Attempts}
