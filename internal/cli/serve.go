@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"math"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -92,11 +93,13 @@ type cooprOptions struct {
 	id        string
 	tenants   []string
 	listen    string
+	allow     []string
 	advertise string
 	capacity  int
 	heartbeat time.Duration
 	poll      time.Duration
 	tls       coopr.TLS
+	allowed   []netip.Prefix // --coopr-allow, parsed
 }
 
 func (a *App) newServeCmd(g *globalOptions) *cobra.Command {
@@ -180,6 +183,7 @@ running, interrupts them and exits 1; the interrupted tasks run again later.`,
 	f.StringVar(&o.coopr.id, "coopr-provisioner-id", "", "provisioner id at the Coopr server (default loom-<short hostname>, stable across restarts)")
 	f.StringSliceVar(&o.coopr.tenants, "coopr-tenants", nil, "tenants to serve before the server assigns any, as ID[:WORKERS] (default 1 worker), comma-separated; the server's PUT /v2/tenants/{id} adjusts them")
 	f.StringVar(&o.coopr.listen, "coopr-listen", "127.0.0.1:55056", "address of the provisioner API the Coopr server calls (tenants); provisioner.bind.ip:bind.port. The server must reach it: listen off loopback on a trusted network only (the API has no authentication, as in Coopr)")
+	f.StringSliceVar(&o.coopr.allow, "coopr-allow", nil, "addresses or CIDR prefixes that may call the provisioner API, comma-separated (default: loopback and the --coopr-server host's addresses; 0.0.0.0/0,::/0 lets anyone)")
 	f.StringVar(&o.coopr.advertise, "coopr-advertise", "", "host sent to the Coopr server for calling the provisioner API (provisioner.register.ip; default: the --coopr-listen host, or this host's address toward the server)")
 	f.IntVar(&o.coopr.capacity, "coopr-capacity", 10, "worker slots this provisioner offers the Coopr server (capacityTotal); each runs one task at a time")
 	f.DurationVar(&o.coopr.heartbeat, "coopr-heartbeat", 10*time.Second, "heartbeat interval to the Coopr server (it drops a provisioner silent for 120 s)")
@@ -1012,6 +1016,9 @@ func (c *cooprOptions) parse() (map[string]int, error) {
 		if c.tls != (coopr.TLS{}) {
 			return nil, fmt.Errorf("--coopr-ca, --coopr-cert and --coopr-key need --coopr-server https://...")
 		}
+		if len(c.allow) > 0 {
+			return nil, fmt.Errorf("--coopr-allow needs --coopr-server")
+		}
 		return nil, nil
 	}
 	if !strings.HasPrefix(c.server, "http://") && !strings.HasPrefix(c.server, "https://") {
@@ -1025,6 +1032,11 @@ func (c *cooprOptions) parse() (map[string]int, error) {
 			return nil, err
 		}
 	}
+	allowed, err := coopr.ParseAllow(c.allow)
+	if err != nil {
+		return nil, err
+	}
+	c.allowed = allowed
 	if c.capacity < 1 || c.heartbeat <= 0 || c.poll <= 0 {
 		return nil, fmt.Errorf("--coopr-capacity must be at least 1, --coopr-heartbeat and --coopr-poll positive")
 	}
@@ -1056,7 +1068,7 @@ func (a *App) startCoopr(ctx context.Context, o *serveOptions, tenants map[strin
 	metrics := coopr.NewMetrics()
 	reg.MustRegister(metrics.Collectors()...)
 	cp, err := coopr.New(coopr.Config{
-		ServerURL: o.coopr.server, ID: o.coopr.id, Listen: o.coopr.listen, AdvertiseHost: o.coopr.advertise,
+		ServerURL: o.coopr.server, ID: o.coopr.id, Listen: o.coopr.listen, Allow: o.coopr.allowed, AdvertiseHost: o.coopr.advertise,
 		Capacity: o.coopr.capacity, Tenants: tenants, Types: types, Runner: runner,
 		WorkDir: o.g.workDir, StateDir: o.data, Heartbeat: o.coopr.heartbeat, Poll: o.coopr.poll, TLS: o.coopr.tls,
 		Metrics:   metrics,

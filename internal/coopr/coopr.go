@@ -25,6 +25,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -63,6 +64,11 @@ type Config struct {
 	// (tenants); provisioner.bind.ip:bind.port. Empty means
 	// 127.0.0.1:55056.
 	Listen string
+	// Allow lists the addresses that may call the provisioner API (it has
+	// no authentication, as in Coopr). Nil means loopback and the
+	// addresses of ServerURL's host (looked up again, at most every 30 s,
+	// when an unknown address calls).
+	Allow []netip.Prefix
 	// AdvertiseHost is the host sent at registration, where the server
 	// reaches the API; empty means the local address of a connection to
 	// the server (as Coopr's provisioner.register.ip fallback did).
@@ -110,10 +116,11 @@ type Config struct {
 
 // Provisioner is a running Coopr provisioner.
 type Provisioner struct {
-	cfg    Config
-	log    *slog.Logger
-	client *http.Client
-	host   string // for worker ids
+	cfg     Config
+	log     *slog.Logger
+	client  *http.Client
+	host    string   // for worker ids
+	callers *callers // who may call the provisioner API
 
 	mu         sync.Mutex
 	tenants    map[string]*tenant
@@ -246,7 +253,11 @@ func (p *Provisioner) Start(ctx context.Context) error {
 		return fmt.Errorf("coopr: the provisioner API cannot listen on %s: %w (--coopr-listen)", p.cfg.Listen, err)
 	}
 	p.apiAddr = ln.Addr().String()
-	p.api = &http.Server{Handler: p.handler(), ReadHeaderTimeout: 10 * time.Second}
+	p.callers = newCallers(p.cfg.Allow, p.cfg.ServerURL)
+	p.callers.mu.Lock()
+	p.callers.refreshLocked()
+	p.callers.mu.Unlock()
+	p.api = &http.Server{Handler: p.guard(p.handler()), ReadHeaderTimeout: 10 * time.Second}
 	go p.api.Serve(ln) //nolint:errcheck // Shutdown ends it
 
 	p.takeCtx, p.stopTaking = context.WithCancel(context.Background())
