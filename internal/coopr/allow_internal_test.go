@@ -42,7 +42,10 @@ func TestCallersDefault(t *testing.T) {
 	}
 	// An IP literal needs no lookup.
 	lit := newCallers(nil, "http://198.51.100.7:55055")
-	lit.resolve = func(context.Context, string) ([]netip.Addr, error) { t.Error("looked up an IP literal"); return nil, nil }
+	lit.resolve = func(context.Context, string) ([]netip.Addr, error) {
+		t.Error("looked up an IP literal")
+		return nil, nil
+	}
 	if !lit.allowed(netip.MustParseAddr("198.51.100.7")) || lit.allowed(netip.MustParseAddr("198.51.100.8")) {
 		t.Error("IP literal server")
 	}
