@@ -25,9 +25,59 @@ type Metrics struct {
 	latency   *prometheus.HistogramVec
 	requests  *prometheus.CounterVec
 
-	mu    sync.Mutex
-	mine  map[string][]string // tasks this process counts as running: id -> labels
-	types map[[2]string]bool  // family/type label pairs in use, at most maxTypeLabels
+	mu     sync.Mutex
+	mine   map[string]*taskSeries    // tasks this process counts as running: id -> their series
+	types  map[[2]string]bool        // family/type label pairs in use, at most maxTypeLabels
+	series map[[3]string]*taskSeries // by family, type and hook label; at most maxSeries
+}
+
+// taskSeries holds the task metrics' children of one family, type and
+// hook label set, each made when first used: WithLabelValues hashes and
+// checks every label value on each call (three transitions per task),
+// and a child made in advance would show a series nothing counted.
+type taskSeries struct {
+	labels    []string
+	running   prometheus.Gauge
+	queueWait prometheus.Observer
+	tasks     map[string]prometheus.Counter  // by state
+	duration  map[string]prometheus.Observer // by state (retry for a requeue)
+	latency   map[string]prometheus.Observer // by state
+}
+
+// maxSeries bounds Metrics.series; label sets past it are looked up in
+// the vectors on each use, as before.
+const maxSeries = 4096
+
+func (s *taskSeries) runningGauge(m *Metrics) prometheus.Gauge {
+	if s.running == nil {
+		s.running = m.running.WithLabelValues(s.labels...)
+	}
+	return s.running
+}
+
+func (s *taskSeries) queueWaitObserver(m *Metrics) prometheus.Observer {
+	if s.queueWait == nil {
+		s.queueWait = m.queueWait.WithLabelValues(s.labels...)
+	}
+	return s.queueWait
+}
+
+func (s *taskSeries) tasksCounter(m *Metrics, state string) prometheus.Counter {
+	c, ok := s.tasks[state]
+	if !ok {
+		c = m.tasks.WithLabelValues(append([]string{state}, s.labels...)...)
+		s.tasks[state] = c
+	}
+	return c
+}
+
+func stateObserver(vec *prometheus.HistogramVec, byState map[string]prometheus.Observer, state string, labels []string) prometheus.Observer {
+	o, ok := byState[state]
+	if !ok {
+		o = vec.WithLabelValues(append([]string{state}, labels...)...)
+		byState[state] = o
+	}
+	return o
 }
 
 // maxTypeLabels bounds the plugin types the task metrics keep apart.
@@ -76,8 +126,9 @@ func NewMetrics() *Metrics {
 			Name: "loom_http_requests_total",
 			Help: "HTTP API requests, by route and status code.",
 		}, []string{"route", "code"}),
-		mine:  map[string][]string{},
-		types: map[[2]string]bool{},
+		mine:   map[string]*taskSeries{},
+		types:  map[[2]string]bool{},
+		series: map[[3]string]*taskSeries{},
 	}
 	m.reg.MustRegister(m.tasks, m.running, m.duration, m.queueWait, m.latency, m.requests,
 		collectors.NewGoCollector(),
@@ -101,11 +152,11 @@ func (m *Metrics) Observe(t queue.Transition) {
 	if t.Lost { // the attempt ended here without a state change
 		if prev, ok := m.mine[r.TaskID]; ok {
 			delete(m.mine, r.TaskID)
-			m.running.WithLabelValues(prev...).Dec()
+			prev.runningGauge(m).Dec()
 		}
 		return
 	}
-	labels := m.labelsLocked(r)
+	ser := m.seriesLocked(r)
 	now := time.Now()
 	end := now
 	if r.Finished != nil {
@@ -113,26 +164,41 @@ func (m *Metrics) Observe(t queue.Transition) {
 	}
 	if prev, ok := m.mine[r.TaskID]; ok && t.From == queue.Running {
 		delete(m.mine, r.TaskID)
-		m.running.WithLabelValues(prev...).Dec()
+		prev.runningGauge(m).Dec()
 		if r.State != queue.Running && r.Started != nil {
 			state := string(r.State)
 			if r.State == queue.Queued {
 				state = "retry"
 			}
-			m.duration.WithLabelValues(append([]string{state}, prev...)...).Observe(seconds(end.Sub(*r.Started)))
+			stateObserver(m.duration, prev.duration, state, prev.labels).Observe(seconds(end.Sub(*r.Started)))
 		}
 	}
 	if r.State == queue.Running {
-		m.mine[r.TaskID] = labels
-		m.running.WithLabelValues(labels...).Inc()
+		m.mine[r.TaskID] = ser
+		ser.runningGauge(m).Inc()
 		if r.Attempts == 1 && r.Started != nil && !r.Created.IsZero() {
-			m.queueWait.WithLabelValues(labels...).Observe(seconds(r.Started.Sub(r.Created)))
+			ser.queueWaitObserver(m).Observe(seconds(r.Started.Sub(r.Created)))
 		}
 	}
 	if r.State.Terminal() && t.From != r.State && !r.Created.IsZero() {
-		m.latency.WithLabelValues(append([]string{string(r.State)}, labels...)...).Observe(seconds(end.Sub(r.Created)))
+		stateObserver(m.latency, ser.latency, string(r.State), ser.labels).Observe(seconds(end.Sub(r.Created)))
 	}
-	m.tasks.WithLabelValues(append([]string{string(r.State)}, labels...)...).Inc()
+	ser.tasksCounter(m, string(r.State)).Inc()
+}
+
+// seriesLocked is the series of a record's labels (see labelsLocked).
+func (m *Metrics) seriesLocked(r queue.Record) *taskSeries {
+	labels := m.labelsLocked(r)
+	key := [3]string{labels[0], labels[1], labels[2]}
+	if s, ok := m.series[key]; ok {
+		return s
+	}
+	s := &taskSeries{labels: labels, tasks: map[string]prometheus.Counter{}, duration: map[string]prometheus.Observer{},
+		latency: map[string]prometheus.Observer{}}
+	if len(m.series) < maxSeries {
+		m.series[key] = s
+	}
+	return s
 }
 
 // labelsLocked is the family, type and hook labels of a record, with the

@@ -136,3 +136,50 @@ func TestObserveLostAttempt(t *testing.T) {
 		}
 	}
 }
+
+// Many tasks through the same label sets (their children kept between
+// transitions), one retried: every count lands in its own series, and no
+// series appears for a state nothing reached.
+func TestObserveSeriesKept(t *testing.T) {
+	m := NewMetrics()
+	now := time.Now()
+	for i := range 200 {
+		rec := queue.Record{TaskID: fmt.Sprint("k-", i), State: queue.Queued, Family: "automator", Type: "shell",
+			Hook: []string{"install", "configure"}[i%2], Created: now}
+		m.Observe(queue.Transition{Record: rec})
+		rec.State, rec.Attempts, rec.Started = queue.Running, 1, &now
+		m.Observe(queue.Transition{From: queue.Queued, Record: rec})
+		if i == 7 {
+			rec.State = queue.Queued
+			m.Observe(queue.Transition{From: queue.Running, Record: rec}) // retried
+			rec.State, rec.Attempts = queue.Running, 2
+			m.Observe(queue.Transition{From: queue.Queued, Record: rec})
+		}
+		rec.State, rec.Finished = queue.Succeeded, &now
+		m.Observe(queue.Transition{From: queue.Running, Record: rec})
+	}
+	want := map[string]float64{"queued/install": 100, "queued/configure": 101, "running/install": 100, "running/configure": 101,
+		"succeeded/install": 100, "succeeded/configure": 100}
+	got := map[string]float64{}
+	for _, c := range gather(t, m, "loom_tasks_total") {
+		got[label(c, "state")+"/"+label(c, "hook")] = c.GetCounter().GetValue()
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("loom_tasks_total = %v, want %v", got, want)
+	}
+	for _, g := range gather(t, m, "loom_tasks_running") {
+		if v := g.GetGauge().GetValue(); v != 0 {
+			t.Errorf("loom_tasks_running{hook=%s} = %v after every task finished, want 0", label(g, "hook"), v)
+		}
+	}
+	runs := map[string]uint64{}
+	for _, h := range gather(t, m, "loom_task_duration_seconds") {
+		runs[label(h, "state")+"/"+label(h, "hook")] = h.GetHistogram().GetSampleCount()
+	}
+	if want := map[string]uint64{"retry/configure": 1, "succeeded/install": 100, "succeeded/configure": 100}; fmt.Sprint(runs) != fmt.Sprint(want) {
+		t.Errorf("loom_task_duration_seconds counts = %v, want %v", runs, want)
+	}
+	if got := gather(t, m, "loom_task_queue_wait_seconds"); len(got) != 2 || got[0].GetHistogram().GetSampleCount()+got[1].GetHistogram().GetSampleCount() != 200 {
+		t.Errorf("loom_task_queue_wait_seconds = %v, want 200 first attempts in 2 series", got)
+	}
+}
