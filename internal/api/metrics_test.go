@@ -183,3 +183,22 @@ func TestObserveSeriesKept(t *testing.T) {
 		t.Errorf("loom_task_queue_wait_seconds = %v, want 200 first attempts in 2 series", got)
 	}
 }
+
+// BenchmarkObserve is one task's three transitions (submit, claim,
+// success) through the task metrics.
+//
+//	go test -run '^$' -bench Observe ./internal/api/
+func BenchmarkObserve(b *testing.B) {
+	m := NewMetrics()
+	now := time.Now()
+	i := 0
+	for b.Loop() {
+		i++
+		rec := queue.Record{TaskID: fmt.Sprint("b-", i%1000), State: queue.Queued, Family: "automator", Type: "shell", Hook: "install", Created: now}
+		m.Observe(queue.Transition{Record: rec})
+		rec.State, rec.Attempts, rec.Started = queue.Running, 1, &now
+		m.Observe(queue.Transition{From: queue.Queued, Record: rec})
+		rec.State, rec.Finished = queue.Succeeded, &now
+		m.Observe(queue.Transition{From: queue.Running, Record: rec})
+	}
+}
