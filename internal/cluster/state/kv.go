@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -54,6 +55,23 @@ type KVStore struct {
 	// and later): a round's writes go as one batch, stored with one
 	// fsync instead of one per key.
 	atomic bool
+
+	mu sync.Mutex
+	// rounds counts the journal's rounds each cluster has since its last
+	// Put here.
+	rounds map[string]int
+	// compact overrides compactRounds (tests); keepRounds leaves the
+	// rounds a Put folded into the records in place, as a crash right
+	// before their removal would (tests).
+	compact    int
+	keepRounds bool
+}
+
+func (s *KVStore) compactAfter() int {
+	if s.compact > 0 {
+		return s.compact
+	}
+	return compactRounds
 }
 
 // OpenKV creates (or opens) the cluster bucket on js. What a NATS cluster
@@ -163,28 +181,30 @@ func checkName(name string) error {
 	return nil
 }
 
-// read returns every key of the cluster with its value (lock excluded).
-func (s *KVStore) read(ctx context.Context, name string) (map[string][]byte, error) {
+// read returns every key of the cluster with its value and revision
+// (lock excluded).
+func (s *KVStore) read(ctx context.Context, name string) (map[string][]byte, map[string]uint64, error) {
 	w, err := s.kv.Watch(ctx, name+".>", jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("cluster %s: reading its state from bucket %s: %w", name, Bucket, err)
+		return nil, nil, fmt.Errorf("cluster %s: reading its state from bucket %s: %w", name, Bucket, err)
 	}
 	defer w.Stop()
-	out := map[string][]byte{}
+	out, revs := map[string][]byte{}, map[string]uint64{}
 	for {
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("cluster %s: reading its state from bucket %s: the watch ended early", name, Bucket)
+				return nil, nil, fmt.Errorf("cluster %s: reading its state from bucket %s: the watch ended early", name, Bucket)
 			}
 			if e == nil {
-				return out, nil
+				return out, revs, nil
 			}
 			if e.Key() != name+".lock" {
 				out[e.Key()] = e.Value()
+				revs[e.Key()] = e.Revision()
 			}
 		case <-ctx.Done():
-			return nil, fmt.Errorf("cluster %s: reading its state from bucket %s: %w", name, Bucket, ctx.Err())
+			return nil, nil, fmt.Errorf("cluster %s: reading its state from bucket %s: %w", name, Bucket, ctx.Err())
 		}
 	}
 }
@@ -196,10 +216,17 @@ func (s *KVStore) Get(name string) (*Cluster, error) {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	vals, err := s.read(ctx, name)
+	vals, revs, err := s.read(ctx, name)
 	if err != nil {
 		return nil, err
 	}
+	return decode(name, vals, revs)
+}
+
+// decode builds the cluster from its keys: the records, then the rounds
+// of the journal (<name>.r.*) in the order they were written, each change
+// applied only over a record written before it.
+func decode(name string, vals map[string][]byte, revs map[string]uint64) (*Cluster, error) {
 	raw, ok := vals[name+".c"]
 	if !ok {
 		return nil, fmt.Errorf("cluster %s: %w (in bucket %s)", name, ErrNotFound, Bucket)
@@ -256,7 +283,72 @@ func (s *KVStore) Get(name string) (*Cluster, error) {
 			c.Jobs = append(c.Jobs, j)
 		}
 	}
+	if err := replay(&c, vals, revs); err != nil {
+		return nil, err
+	}
 	return &c, nil
+}
+
+// roundKind is the kind of the keys of the journal's rounds.
+const roundKind = "r"
+
+// round is what a journal key holds: the changes of one Append.
+type round struct {
+	Changes []Change `json:"changes"`
+}
+
+// replay applies the journal's rounds to c in the order they were
+// written. A change to a key whose record was written after the round (a
+// Put since) is already in that record and is skipped.
+func replay(c *Cluster, vals map[string][]byte, revs map[string]uint64) error {
+	prefix := c.Name + "." + roundKind + "."
+	var keys []string
+	for k := range vals {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	sort.Slice(keys, func(i, j int) bool { return revs[keys[i]] < revs[keys[j]] })
+	newer := func(key string, rev uint64) bool { r, ok := revs[key]; return !ok || r < rev }
+	for _, k := range keys {
+		var r round
+		if err := json.Unmarshal(vals[k], &r); err != nil {
+			return fmt.Errorf("cluster %s: decoding key %s: %w", c.Name, k, err)
+		}
+		rev := revs[k]
+		for _, ch := range r.Changes {
+			if ch.Node != nil && newer(c.Name+".n."+ch.Node.ID, rev) {
+				if c.Nodes == nil {
+					c.Nodes = map[string]*Node{}
+				}
+				c.Nodes[ch.Node.ID] = ch.Node
+			}
+			if ch.Status != "" && newer(c.Name+".c", rev) {
+				c.Status = ch.Status
+			}
+			if ch.Job == "" {
+				continue
+			}
+			for _, j := range c.Jobs {
+				if j.ID != ch.Job {
+					continue
+				}
+				if ch.Task != nil && ch.Rec != nil && newer(taskKey(c.Name, j.ID, *ch.Task), rev) {
+					if j.Tasks == nil {
+						j.Tasks = map[int]*Task{}
+					}
+					j.Tasks[*ch.Task] = ch.Rec
+				}
+				if ch.JobStatus != "" && newer(c.Name+".j."+j.ID, rev) {
+					j.Status, j.Message = ch.JobStatus, ch.Message
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // encode is every key of the cluster with its value.
@@ -320,18 +412,43 @@ func (s *KVStore) Put(c *Cluster) error {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	have, err := s.read(ctx, c.Name)
+	have, revs, err := s.read(ctx, c.Name)
 	if err != nil {
 		return err
 	}
+	// With rounds in the journal, what a reader sees of a key is the
+	// record with the rounds applied: a key is written when either
+	// differs, so that once the rounds are gone (or if they outlive this
+	// Put) every key reads as want.
+	var seen map[string][]byte
+	var rounds []string
+	var lastRound uint64
+	for k := range have {
+		if strings.HasPrefix(k, c.Name+"."+roundKind+".") {
+			rounds = append(rounds, k)
+			lastRound = max(lastRound, revs[k])
+		}
+	}
+	if len(rounds) > 0 {
+		cur, err := decode(c.Name, have, revs)
+		if err != nil {
+			return err
+		}
+		if seen, err = encode(cur); err != nil {
+			return err
+		}
+	}
 	var puts, dels []string
 	for k, v := range want {
-		if old, ok := have[k]; !ok || hash(old) != hash(v) {
+		old, ok := have[k]
+		if !ok || hash(old) != hash(v) {
+			puts = append(puts, k)
+		} else if cur, ok := seen[k]; ok && hash(cur) != hash(v) {
 			puts = append(puts, k)
 		}
 	}
 	for k := range have {
-		if _, ok := want[k]; !ok {
+		if _, ok := want[k]; !ok && !strings.HasPrefix(k, c.Name+"."+roundKind+".") {
 			dels = append(dels, k)
 		}
 	}
@@ -345,8 +462,29 @@ func (s *KVStore) Put(c *Cluster) error {
 	} else {
 		err = s.write(ctx, c.Name, puts, want, dels)
 	}
+	if err == nil && len(rounds) > 0 && !s.keepRounds {
+		// Everything the journal said is in the records now.
+		err = s.dropRounds(ctx, c.Name, lastRound)
+	}
 	if err != nil {
 		return fmt.Errorf("cluster %s: saving its state: %w", c.Name, err)
+	}
+	s.mu.Lock()
+	delete(s.rounds, c.Name)
+	s.mu.Unlock()
+	return nil
+}
+
+// dropRounds removes the journal's rounds of cluster name up to revision
+// last, in one purge of the bucket's stream (a KV delete per key would
+// cost a synced write each).
+func (s *KVStore) dropRounds(ctx context.Context, name string, last uint64) error {
+	stream, err := s.js.Stream(ctx, "KV_"+Bucket)
+	if err != nil {
+		return fmt.Errorf("dropping the journal of cluster %s: %w", name, err)
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+Bucket+"."+name+"."+roundKind+".>"), jetstream.WithPurgeSequence(last+1)); err != nil {
+		return fmt.Errorf("dropping the journal of cluster %s: %w", name, err)
 	}
 	return nil
 }
@@ -470,11 +608,65 @@ func (s *KVStore) batch(ctx context.Context, puts []string, vals map[string][]by
 	return nil
 }
 
-// Append implements Journal: each change is written to the key it
-// changes (nodes first, then tasks, then job and cluster records).
+// Append implements Journal: the round goes to the bucket as one message
+// (a key <name>.r.<id> of the cluster's journal: one synced write, where
+// writing each changed key costs the server a write per key, 10-70 ms for
+// a round of a hundred tasks with --fsync always). Get replays the rounds
+// over the records; a Put writes them into the records and drops them,
+// and so does Append itself every compactRounds rounds. A round too large
+// for one message, or one that removes a node, goes to its keys
+// (AppendChanges).
 func (s *KVStore) Append(c *Cluster, changes []Change) error {
-	return s.AppendChanges(c.Name, changes)
+	if err := checkName(c.Name); err != nil {
+		return err
+	}
+	journal := true
+	for _, ch := range changes {
+		if ch.DeleteNode != "" {
+			journal = false
+		}
+	}
+	var data []byte
+	if journal {
+		var err error
+		if data, err = json.Marshal(round{Changes: changes}); err != nil {
+			return fmt.Errorf("cluster %s: encoding a round of its journal: %w", c.Name, err)
+		}
+	}
+	if !journal || len(data) > maxRound {
+		return s.AppendChanges(c.Name, changes)
+	}
+	s.mu.Lock()
+	n := s.rounds[c.Name]
+	s.mu.Unlock()
+	if n >= s.compactAfter() {
+		// The journal is long enough: fold it into the records (Put
+		// writes c, this round included, and drops the rounds).
+		return s.Put(c)
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	key := c.Name + "." + roundKind + "." + nuid.Next()
+	if _, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + Bucket + "." + key, Data: data}); err != nil {
+		return fmt.Errorf("cluster %s: saving its state: writing key %s: %w", c.Name, key, err)
+	}
+	s.mu.Lock()
+	if s.rounds == nil {
+		s.rounds = map[string]int{}
+	}
+	s.rounds[c.Name]++
+	s.mu.Unlock()
+	return nil
 }
+
+// maxRound is the largest round written as one message (NATS refuses
+// messages over 1 MiB by default); compactRounds is how many rounds the
+// journal of a cluster may hold before Append folds them into its
+// records.
+const (
+	maxRound      = 512 << 10
+	compactRounds = 256
+)
 
 // AppendChanges writes changes to cluster name's keys; it is Append for a
 // caller that does not hold the whole cluster (the API).
@@ -618,7 +810,7 @@ func (s *KVStore) Delete(name string) error {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	have, err := s.read(ctx, name)
+	have, _, err := s.read(ctx, name)
 	if err != nil {
 		return err
 	}

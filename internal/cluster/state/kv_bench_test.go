@@ -48,16 +48,17 @@ func BenchmarkKVPutGet1000(b *testing.B) {
 }
 
 // BenchmarkKVAppendRound: a round of the executor's journal on a 100-node
-// cluster (16 tasks and their nodes), as one atomic batch (the default on
-// a server that takes them) and key by key.
+// cluster (16 tasks and their nodes), as one journal message (Append, the
+// default), and written to its keys (AppendChanges) as one atomic batch
+// and key by key.
 func BenchmarkKVAppendRound(b *testing.B) {
-	for _, atomic := range []bool{true, false} {
-		b.Run(fmt.Sprintf("atomic=%v", atomic), func(b *testing.B) {
+	for _, mode := range []string{"journal", "batch", "keys"} {
+		b.Run(mode, func(b *testing.B) {
 			s := openKV(b)
 			if !s.atomic {
 				b.Fatal("the embedded server refused atomic batches")
 			}
-			s.atomic = atomic
+			s.atomic = mode != "keys"
 			c := &Cluster{Name: "bench", Status: Pending, Nodes: map[string]*Node{}}
 			for i := range 100 {
 				id := fmt.Sprintf("bench-n-%d", i+1)
@@ -76,7 +77,13 @@ func BenchmarkKVAppendRound(b *testing.B) {
 					changes = append(changes, Change{Node: n}, Change{Job: "bench-001", Task: &idx,
 						Rec: &Task{Status: TaskDone, Name: "INSTALL", Node: n.ID, Runs: []Run{{ID: fmt.Sprintf("bench-001-%04d-1", idx+1), Status: TaskDone}}}})
 				}
-				if err := s.Append(c, changes); err != nil {
+				var err error
+				if mode == "journal" {
+					err = s.Append(c, changes)
+				} else {
+					err = s.AppendChanges(c.Name, changes)
+				}
+				if err != nil {
 					b.Fatal(err)
 				}
 			}

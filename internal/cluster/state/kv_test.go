@@ -188,7 +188,7 @@ func TestKVAtomicRounds(t *testing.T) {
 				Runs: []Run{{ID: fmt.Sprintf("%s-001-%04d-1", name, i+1), Status: TaskDone}}}})
 		}
 		changes = append(changes, Change{Node: &Node{ID: "n-1", State: NodeActive}})
-		if err := s.Append(c, changes); err != nil {
+		if err := s.AppendChanges(c.Name, changes); err != nil {
 			t.Fatal(err)
 		}
 		got, err := s.Get(name)
@@ -221,5 +221,155 @@ func TestKVAtomicRounds(t *testing.T) {
 		if got.Nodes["n-1"].State != NodeActive || got.LastJob().Tasks[one] != nil {
 			t.Fatalf("a refused round was written in part: node %+v, task %+v", got.Nodes["n-1"], got.LastJob().Tasks[one])
 		}
+	}
+}
+
+// roundKeys is how many journal rounds cluster name has in the bucket.
+func roundKeys(t *testing.T, s *KVStore, name string) int {
+	t.Helper()
+	ctx, cancel := s.ctx()
+	defer cancel()
+	vals, _, err := s.read(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for k := range vals {
+		if strings.HasPrefix(k, name+".r.") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestKVJournal: a round of the executor goes to the bucket as one
+// journal message, not to the keys it changes; Get (of this store or of
+// another daemon's) replays the rounds in order; a Put folds them into the
+// records and drops them; a record written after a round wins over it;
+// rounds left behind by a Put cut short read as the Put wrote; the journal
+// is folded every compactRounds rounds; a round too large for a message,
+// or one that removes a node, goes to the keys; Delete drops the rounds.
+func TestKVJournal(t *testing.T) {
+	s := openKV(t)
+	c := &Cluster{Name: "shop", Status: Pending,
+		Nodes: map[string]*Node{"shop-a-1": {ID: "shop-a-1", Num: 1000, State: NodeNew}, "shop-a-2": {ID: "shop-a-2", Num: 1001, State: NodeNew}},
+		Jobs:  []*Job{{ID: "shop-001", Action: "create", Status: JobRunning, Tasks: map[int]*Task{}}}}
+	if err := s.Put(c); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	nodeRev := func(id string) uint64 {
+		t.Helper()
+		e, err := s.kv.Get(ctx, "shop.n."+id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Revision()
+	}
+	rev1 := nodeRev("shop-a-1")
+	zero, one := 0, 1
+	round := func(state string, task int, status string) []Change {
+		n := &Node{ID: "shop-a-1", Num: 1000, State: state}
+		c.Nodes["shop-a-1"] = n
+		rec := &Task{Status: status, Name: "CREATE", Node: "shop-a-1", Runs: []Run{{ID: fmt.Sprintf("shop-001-%04d-1", task+1), Status: status}}}
+		c.Jobs[0].Tasks[task] = rec
+		return []Change{{Node: n}, {Job: "shop-001", Task: &task, Rec: rec}, {Job: "shop-001", JobStatus: JobRunning}}
+	}
+	for _, r := range [][]Change{round(NodeNew, zero, TaskRunning), round(NodeCreated, zero, TaskDone), round(NodeCreated, one, TaskRunning)} {
+		if err := s.Append(c, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := roundKeys(t, s, "shop"); n != 3 || nodeRev("shop-a-1") != rev1 {
+		t.Fatalf("after 3 rounds: %d journal keys, node record rewritten: %v", n, nodeRev("shop-a-1") != rev1)
+	}
+	// Another daemon (a takeover) reads the same state.
+	other, err := OpenKV(ctx, s.js, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []*KVStore{s, other} {
+		got, err := st.Get("shop")
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := got.LastJob()
+		if got.Nodes["shop-a-1"].State != NodeCreated || j.Tasks[0].Status != TaskDone || j.Tasks[1].Status != TaskRunning || got.Nodes["shop-a-2"].State != NodeNew {
+			t.Fatalf("replayed: node %+v tasks %+v %+v", got.Nodes["shop-a-1"], j.Tasks[0], j.Tasks[1])
+		}
+	}
+	// A record written after a round (another writer, key by key) wins.
+	if err := s.AppendChanges("shop", []Change{{Node: &Node{ID: "shop-a-1", Num: 1000, State: NodeActive}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get("shop"); err != nil || got.Nodes["shop-a-1"].State != NodeActive {
+		t.Fatalf("a record newer than the rounds: %+v %v", got.Nodes["shop-a-1"], err)
+	}
+	// ...until a later round.
+	if err := s.Append(c, round(NodeCreated, one, TaskDone)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get("shop")
+	if err != nil || got.Nodes["shop-a-1"].State != NodeCreated || got.LastJob().Tasks[1].Status != TaskDone {
+		t.Fatalf("a round after the record: %+v %v", got, err)
+	}
+	// A Put cut short before it dropped the rounds: the key records
+	// what the Put wrote even where it equals an old record (node
+	// shop-a-1 back to its first value, which the rounds changed).
+	s.keepRounds = true
+	c.Nodes["shop-a-1"] = &Node{ID: "shop-a-1", Num: 1000, State: NodeActive}
+	c.Jobs[0].Status = JobComplete
+	if err := s.Put(c); err != nil {
+		t.Fatal(err)
+	}
+	if n := roundKeys(t, s, "shop"); n != 4 {
+		t.Fatalf("rounds kept: %d", n)
+	}
+	got, err = s.Get("shop")
+	if err != nil || got.Nodes["shop-a-1"].State != NodeActive || got.LastJob().Status != JobComplete || got.LastJob().Tasks[1].Status != TaskDone {
+		t.Fatalf("after a Put that left its rounds: %+v %v", got, err)
+	}
+	// The next Put drops them.
+	s.keepRounds = false
+	if err := s.Put(c); err != nil {
+		t.Fatal(err)
+	}
+	if n := roundKeys(t, s, "shop"); n != 0 {
+		t.Fatalf("rounds after a Put: %d", n)
+	}
+	if got, err = s.Get("shop"); err != nil || got.Nodes["shop-a-1"].State != NodeActive || got.LastJob().Tasks[1].Status != TaskDone {
+		t.Fatalf("after the Put: %+v %v", got, err)
+	}
+	// Every compact rounds, Append folds the journal into the records.
+	s.compact = 3
+	for i := range 7 {
+		if err := s.Append(c, round(NodeActive, 2+i, TaskDone)); err != nil {
+			t.Fatal(err)
+		}
+		if n := roundKeys(t, s, "shop"); n > 3 {
+			t.Fatalf("round %d: %d journal keys", i, n)
+		}
+	}
+	if got, err = s.Get("shop"); err != nil || len(got.LastJob().Tasks) != 9 || got.LastJob().Tasks[8].Status != TaskDone {
+		t.Fatalf("after compactions: %+v %v", got.LastJob(), err)
+	}
+	// A round over one message's worth goes to its keys.
+	before := roundKeys(t, s, "shop")
+	big := round(NodeActive, 9, TaskFailed)
+	big[1].Rec.Runs[0].Stderr = strings.Repeat("x", maxRound)
+	if err := s.Append(c, big); err != nil {
+		t.Fatal(err)
+	}
+	if n := roundKeys(t, s, "shop"); n != before {
+		t.Fatalf("a large round went to the journal: %d keys, %d before", n, before)
+	}
+	if got, err = s.Get("shop"); err != nil || got.LastJob().Tasks[9].Status != TaskFailed {
+		t.Fatalf("the large round: %v", err)
+	}
+	if err := s.Delete("shop"); err != nil {
+		t.Fatal(err)
+	}
+	if n := roundKeys(t, s, "shop"); n != 0 {
+		t.Fatalf("rounds after Delete: %d", n)
 	}
 }
