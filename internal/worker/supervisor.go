@@ -294,8 +294,8 @@ func (s *Supervisor) Warm(ctx context.Context, typ string) error {
 // ErrClosed is returned by Run after Close.
 var ErrClosed = errors.New("worker supervisor closed")
 
-// Run runs one task (its JSON, its id for logs and messages) of plugin
-// type typ in a worker and returns its Coopr result JSON and status, like
+// Run runs one task (its JSON, which runtime.ParseTask accepted; its id
+// for logs and messages) of plugin type typ in a worker and returns its Coopr result JSON and status, like
 // an in-process run. timeout is the task's own deadline
 // (runtime.TaskTimeout), enforced in the worker; when the worker has not
 // answered DeadlineGrace after it, the hook is cancelled (the worker

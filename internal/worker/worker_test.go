@@ -333,10 +333,19 @@ func TestConnFrames(t *testing.T) {
 	if err := c.Send(&worker.Frame{Type: worker.TypePing, ID: 4}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"future-kind", worker.TypePing} {
+	// A run frame's task goes as it is (not compacted), beside the
+	// frame's other fields.
+	task := "{\n  \"taskId\": \"t-1\",\n  \"config\": {\"s\": \"}\\\"\"}\n}\n"
+	if err := c.Send(&worker.Frame{Type: worker.TypeRun, ID: 5, Task: json.RawMessage(task), Memory: 7}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"future-kind", worker.TypePing, worker.TypeRun} {
 		f, err := c.Recv()
 		if err != nil || f.Type != want || f.V != worker.Version {
 			t.Fatalf("Recv = %+v, %v; want %s", f, err, want)
+		}
+		if want == worker.TypeRun && (string(f.Task) != strings.TrimSpace(task) || f.ID != 5 || f.Memory != 7) {
+			t.Fatalf("run frame: %+v, task %q", f, f.Task)
 		}
 	}
 	if _, err := c.Recv(); !errors.Is(err, io.EOF) {
