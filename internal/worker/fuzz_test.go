@@ -26,6 +26,10 @@ func FuzzFrames(f *testing.F) {
 	f.Add(append(frame(map[string]any{"v": 1, "type": "run", "task": json.RawMessage(`{"taskId":"a"}`)}), 0, 0, 0))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, '{'})
 	f.Add([]byte{0, 0, 0, 2, '{', '}'})
+	f.Add([]byte{0, 0, 0, 0}) // an empty frame: an error, not the end of the stream
+	run, _ := json.Marshal(map[string]any{"v": Version, "type": "run", "id": 7})
+	run = append(run, `{"taskId":"a"}`...) // a run frame, its task after its JSON
+	f.Add(append(binary.BigEndian.AppendUint32(nil, uint32(len(run))), run...))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c := NewConn(&rw{r: bytes.NewReader(data)})
 		for i := 0; i < 16; i++ {

@@ -11,15 +11,19 @@
 // # Wire protocol
 //
 // Frames travel in both directions on one stream socket. Each frame is a
-// 4-byte big-endian length followed by that many bytes of JSON: an object
-// with a protocol version "v" (Version) and a "type" naming its kind. A
+// 4-byte big-endian length followed by that many bytes: a JSON object
+// with a protocol version "v" (Version) and a "type" naming its kind,
+// and, in a run frame, the task's JSON right after it (neither encoded
+// nor scanned again on the way: a cluster job's task carries the whole
+// cluster's nodes, tens of kilobytes that encoding/json took a third of
+// the per-task time to check and copy, at each end). A
 // peer ignores frames of a type it does not know, and fields it does not
 // know, so kinds and fields can be added without breaking older peers; a
 // change that old peers would misread takes a new Version.
 //
-//	parent -> child   load    {"v":1,"type":"load","plugins":[...runtime.PluginSource...]}
+//	parent -> child   load    {"v":2,"type":"load","plugins":[...runtime.PluginSource...]}
 //	child  -> parent  hello   {"v":1,"type":"hello","pid":123,"types":{"shell":"3f2a..."}}
-//	parent -> child   run     {"v":1,"type":"run","id":7,"memory":268435456,"task":{...Coopr task...}}
+//	parent -> child   run     {"v":2,"type":"run","id":7,"memory":268435456}{...Coopr task...}
 //	parent -> child   cancel  {"v":1,"type":"cancel","id":7,"reason":"shutdown"}
 //	child  -> parent  log     {"v":1,"type":"log","id":7,"log":{"level":"INFO","msg":"...","attrs":{...}}}
 //	child  -> parent  result  {"v":1,"type":"result","id":7,"status":0,"result":{...Coopr result...}}
@@ -45,6 +49,7 @@ package worker
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -56,7 +61,7 @@ import (
 )
 
 // Version is the wire protocol version this package speaks.
-const Version = 1
+const Version = 2
 
 // MaxFrame bounds one frame, so a peer cannot make the other allocate
 // without limit. A result larger than this fails its task.
@@ -85,8 +90,11 @@ type Frame struct {
 	// the ping a pong answers.
 	ID uint64 `json:"id,omitempty"`
 
-	// Task is the Coopr task JSON of a run frame: valid JSON (Send
-	// writes it as it is).
+	// Task is the Coopr task JSON of a run frame, sent after the frame's
+	// JSON as it is: Send does not check it (it must be a task
+	// runtime.ParseTask accepted), Recv hands it over unchecked (the
+	// worker's runtime parses it, and answers a task it cannot with an
+	// error result).
 	Task json.RawMessage `json:"task,omitempty"`
 	// Memory is the memory budget of a run, in bytes (0: the worker's
 	// own). It may not exceed the budget the worker was started with.
@@ -142,11 +150,8 @@ func NewConn(rw io.ReadWriter) *Conn { return &Conn{rw: rw, r: bufio.NewReaderSi
 // ErrFrameTooLarge is returned for a frame over MaxFrame.
 var ErrFrameTooLarge = errors.New("worker frame too large")
 
-// Send writes one frame, stamping it with Version. A run frame's Task
-// goes as it is, neither checked nor compacted (encoding/json does both,
-// a third of the daemon's time per task on a cluster job's tasks, which
-// carry the whole cluster's nodes): it must be valid JSON, a task that
-// runtime.ParseTask accepted.
+// Send writes one frame, stamping it with Version; a run frame's Task
+// follows its JSON, as it is.
 func (c *Conn) Send(f *Frame) error {
 	f.V = Version
 	task := f.Task
@@ -157,7 +162,10 @@ func (c *Conn) Send(f *Frame) error {
 		return fmt.Errorf("encoding a %s frame: %w", f.Type, err)
 	}
 	if len(task) > 0 {
-		b = append(append(append(b[:len(b)-1], `,"task":`...), task...), '}')
+		if f.Type != TypeRun {
+			return fmt.Errorf("encoding a %s frame: only a run frame carries a task", f.Type)
+		}
+		b = append(b, task...)
 	}
 	if len(b) > MaxFrame {
 		return fmt.Errorf("%w: a %s frame of %d bytes (max %d)", ErrFrameTooLarge, f.Type, len(b), MaxFrame)
@@ -192,12 +200,24 @@ func (c *Conn) Recv() (*Frame, error) {
 	} else if b, _ = io.ReadAll(io.LimitReader(c.r, int64(n))); len(b) < int(n) {
 		return nil, fmt.Errorf("reading a frame of %d bytes: %w", n, io.ErrUnexpectedEOF)
 	}
+	// The frame's JSON, then a run frame's task: only the JSON is
+	// decoded.
 	f := &Frame{}
-	if err := json.Unmarshal(b, f); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(f); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = fmt.Errorf("no JSON in %d bytes: %w", len(b), io.ErrUnexpectedEOF) // not the end of the stream
+		}
 		return nil, fmt.Errorf("decoding a frame: %w", err)
 	}
 	if f.V != Version {
 		return nil, fmt.Errorf("worker protocol version %d, want %d (parent and worker are different loomd builds?)", f.V, Version)
+	}
+	if rest := b[dec.InputOffset():]; len(bytes.TrimSpace(rest)) > 0 {
+		if f.Type != TypeRun || len(f.Task) > 0 {
+			return nil, fmt.Errorf("decoding a %s frame: %d bytes after its JSON", f.Type, len(rest))
+		}
+		f.Task = rest
 	}
 	return f, nil
 }

@@ -333,8 +333,7 @@ func TestConnFrames(t *testing.T) {
 	if err := c.Send(&worker.Frame{Type: worker.TypePing, ID: 4}); err != nil {
 		t.Fatal(err)
 	}
-	// A run frame's task goes as it is (not compacted), beside the
-	// frame's other fields.
+	// A run frame's task goes as it is, after the frame's JSON.
 	task := "{\n  \"taskId\": \"t-1\",\n  \"config\": {\"s\": \"}\\\"\"}\n}\n"
 	if err := c.Send(&worker.Frame{Type: worker.TypeRun, ID: 5, Task: json.RawMessage(task), Memory: 7}); err != nil {
 		t.Fatal(err)
@@ -344,13 +343,26 @@ func TestConnFrames(t *testing.T) {
 		if err != nil || f.Type != want || f.V != worker.Version {
 			t.Fatalf("Recv = %+v, %v; want %s", f, err, want)
 		}
-		if want == worker.TypeRun && (string(f.Task) != strings.TrimSpace(task) || f.ID != 5 || f.Memory != 7) {
+		if want == worker.TypeRun && (string(f.Task) != task || f.ID != 5 || f.Memory != 7) {
 			t.Fatalf("run frame: %+v, task %q", f, f.Task)
 		}
 	}
 	if _, err := c.Recv(); !errors.Is(err, io.EOF) {
 		t.Errorf("empty stream: %v, want EOF", err)
 	}
+	// Only a run frame carries a task; bytes after another frame's JSON
+	// are an error.
+	if err := c.Send(&worker.Frame{Type: worker.TypeResult, Task: json.RawMessage(`{}`)}); err == nil {
+		t.Error("a result frame with a task was sent")
+	}
+	buf.Reset()
+	extra := `{"v":2,"type":"result","id":1}x`
+	buf.Write([]byte{0, 0, 0, byte(len(extra))})
+	buf.WriteString(extra)
+	if f, err := c.Recv(); err == nil || !strings.Contains(err.Error(), "1 bytes after its JSON") {
+		t.Errorf("a result frame with bytes after it: %+v, %v", f, err)
+	}
+	buf.Reset()
 	buf.Write([]byte{0xff, 0, 0, 0})
 	if _, err := c.Recv(); !errors.Is(err, worker.ErrFrameTooLarge) {
 		t.Errorf("oversized frame: %v", err)
