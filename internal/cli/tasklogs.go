@@ -137,7 +137,7 @@ func (r taskRunner) Run(ctx context.Context, task []byte) ([]byte, int, error) {
 			_ = json.Unmarshal(task, &head)
 			t.JobID = head.JobID
 		}
-	} else if p, err := runtime.ParseTask(task); err == nil && p.TaskID != "" {
+	} else if p, err := queue.ParsedTask(ctx, task); err == nil && p.TaskID != "" {
 		// The runtime's one-pass scan: a cluster task carries the
 		// whole cluster's nodes, which decoding costs 0.1 ms a task.
 		t = taskHead{TaskID: p.TaskID, TenantID: p.TenantID, ClusterID: p.ClusterID, JobID: p.JobID}

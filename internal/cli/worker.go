@@ -199,7 +199,7 @@ type workerRunner struct {
 }
 
 func (r workerRunner) Run(ctx context.Context, data []byte) ([]byte, int, error) {
-	task, err := runtime.ParseTask(data)
+	task, err := queue.ParsedTask(ctx, data)
 	if err != nil {
 		return nil, 0, err
 	}

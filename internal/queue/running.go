@@ -1,6 +1,10 @@
 package queue
 
-import "context"
+import (
+	"context"
+
+	"github.com/loomrt/loom/runtime"
+)
 
 type recordKey struct{}
 
@@ -20,4 +24,28 @@ func RunningRecord(ctx context.Context) (Record, bool) {
 // carrying rec for RunningRecord (a runner's tests use it too).
 func WithRunningRecord(ctx context.Context, rec Record) context.Context {
 	return context.WithValue(ctx, recordKey{}, &rec)
+}
+
+type parsedKey struct{}
+
+type parsed struct {
+	data []byte
+	task *runtime.Task
+}
+
+// WithParsedTask is ctx carrying task, parsed from data, for ParsedTask:
+// the runners a task goes through (the queue or a cluster job, the task
+// log, the worker pool) parse it once, not once each (a cluster job's
+// task carries every node of the cluster).
+func WithParsedTask(ctx context.Context, data []byte, task *runtime.Task) context.Context {
+	return context.WithValue(ctx, parsedKey{}, parsed{data: data, task: task})
+}
+
+// ParsedTask is runtime.ParseTask(data), from ctx when WithParsedTask put
+// the same bytes there (the same slice, not a copy).
+func ParsedTask(ctx context.Context, data []byte) (*runtime.Task, error) {
+	if p, ok := ctx.Value(parsedKey{}).(parsed); ok && len(p.data) == len(data) && len(data) > 0 && &p.data[0] == &data[0] {
+		return p.task, nil
+	}
+	return runtime.ParseTask(data)
 }

@@ -815,7 +815,11 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 	// takes: the delivery stays ours and the hook does not run again.
 	defer hbWG.Wait()
 	defer close(hbDone)
-	result, status, runErr := safeRun(WithRunningRecord(taskCtx, rec), runner, msg.Data())
+	rctx := WithRunningRecord(taskCtx, rec)
+	if perr == nil {
+		rctx = WithParsedTask(rctx, msg.Data(), task)
+	}
+	result, status, runErr := safeRun(rctx, runner, msg.Data())
 	aborted := q.abortCtx.Err() != nil
 	cancelReq := q.untrack(id)
 	if cancelReq {

@@ -64,7 +64,7 @@ func (t *queueTasks) Run(ctx context.Context, id string, task []byte) (*runtime.
 	if t.local != nil {
 		if p, err := runtime.ParseTask(task); err == nil {
 			if family, typ, err := p.Route(); err == nil && t.local.Serves(string(family), typ) {
-				return t.runLocal(ctx, id, task)
+				return t.runLocal(queue.WithParsedTask(ctx, task, p), id, task)
 			}
 		}
 	}
