@@ -369,6 +369,40 @@ type statusRecorder struct {
 	http.ResponseWriter
 	code int
 	hold *bodyHold // a read's share of the in-flight budget
+	// prepaid is what the request took from the budget for its answer
+	// before building it (a large result, reserved before it was loaded).
+	prepaid int64
+}
+
+// errAnswerBudget is a large result the in-flight budget has no room for.
+var errAnswerBudget = errors.New("the API's in-flight budget (--api-max-inflight-bytes) has no room for it now")
+
+// reserveResult returns r's context under which loading a large result
+// first takes twice its size from the in-flight budget (the loaded bytes
+// and the answer built from them), so that concurrent reads of large
+// results never hold more than the budget; a result that does not fit is
+// not loaded (errAnswerBudget).
+func reserveResult(w http.ResponseWriter, r *http.Request) context.Context {
+	rec, ok := w.(*statusRecorder)
+	if !ok || rec.hold == nil {
+		return r.Context()
+	}
+	return queue.WithResultReserve(r.Context(), func(size int64) error {
+		want := min(2*size+4096, rec.hold.b.max)
+		if !rec.hold.acquire(want) {
+			return errAnswerBudget
+		}
+		rec.prepaid += want
+		return nil
+	})
+}
+
+// writeAnswerBudget answers a read refused by the in-flight budget.
+func writeAnswerBudget(w http.ResponseWriter, max int64, what string) {
+	w.Header().Set("Retry-After", "1")
+	w.Header().Set(NotReadHeader, "1")
+	writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the API holds %s of request bodies and answers being sent, its in-flight budget (--api-max-inflight-bytes): %s was not sent; ask again after the Retry-After delay",
+		runtime.FormatSize(max), what))
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
@@ -592,14 +626,22 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		if !s.taskOK(w, r, id) {
 			return // another tenant's task: no waiting for it
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), min(d, s.cfg.MaxWait))
+		ctx, cancel := context.WithTimeout(reserveResult(w, r), min(d, s.cfg.MaxWait))
 		rec, err = s.cfg.Queue.Wait(ctx, id)
 		cancel()
 		if err != nil && rec.TaskID != "" && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 			err = nil // answer with the current, unfinished state
 		}
 	} else {
-		rec, err = s.cfg.Queue.Get(r.Context(), id)
+		rec, err = s.cfg.Queue.Get(reserveResult(w, r), id)
+	}
+	if errors.Is(err, errAnswerBudget) {
+		var max int64
+		if sr, ok := w.(*statusRecorder); ok && sr.hold != nil {
+			max = sr.hold.b.max
+		}
+		writeAnswerBudget(w, max, "the result of task "+id)
+		return
 	}
 	if err != nil {
 		s.queueError(w, err, id)
@@ -808,15 +850,10 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	// An answer is held whole until the client has read it: a slow reader
 	// of a large result must not hold it outside the budget. One larger
 	// than the whole budget takes all of it.
-	if rec, ok := w.(*statusRecorder); ok && rec.hold != nil && len(data) >= minHeldResponse {
-		if !rec.hold.acquire(min(int64(len(data)), rec.hold.b.max)) {
-			w.Header().Set("Retry-After", "1")
-			w.Header().Set(NotReadHeader, "1")
-			msg := fmt.Sprintf("the API holds %s of request bodies and answers being sent, its in-flight budget (--api-max-inflight-bytes): this answer of %s was not sent; ask again after the Retry-After delay",
-				runtime.FormatSize(rec.hold.b.max), runtime.FormatSize(int64(len(data))))
-			code = http.StatusServiceUnavailable
-			data, _ = json.Marshal(Error{Error: msg})
-			data = append(data, '\n')
+	if rec, ok := w.(*statusRecorder); ok && rec.hold != nil && int64(len(data))-rec.prepaid >= minHeldResponse && rec.prepaid < rec.hold.b.max {
+		if !rec.hold.acquire(min(int64(len(data))-rec.prepaid, rec.hold.b.max-rec.prepaid)) {
+			writeAnswerBudget(w, rec.hold.b.max, "this answer of "+runtime.FormatSize(int64(len(data))))
+			return
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -225,3 +225,43 @@ func TestInflightBudgetHoldsAnswers(t *testing.T) {
 		t.Errorf("%d bytes of the budget still held after every request ended", used)
 	}
 }
+
+// TestInflightBudgetReservesLargeResults: a result kept in the object
+// store takes twice its size from the in-flight budget before it is
+// loaded, so concurrent reads of large results never load more than the
+// budget holds: the read that does not fit is 503 before the result is in
+// memory (the message names the task's result, not an answer already
+// built), and goes through once the others are done.
+func TestInflightBudgetReservesLargeResults(t *testing.T) {
+	f := newFixture(t, Config{MaxBody: 64 << 10, MaxInflight: 12 << 20})
+	const size = 5 << 20 // past the KV's largest value (4 MiB): an object
+	if code, b := f.do("POST", "/v1/tasks", fmt.Sprintf(`{"taskId":"big","taskName":"INSTALL","config":{"pad":%d,"service":{"action":{"type":"shell"}}}}`, size)); code != http.StatusAccepted {
+		t.Fatalf("submit: %d %s", code, b)
+	}
+	if code, b := f.do("GET", "/v1/tasks/big?wait=20s", ""); code != http.StatusOK || decode[Task](t, b).State != queue.Succeeded {
+		t.Fatalf("wait: %d %.300s", code, b)
+	}
+	rec, err := f.q.Get(context.Background(), "big")
+	if err != nil || rec.ResultRef == "" || rec.ResultSize < size {
+		t.Fatalf("record %v (ref %q, size %d): want the result in the object store with its size", err, rec.ResultRef, rec.ResultSize)
+	}
+	entered, gate := make(chan struct{}, 1), make(chan struct{})
+	slow := stalledWriter{ResponseRecorder: httptest.NewRecorder(), entered: entered, gate: gate}
+	done := make(chan struct{})
+	go func() { f.h.ServeHTTP(slow, httptest.NewRequest("GET", "/v1/tasks/big", nil)); close(done) }()
+	<-entered // it holds 10 MiB of the 12 MiB
+	for _, path := range []string{"/v1/tasks/big", "/v1/tasks/big?wait=1s"} {
+		code, b := f.do("GET", path, "")
+		if code != http.StatusServiceUnavailable || !strings.Contains(string(b), "the result of task big was not sent") {
+			t.Errorf("GET %s beside a slow reader: %d %.200s, want 503 before loading the result", path, code, b)
+		}
+	}
+	close(gate)
+	<-done
+	if slow.Code != http.StatusOK || len(decode[Task](t, slow.Body.Bytes()).Result) < size {
+		t.Errorf("the slow reader got %d (%d bytes)", slow.Code, slow.Body.Len())
+	}
+	if code, b := f.do("GET", "/v1/tasks/big", ""); code != http.StatusOK || len(decode[Task](t, b).Result) < size {
+		t.Errorf("after the slow reader: %d (%d bytes)", code, len(b))
+	}
+}

@@ -603,6 +603,18 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 	return rec, !ack.Duplicate, nil
 }
 
+// resultReserveKey carries a WithResultReserve function in a context.
+type resultReserveKey struct{}
+
+// WithResultReserve returns a context under which Get and Wait call
+// reserve with the size of a result kept as an object before they load
+// it; an error from reserve is returned (wrapped) instead of the record.
+// The API uses it to count a large result against its in-flight budget
+// before the result is in memory.
+func WithResultReserve(ctx context.Context, reserve func(size int64) error) context.Context {
+	return context.WithValue(ctx, resultReserveKey{}, reserve)
+}
+
 // Get returns the record of a task, with its result, or ErrNotFound.
 func (q *Queue) Get(ctx context.Context, id string) (Record, error) {
 	rec, err := q.get(ctx, id)
@@ -610,6 +622,20 @@ func (q *Queue) Get(ctx context.Context, id string) (Record, error) {
 		return Record{}, err
 	}
 	if rec.ResultRef != "" {
+		if reserve, _ := ctx.Value(resultReserveKey{}).(func(int64) error); reserve != nil {
+			size := rec.ResultSize
+			if size <= 0 {
+				// A record from before ResultSize: ask the store.
+				info, err := q.obj.GetInfo(ctx, rec.ResultRef)
+				if err != nil {
+					return Record{}, fmt.Errorf("reading the size of the result of task %s (object %s): %w", id, rec.ResultRef, err)
+				}
+				size = int64(info.Size)
+			}
+			if err := reserve(size); err != nil {
+				return Record{}, fmt.Errorf("loading the result of task %s (%d bytes): %w", id, size, err)
+			}
+		}
 		b, err := q.obj.GetBytes(ctx, rec.ResultRef)
 		if err != nil {
 			return Record{}, fmt.Errorf("loading the result of task %s from object %s: %w", id, rec.ResultRef, err)

@@ -75,7 +75,10 @@ type Record struct {
 	// ResultRef names the object holding a result too large for the KV
 	// value; Get loads it into Result.
 	ResultRef string `json:"resultRef,omitempty"`
-	Error     string `json:"error,omitempty"`
+	// ResultSize is the size in bytes of the object ResultRef names (0 in
+	// records written before it was kept).
+	ResultSize int64  `json:"resultSize,omitempty"`
+	Error      string `json:"error,omitempty"`
 	// Seq is the stream sequence of the message the current attempt runs
 	// from; it tells a redelivery from a duplicate copy of the task.
 	Seq uint64 `json:"seq,omitempty"`

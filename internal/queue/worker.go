@@ -898,7 +898,7 @@ func (q *Queue) handle(runner Runner, route Route, msg jetstream.Msg, finish fun
 				log.Error("storing a large result failed; keeping its status only", "bytes", len(next.Result), "err", err)
 				next.Result = mustJSON(map[string]any{"status": status, "message": fmt.Sprintf("result of %d bytes could not be stored: %v", len(result), err)})
 			} else {
-				next.Result, next.ResultRef = nil, name
+				next.Result, next.ResultRef, next.ResultSize = nil, name, int64(len(next.Result))
 			}
 		}
 		keepInput(&next, msg.Data())
