@@ -133,15 +133,15 @@ func (w *workers) next() (rs *routeState, gen uint64, hot int) {
 	return nil, 0, 0
 }
 
-// fetched puts a route back at the end of the round robin, unless it was
-// found empty and nothing woke it since.
-func (w *workers) fetched(rs *routeState, gen uint64, got bool) {
+// fetched puts a route back at the end of the round robin when it may
+// hold more (more), or something woke it since the fetch began.
+func (w *workers) fetched(rs *routeState, gen uint64, more bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if rs.gone || rs.ready {
 		return
 	}
-	if got || rs.gen != gen {
+	if more || rs.gen != gen {
 		rs.ready = true
 		w.ready = append(w.ready, rs)
 		select {
@@ -640,8 +640,13 @@ func (q *Queue) Serve(ctx context.Context, runner Runner, concurrency int) error
 			cons := rs.cons
 			q.w.mu.Unlock()
 			got := 0
+			var pending uint64 // the consumer's undelivered messages after the last one fetched
 			err := fetch(cons, owned, hot > 0, func(msg jetstream.Msg) {
 				got++
+				pending = 1 // unknown: look again
+				if meta, err := msg.Metadata(); err == nil {
+					pending = meta.NumPending
+				}
 				owned-- // the task's goroutine frees this slot
 				wg.Add(1)
 				go func() {
@@ -649,7 +654,13 @@ func (q *Queue) Serve(ctx context.Context, runner Runner, concurrency int) error
 					q.runTask(runner, rs.route, msg, slots, finishers)
 				}()
 			})
-			q.w.fetched(rs, gen, got > 0)
+			// Look again at once only when the route may hold more: the
+			// consumer said so, or publishes that woke this fetch did not
+			// come in it (not stored yet). A fetch that took the last
+			// message needs no empty fetch after it (that was every other
+			// fetch): a new publish wakes the route, and the poll ticker
+			// finds redeliveries, as for any idle route.
+			q.w.fetched(rs, gen, got > 0 && (pending > 0 || got < hot))
 			if err != nil && got == 0 {
 				if now := time.Now().UnixNano(); now-lastErr.Load() > int64(10*time.Second) {
 					lastErr.Store(now)
