@@ -112,6 +112,7 @@ type Queue struct {
 
 	noHeartbeat  bool            // tests: let a running task's delivery expire
 	afterPublish func(id string) // tests: runs between a submit's publish and its record
+	onFetch      func(got int)   // tests: runs after each fetch with the messages it took
 
 	unlock func() // releases the data directory
 

@@ -661,6 +661,9 @@ func (q *Queue) Serve(ctx context.Context, runner Runner, concurrency int) error
 			// fetch): a new publish wakes the route, and the poll ticker
 			// finds redeliveries, as for any idle route.
 			q.w.fetched(rs, gen, got > 0 && (pending > 0 || got < hot))
+			if q.onFetch != nil {
+				q.onFetch(got)
+			}
 			if err != nil && got == 0 {
 				if now := time.Now().UnixNano(); now-lastErr.Load() > int64(10*time.Second) {
 					lastErr.Store(now)
