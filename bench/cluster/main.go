@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -65,6 +66,7 @@ func main() {
 	keep := flag.Bool("keep", false, "keep the temp dir")
 	daemon := flag.Bool("daemon", false, "run the applies through a loomd serve (queue and cluster store) instead of --local")
 	flag.StringVar(&serveArgs, "serve-args", "", "more arguments of the loomd serve -daemon starts (space-separated, e.g. \"--concurrency 64 --pprof\")")
+	flag.BoolVar(&warm, "warm", false, "apply one more cluster first, untimed, at the largest --parallelism: the daemon's worker processes are started before the timed runs")
 	flag.Parse()
 	if err := run(*bin, *nodes, *latency, strings.Split(*pars, ","), *keep, *daemon); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -122,6 +124,7 @@ services:
 		// One cluster per run: each starts from nothing.
 		files["bench-"+p+".yaml"] = strings.Replace(specText, "NAME", "bench-"+p, 1)
 	}
+	files["bench-warm.yaml"] = strings.Replace(specText, "NAME", "bench-warm", 1)
 	for rel, c := range files {
 		if err := write(rel, c); err != nil {
 			return err
@@ -144,9 +147,26 @@ services:
 		serverURL = url
 	}
 	fmt.Printf("nodes %d, hook latency %v, %s\n", nodes, latency, mode)
+	runs := pars
+	if warm {
+		most, n := pars[0], 0
+		for _, p := range pars {
+			if v, _ := strconv.Atoi(p); v > n {
+				most, n = p, v
+			}
+		}
+		runs = append([]string{"warm:" + most}, pars...)
+	}
 	var base time.Duration
-	for i, p := range pars {
-		args := []string{"apply", "bench-" + p + ".yaml", "--parallelism", p, "--log-level", "warn", "--yes"}
+	i := -1
+	for _, p := range runs {
+		name := "bench-" + p
+		if w, ok := strings.CutPrefix(p, "warm:"); ok {
+			name, p = "bench-warm", w
+		} else {
+			i++
+		}
+		args := []string{"apply", name + ".yaml", "--parallelism", p, "--log-level", "warn", "--yes"}
 		if daemon {
 			args = append(args, "--server", serverURL)
 		} else {
@@ -157,6 +177,10 @@ services:
 			return err
 		}
 		d := time.Since(start)
+		if name == "bench-warm" {
+			fmt.Printf("warm-up (--parallelism %s, untimed)\n", p)
+			continue
+		}
 		if i == 0 {
 			base = d
 			fmt.Printf("--parallelism %-4s %8.2fs (baseline)\n", p, d.Seconds())
@@ -172,6 +196,9 @@ var serverURL string
 
 // serveArgs are more arguments of loomd serve (-serve-args).
 var serveArgs string
+
+// warm applies a cluster first, untimed (-warm).
+var warm bool
 
 // serve starts loomd serve on a free loopback port and waits until it is
 // healthy.
