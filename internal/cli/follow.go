@@ -244,6 +244,10 @@ type follower struct {
 	viewJob string
 	printed map[string]bool // step jobs summarized
 	down    time.Time       // since when no daemon answers
+	// ending: the log says the job ended. Its record says so a moment
+	// later (the daemon writes the log entry first): it is looked at
+	// again soon, not after the next 2-second wait for the log.
+	ending bool
 }
 
 func (f *follower) path(sub string) string { return "/v1/clusters/" + url.PathEscape(f.name) + sub }
@@ -287,8 +291,12 @@ func (f *follower) run(ctx context.Context) error {
 				return err
 			}
 		}
+		wait := "2s"
+		if f.ending {
+			wait, check = "50ms", true
+		}
 		var resp api.LogResponse
-		err := f.c.doFailover(ctx, "GET", f.path(fmt.Sprintf("/log?after=%d&wait=2s", f.seq)), nil, &resp)
+		err := f.c.doFailover(ctx, "GET", f.path(fmt.Sprintf("/log?after=%d&wait=%s", f.seq, wait)), nil, &resp)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -340,6 +348,9 @@ func (f *follower) entry(ctx context.Context, e joblog.Entry) bool {
 		}
 		return false
 	case joblog.KindJob:
+		if e.Attr("event") == "ended" {
+			f.ending = true
+		}
 		if f.live {
 			if ev := e.Attr("event"); f.view != nil && (ev == "takeover" || ev == "interrupted") {
 				f.view.setNote(e.Msg)

@@ -55,3 +55,59 @@ func TestFollowShowsTheLogLeftWhenTheJobEnded(t *testing.T) {
 		t.Errorf("watch's summary:\n%s", out.String())
 	}
 }
+
+// A follower that reads the job's "ended" entry before the job record says
+// so (the daemon writes the log first) looks at the record again with short
+// waits for the log, not after the next 2-second one.
+func TestFollowLooksAgainWhenTheLogSaysEnded(t *testing.T) {
+	var jobCalls atomic.Int32
+	var longWaits atomic.Int32
+	ended := make(chan struct{})
+	var once atomic.Bool
+	rec := runner.Record{ID: "shop-001", Cluster: "shop", State: runner.StateRunning, Owner: "loomd a"}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/clusters/shop/job":
+			jv := api.JobView{Record: rec, LogSeq: 5}
+			// Done from the third look on: the two looks after the
+			// "ended" entry still find the record running.
+			if jobCalls.Add(1) > 3 {
+				jv.State, jv.Ended = runner.StateComplete, time.Now()
+			}
+			json.NewEncoder(w).Encode(jv)
+		case "/v1/clusters/shop/log":
+			out := api.LogResponse{Cluster: "shop", Entries: []api.LogEntry{}, Next: 6}
+			if r.URL.Query().Get("after") == "5" {
+				out.Entries = append(out.Entries, api.LogEntry{Seq: 6, Entry: joblog.Entry{Time: time.Now(), Kind: joblog.KindJob,
+					Job: "shop-001", Level: "INFO", Msg: "job shop-001 complete", Attrs: []joblog.Attr{{K: "event", V: "ended"}}}})
+				if once.CompareAndSwap(false, true) {
+					close(ended)
+				}
+			} else if r.URL.Query().Get("wait") == "2s" {
+				select {
+				case <-ended:
+					longWaits.Add(1)
+				default:
+				}
+			}
+			json.NewEncoder(w).Encode(out)
+		case "/v1/clusters/shop/state":
+			w.Write([]byte(`{"name":"shop","status":"active","nodes":{},"jobs":[{"id":"shop-001","action":"apply","status":"complete"}]}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	var out, errb lockedBuffer
+	code := testApp(nil, &out, &errb).Execute([]string{"cluster", "watch", "shop", "--server", srv.URL, "--log-format", "json"})
+	if code != 0 {
+		t.Fatalf("watch: exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+	if n := longWaits.Load(); n != 0 {
+		t.Errorf("after the log said the job ended, the follower waited %d time(s) 2 s for the log before looking at the record again", n)
+	}
+	if jobCalls.Load() < 4 || !strings.Contains(out.String(), "Cluster shop: active") {
+		t.Errorf("watch: %d looks at the job, summary:\n%s", jobCalls.Load(), out.String())
+	}
+}
