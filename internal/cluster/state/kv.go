@@ -454,17 +454,22 @@ func (s *KVStore) Put(c *Cluster) error {
 	}
 	// The cluster record last: a reader that sees it sees the rest.
 	sort.Slice(puts, func(i, j int) bool { return puts[j] == c.Name+".c" || (puts[i] != c.Name+".c" && puts[i] < puts[j]) })
+	// Records first, then the journal's rounds go (everything they said
+	// is in the records now), then removed keys: a removed key's delete
+	// marker is invisible to read, so a round that wrote the key must be
+	// gone before the key is, or replay would bring it back. A crash in
+	// between leaves the key, as if the removal had not run yet.
 	if s.atomic && len(puts) >= minBatch {
 		err = s.writeBatch(ctx, puts, want)
-		if err == nil {
-			err = s.write(ctx, c.Name, nil, nil, dels)
-		}
 	} else {
-		err = s.write(ctx, c.Name, puts, want, dels)
+		err = s.write(ctx, c.Name, puts, want, nil)
 	}
-	if err == nil && len(rounds) > 0 && !s.keepRounds {
-		// Everything the journal said is in the records now.
+	kept := len(rounds) > 0 && s.keepRounds
+	if err == nil && len(rounds) > 0 && !kept {
 		err = s.dropRounds(ctx, c.Name, lastRound)
+	}
+	if err == nil && len(dels) > 0 && !kept {
+		err = s.write(ctx, c.Name, nil, nil, dels)
 	}
 	if err != nil {
 		return fmt.Errorf("cluster %s: saving its state: %w", c.Name, err)
@@ -659,6 +664,71 @@ func (s *KVStore) Append(c *Cluster, changes []Change) error {
 	return nil
 }
 
+// foldRemoving applies changes that remove a node. Key by key, the
+// journal's earlier rounds that wrote the node would be replayed over its
+// removal (read does not see delete markers), so when the cluster has
+// rounds its state is read, changed and written whole by Put, which drops
+// the rounds before it removes keys.
+func (s *KVStore) foldRemoving(name string, changes []Change) error {
+	ctx, cancel := s.ctx()
+	have, revs, err := s.read(ctx, name)
+	cancel()
+	if err != nil {
+		return err
+	}
+	journal := false
+	for k := range have {
+		if strings.HasPrefix(k, name+"."+roundKind+".") {
+			journal = true
+			break
+		}
+	}
+	if !journal {
+		return s.appendKeys(name, changes)
+	}
+	c, err := decode(name, have, revs)
+	if err != nil {
+		return err
+	}
+	applyChanges(c, changes)
+	return s.Put(c)
+}
+
+// applyChanges applies a round's changes to c in memory.
+func applyChanges(c *Cluster, changes []Change) {
+	for _, ch := range changes {
+		if ch.Node != nil {
+			if c.Nodes == nil {
+				c.Nodes = map[string]*Node{}
+			}
+			c.Nodes[ch.Node.ID] = ch.Node
+		}
+		if ch.DeleteNode != "" {
+			delete(c.Nodes, ch.DeleteNode)
+		}
+		if ch.Status != "" {
+			c.Status = ch.Status
+		}
+		if ch.Job == "" {
+			continue
+		}
+		for _, j := range c.Jobs {
+			if j.ID != ch.Job {
+				continue
+			}
+			if ch.Task != nil && ch.Rec != nil {
+				if j.Tasks == nil {
+					j.Tasks = map[int]*Task{}
+				}
+				j.Tasks[*ch.Task] = ch.Rec
+			}
+			if ch.JobStatus != "" {
+				j.Status, j.Message = ch.JobStatus, ch.Message
+			}
+		}
+	}
+}
+
 // maxRound is the largest round written as one message (NATS refuses
 // messages over 1 MiB by default); compactRounds is how many rounds the
 // journal of a cluster may hold before Append folds them into its
@@ -674,6 +744,17 @@ func (s *KVStore) AppendChanges(name string, changes []Change) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
+	for _, ch := range changes {
+		if ch.DeleteNode != "" {
+			return s.foldRemoving(name, changes)
+		}
+	}
+	return s.appendKeys(name, changes)
+}
+
+// appendKeys writes changes key by key (nodes, removed nodes, tasks, then
+// job and cluster records).
+func (s *KVStore) appendKeys(name string, changes []Change) error {
 	ctx, cancel := s.ctx()
 	defer cancel()
 	vals := map[string][]byte{}

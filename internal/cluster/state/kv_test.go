@@ -373,3 +373,58 @@ func TestKVJournal(t *testing.T) {
 		t.Fatalf("rounds after Delete: %d", n)
 	}
 }
+
+// A node removed from the cluster (a DELETE's purge) stays removed: the
+// journal's earlier rounds that wrote it are not replayed over its
+// deletion. The delete's KV marker is invisible to Get's read, so a
+// round that deletes a node folds the journal into the records instead.
+func TestKVJournalNodeDeleteStays(t *testing.T) {
+	s := openKV(t)
+	c := &Cluster{Name: "shrink", Status: Active,
+		Nodes: map[string]*Node{"shrink-a-1": {ID: "shrink-a-1", Num: 1000, State: NodeActive}, "shrink-a-2": {ID: "shrink-a-2", Num: 1001, State: NodeActive}},
+		Jobs:  []*Job{{ID: "shrink-002", Action: "scale", Status: JobRunning, Tasks: map[int]*Task{}}}}
+	if err := s.Put(c); err != nil {
+		t.Fatal(err)
+	}
+	// The DELETE task of node 2 runs and ends: two rounds naming the node.
+	task := 0
+	for _, st := range []string{NodeActive, NodeDeleted} {
+		n := &Node{ID: "shrink-a-2", Num: 1001, State: st}
+		c.Nodes["shrink-a-2"] = n
+		rec := &Task{Status: TaskRunning, Name: "DELETE", Node: "shrink-a-2"}
+		c.Jobs[0].Tasks[task] = rec
+		if err := s.Append(c, []Change{{Node: n}, {Job: "shrink-002", Task: &task, Rec: rec}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Then the node is purged from the cluster.
+	delete(c.Nodes, "shrink-a-2")
+	if err := s.Append(c, []Change{{DeleteNode: "shrink-a-2"}}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := OpenKV(context.Background(), s.js, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []*KVStore{s, other} {
+		got, err := st.Get("shrink")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, ok := got.Nodes["shrink-a-2"]; ok {
+			t.Fatalf("the purged node came back from the journal: %+v", n)
+		}
+		if got.Nodes["shrink-a-1"] == nil || got.LastJob().Tasks[0] == nil {
+			t.Fatalf("the rest of the state is lost: %+v", got)
+		}
+	}
+	// Later rounds still journal.
+	n1 := &Node{ID: "shrink-a-1", Num: 1000, State: NodeActive, Hostname: "h1"}
+	c.Nodes["shrink-a-1"] = n1
+	if err := s.Append(c, []Change{{Node: n1}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get("shrink"); err != nil || got.Nodes["shrink-a-1"].Hostname != "h1" || got.Nodes["shrink-a-2"] != nil {
+		t.Fatalf("after a later round: %+v %v", got, err)
+	}
+}
