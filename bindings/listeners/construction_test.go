@@ -26,6 +26,7 @@ var allowed = map[string]string{
 	"bench/daemon/ceiling.go":                              "a benchmark's NATS server without a network listener",
 	"bench/cluster/main.go":                                "a benchmark's fake server",
 	"bench/coopr/main.go":                                  "a benchmark's stand-in Coopr server",
+	"bench/slowreaders/main.go":                            "a benchmark's free-port probe for the loomd it starts",
 	"internal/cloudfake/linodefake/cmd/linodefake/main.go": "a test's Linode API stand-in, run as its own process",
 }
 
