@@ -715,9 +715,6 @@ func (q *Queue) Wait(ctx context.Context, id string) (Record, error) {
 		q.mu.Unlock()
 	}()
 	rec, err := q.get(ctx, id)
-	if errors.Is(err, ErrNotFound) {
-		rec, err = q.awaitRecord(ctx, id, ch)
-	}
 	if err != nil {
 		return Record{}, err
 	}
@@ -739,48 +736,6 @@ func (q *Queue) Wait(ctx context.Context, id string) (Record, error) {
 	}
 	return rec, nil
 }
-
-// awaitRecord waits for the record of a task Wait found none of. A task
-// accepted while its record could not be written (a NATS leader
-// election) is recorded when a worker claims it, and on a cluster a record
-// just written may not be on the replica that answered yet: so an unknown
-// id is given notFoundGrace (or ctx's deadline, if sooner) to appear
-// before Wait calls it unknown. The watch wakes it; a read every 250 ms
-// covers a change the watch missed.
-func (q *Queue) awaitRecord(ctx context.Context, id string, ch <-chan Record) (Record, error) {
-	grace := time.NewTimer(q.notFoundGrace())
-	defer grace.Stop()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return Record{}, fmt.Errorf("%w: %s (no record appeared while waiting)", ErrNotFound, id)
-		case <-grace.C:
-			return Record{}, fmt.Errorf("%w: %s (no record appeared within %v)", ErrNotFound, id, q.notFoundGrace())
-		case r, ok := <-ch:
-			if !ok {
-				return Record{}, ErrClosed
-			}
-			return r, nil
-		case <-tick.C:
-			rec, err := q.get(ctx, id)
-			switch {
-			case err == nil:
-				return rec, nil
-			case ctx.Err() != nil:
-				return Record{}, fmt.Errorf("%w: %s (no record appeared while waiting)", ErrNotFound, id)
-			case !errors.Is(err, ErrNotFound):
-				return Record{}, err
-			}
-		}
-	}
-}
-
-// notFoundGrace is how long Wait waits for the record of an id it does
-// not know: two ack waits, in which a claimed task's worker has written
-// its record.
-func (q *Queue) notFoundGrace() time.Duration { return 2 * q.cfg.AckWait }
 
 // startWatch follows every record change, to wake waiters.
 // The watches live as long as the queue, not as Open's context.

@@ -580,33 +580,8 @@ func TestWaitTimesOutWithCurrentRecord(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || rec.State != Queued {
 		t.Fatalf("Wait = %+v, %v; want the queued record and a deadline error", rec, err)
 	}
-	short, cancelShort := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancelShort()
-	if _, err := q.Wait(short, "missing"); !errors.Is(err, ErrNotFound) {
+	if _, err := q.Wait(context.Background(), "missing"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Wait(missing) error = %v, want ErrNotFound", err)
-	}
-}
-
-// A Wait that starts before the task's record exists (a task accepted
-// while its record could not be written, recorded when it starts; a
-// replica behind) waits for the record instead of answering "not found";
-// an id that never appears is ErrNotFound once the wait ends.
-func TestWaitForARecordNotWrittenYet(t *testing.T) {
-	q := open(t, testConfig(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	got := make(chan error, 1)
-	var rec Record
-	go func() {
-		var err error
-		rec, err = q.Wait(ctx, "late-1")
-		got <- err
-	}()
-	time.Sleep(300 * time.Millisecond) // Wait has looked and found nothing
-	serve(t, q, RunnerFunc(func(context.Context, []byte) ([]byte, int, error) { return []byte(`{"status":0}`), 0, nil }), 1, shell)
-	submit(t, q, task("late-1", "shell"))
-	if err := <-got; err != nil || rec.State != Succeeded {
-		t.Fatalf("Wait from before the record = %+v, %v; want the succeeded record", rec, err)
 	}
 }
 
