@@ -569,7 +569,7 @@ func (r *apiRunner) Run(ctx context.Context, id string, task []byte) (*runtime.R
 		// loads the plugin later runs the task.
 		r.log.Warn("loomd: "+sub.Warning+"; the apply waits for it (bound the wait with --task-timeout)", "task", id)
 	}
-	t, err := r.c.waitTask(ctx, id, r.timeout)
+	t, err := r.c.waitTask(ctx, id, r.timeout, true)
 	if err != nil {
 		return nil, fmt.Errorf("waiting for task %s: %w", id, err)
 	}

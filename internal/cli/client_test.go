@@ -46,3 +46,30 @@ func TestClientRetriesUnreadRefusals(t *testing.T) {
 		t.Errorf("a 503 the daemon may have acted on: %v after %d calls, want it returned at once", err, calls.Load())
 	}
 }
+
+// TestWaitTaskAfterSubmit: a task this command just queued may be unknown
+// for a moment (accepted during a NATS leader election, recorded when a
+// worker claims it): waitTask asks again after a 404 then; for an id the
+// user gave, a 404 is the answer at once.
+func TestWaitTaskAfterSubmit(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) <= 2 {
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"error": "task \"t1\" not found"}`))
+			return
+		}
+		w.Write([]byte(`{"taskId": "t1", "state": "succeeded"}`))
+	}))
+	defer srv.Close()
+	c := &apiClient{base: srv.URL, hc: srv.Client()}
+	got, err := c.waitTask(context.Background(), "t1", 0, true)
+	if err != nil || got.State != "succeeded" || calls.Load() != 3 {
+		t.Fatalf("after a submit: %+v %v in %d calls, want succeeded on the third", got, err, calls.Load())
+	}
+	calls.Store(0)
+	var ae *apiError
+	if _, err := c.waitTask(context.Background(), "t1", 0, false); !errors.As(err, &ae) || ae.code != http.StatusNotFound || calls.Load() != 1 {
+		t.Errorf("an id the user gave: %v after %d calls, want the 404 at once", err, calls.Load())
+	}
+}

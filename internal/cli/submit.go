@@ -188,9 +188,16 @@ func clientErr(err error) error {
 	return err
 }
 
+// submittedGrace is how long a task this command just submitted may be
+// unknown to the daemon: one accepted while the NATS cluster elected a
+// leader gets its record when a worker claims it.
+const submittedGrace = 30 * time.Second
+
 // waitTask long-polls until the task is finished or timeout (0: no limit)
-// passes.
-func (c *apiClient) waitTask(ctx context.Context, id string, timeout time.Duration) (api.Task, error) {
+// passes. submitted says this command queued the task (the daemon
+// accepted it): a 404 within submittedGrace is then asked again.
+func (c *apiClient) waitTask(ctx context.Context, id string, timeout time.Duration, submitted bool) (api.Task, error) {
+	started := time.Now()
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -203,6 +210,14 @@ func (c *apiClient) waitTask(ctx context.Context, id string, timeout time.Durati
 		}
 		var t api.Task
 		err := c.do(ctx, "GET", "/v1/tasks/"+url.PathEscape(id)+"?wait="+poll.String(), nil, &t)
+		var ae *apiError
+		if submitted && errors.As(err, &ae) && ae.code == http.StatusNotFound && time.Since(started) < submittedGrace && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+			continue
+		}
 		if err != nil {
 			if ctx.Err() != nil && timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				// The long poll was cut by our deadline: say where the task is.
@@ -298,7 +313,7 @@ func (a *App) runSubmit(ctx context.Context, o *submitOptions) error {
 	if !o.wait {
 		return a.printJSON(sub)
 	}
-	t, err := c.waitTask(ctx, sub.TaskID, o.timeout)
+	t, err := c.waitTask(ctx, sub.TaskID, o.timeout, true)
 	if err != nil {
 		return clientErr(err)
 	}

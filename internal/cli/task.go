@@ -136,7 +136,7 @@ func (a *App) runTaskCancel(ctx context.Context, o *taskOptions, id string) erro
 	if r.CancelRequested && o.wait > 0 {
 		// On a timeout (or a lost connection) the task is shown as the
 		// cancel request found it, with the hint below.
-		if w, err := c.waitTask(ctx, id, o.wait); err == nil || w.TaskID != "" {
+		if w, err := c.waitTask(ctx, id, o.wait, false); err == nil || w.TaskID != "" {
 			t = w
 		}
 	}
@@ -187,7 +187,7 @@ func (a *App) runTaskWait(ctx context.Context, o *taskOptions, id string) error 
 	if err != nil {
 		return err
 	}
-	t, err := c.waitTask(ctxOr(ctx), id, o.timeout)
+	t, err := c.waitTask(ctxOr(ctx), id, o.timeout, false)
 	if err != nil {
 		return clientErr(err)
 	}

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -269,6 +270,14 @@ func failover(t *testing.T, n int, fault func(c *natsCluster, leader string)) {
 	for id := range ids {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		rec, err := qs[0].Wait(ctx, id)
+		// A task accepted while its record could not be written (the
+		// election) is recorded when a worker claims it: until then it
+		// is not found, as for any client that submitted it (loomd
+		// submit --wait and cluster jobs look again for a while).
+		for errors.Is(err, ErrNotFound) && ctx.Err() == nil {
+			time.Sleep(250 * time.Millisecond)
+			rec, err = qs[0].Wait(ctx, id)
+		}
 		cancel()
 		switch {
 		case err != nil:
