@@ -690,43 +690,10 @@ func (s *KVStore) foldRemoving(name string, changes []Change) error {
 	if err != nil {
 		return err
 	}
-	applyChanges(c, changes)
-	return s.Put(c)
-}
-
-// applyChanges applies a round's changes to c in memory.
-func applyChanges(c *Cluster, changes []Change) {
 	for _, ch := range changes {
-		if ch.Node != nil {
-			if c.Nodes == nil {
-				c.Nodes = map[string]*Node{}
-			}
-			c.Nodes[ch.Node.ID] = ch.Node
-		}
-		if ch.DeleteNode != "" {
-			delete(c.Nodes, ch.DeleteNode)
-		}
-		if ch.Status != "" {
-			c.Status = ch.Status
-		}
-		if ch.Job == "" {
-			continue
-		}
-		for _, j := range c.Jobs {
-			if j.ID != ch.Job {
-				continue
-			}
-			if ch.Task != nil && ch.Rec != nil {
-				if j.Tasks == nil {
-					j.Tasks = map[int]*Task{}
-				}
-				j.Tasks[*ch.Task] = ch.Rec
-			}
-			if ch.JobStatus != "" {
-				j.Status, j.Message = ch.JobStatus, ch.Message
-			}
-		}
+		c.Apply(ch)
 	}
+	return s.Put(c)
 }
 
 // maxRound is the largest round written as one message (NATS refuses
