@@ -25,7 +25,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -35,6 +34,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/loomrt/loom/internal/cloudfake/fakehttp"
 )
 
 // Options configure the fake cloud. Zero values get the defaults noted.
@@ -311,22 +312,6 @@ func (f *Fake) ExpireTokens() {
 	f.tokens = map[string]time.Time{}
 }
 
-// recorder captures the answer for the exchange log.
-type recorder struct {
-	http.ResponseWriter
-	status int
-	buf    []byte
-}
-
-func (r *recorder) WriteHeader(s int) { r.status = s; r.ResponseWriter.WriteHeader(s) }
-func (r *recorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = 200
-	}
-	r.buf = append(r.buf, b...)
-	return r.ResponseWriter.Write(b)
-}
-
 var services = []struct{ prefix, name string }{
 	{"/identity/v3", "identity"}, {"/identity/v2.0", "identity-v2"}, {"/compute/v2.1", "compute"}, {"/network", "network"}, {"/image", "image"},
 }
@@ -345,7 +330,7 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 	if flt := f.takeFault(r.Method, path); flt != nil {
 		if flt.Drop && !flt.After {
 			f.record(ex, 0, nil, nil)
-			dropConn(w)
+			fakehttp.DropConn(w)
 			return
 		}
 		if !flt.Drop {
@@ -360,35 +345,15 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// After: carry the request out, then lose the answer.
-		rec := &recorder{ResponseWriter: discard{h: http.Header{}}}
+		rec := &fakehttp.Recorder{ResponseWriter: fakehttp.Discard{H: http.Header{}}}
 		f.route(rec, r, service, path, body)
-		f.record(ex, rec.status, rec.Header(), rec.buf)
-		dropConn(w)
+		f.record(ex, rec.Status, rec.Header(), rec.Body)
+		fakehttp.DropConn(w)
 		return
 	}
-	rec := &recorder{ResponseWriter: w}
+	rec := &fakehttp.Recorder{ResponseWriter: w}
 	f.route(rec, r, service, path, body)
-	f.record(ex, rec.status, w.Header(), rec.buf)
-}
-
-// discard is a ResponseWriter that keeps nothing (an answer never sent).
-type discard struct{ h http.Header }
-
-func (d discard) Header() http.Header         { return d.h }
-func (d discard) Write(b []byte) (int, error) { return len(b), nil }
-func (d discard) WriteHeader(int)             {}
-
-func dropConn(w http.ResponseWriter) {
-	if hj, ok := w.(http.Hijacker); ok {
-		if c, _, err := hj.Hijack(); err == nil {
-			if tc, ok := c.(*net.TCPConn); ok {
-				tc.SetLinger(0)
-			}
-			c.Close()
-			return
-		}
-	}
-	panic(http.ErrAbortHandler)
+	f.record(ex, rec.Status, w.Header(), rec.Body)
 }
 
 func (f *Fake) takeFault(method, path string) *Fault {

@@ -23,7 +23,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -33,6 +32,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/loomrt/loom/internal/cloudfake/fakehttp"
 )
 
 // Options configure the fake. Zero values get the defaults noted.
@@ -216,27 +217,6 @@ func apiError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, map[string]string{"code": code, "message": msg})
 }
 
-type recorder struct {
-	http.ResponseWriter
-	status int
-	buf    []byte
-}
-
-func (r *recorder) WriteHeader(s int) { r.status = s; r.ResponseWriter.WriteHeader(s) }
-func (r *recorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = 200
-	}
-	r.buf = append(r.buf, b...)
-	return r.ResponseWriter.Write(b)
-}
-
-type discard struct{ h http.Header }
-
-func (d discard) Header() http.Header         { return d.h }
-func (d discard) Write(b []byte) (int, error) { return len(b), nil }
-func (d discard) WriteHeader(int)             {}
-
 func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	prefix := "/" + f.o.Login
@@ -256,37 +236,24 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f.mu.Unlock()
-	rec := &recorder{ResponseWriter: w}
+	rec := &fakehttp.Recorder{ResponseWriter: w}
 	switch {
 	case flt != nil && flt.Drop && !flt.After:
-		dropConn(w)
+		fakehttp.DropConn(w)
 	case flt != nil && flt.Drop:
-		lost := &recorder{ResponseWriter: discard{h: http.Header{}}}
+		lost := &fakehttp.Recorder{ResponseWriter: fakehttp.Discard{H: http.Header{}}}
 		f.route(lost, r, path, body)
-		rec.status, rec.buf = lost.status, lost.buf
-		dropConn(w)
+		rec.Status, rec.Body = lost.Status, lost.Body
+		fakehttp.DropConn(w)
 	case flt != nil:
 		apiError(rec, flt.Status, flt.Code, "injected fault")
 	default:
 		f.route(rec, r, path, body)
 	}
-	ex.Status, ex.RespBody = rec.status, rec.buf
+	ex.Status, ex.RespBody = rec.Status, rec.Body
 	f.mu.Lock()
 	f.log = append(f.log, ex)
 	f.mu.Unlock()
-}
-
-func dropConn(w http.ResponseWriter) {
-	if hj, ok := w.(http.Hijacker); ok {
-		if c, _, err := hj.Hijack(); err == nil {
-			if tc, ok := c.(*net.TCPConn); ok {
-				_ = tc.SetLinger(0)
-			}
-			_ = c.Close()
-			return
-		}
-	}
-	panic(http.ErrAbortHandler)
 }
 
 var sigRe = regexp.MustCompile(`^Signature keyId="([^"]+)",algorithm="([^"]+)",headers="([^"]+)",signature="([^"]+)"$`)
