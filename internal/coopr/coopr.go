@@ -253,10 +253,10 @@ func (p *Provisioner) Start(ctx context.Context) error {
 		return fmt.Errorf("coopr: the provisioner API cannot listen on %s: %w (--coopr-listen)", p.cfg.Listen, err)
 	}
 	p.apiAddr = ln.Addr().String()
+	// The server's name is looked up when an address other than
+	// loopback first calls, not here: a slow resolver must not hold the
+	// start.
 	p.callers = newCallers(p.cfg.Allow, p.cfg.ServerURL)
-	p.callers.mu.Lock()
-	p.callers.refreshLocked()
-	p.callers.mu.Unlock()
 	p.api = &http.Server{Handler: p.guard(p.handler()), ReadHeaderTimeout: 10 * time.Second}
 	go p.api.Serve(ln) //nolint:errcheck // Shutdown ends it
 
