@@ -398,7 +398,11 @@ func reserveResult(w http.ResponseWriter, r *http.Request) context.Context {
 }
 
 // writeAnswerBudget answers a read refused by the in-flight budget.
-func writeAnswerBudget(w http.ResponseWriter, max int64, what string) {
+func writeAnswerBudget(w http.ResponseWriter, what string) {
+	var max int64
+	if rec, ok := w.(*statusRecorder); ok && rec.hold != nil {
+		max = rec.hold.b.max
+	}
 	w.Header().Set("Retry-After", "1")
 	w.Header().Set(NotReadHeader, "1")
 	writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the API holds %s of request bodies and answers being sent, its in-flight budget (--api-max-inflight-bytes): %s was not sent; ask again after the Retry-After delay",
@@ -636,11 +640,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		rec, err = s.cfg.Queue.Get(reserveResult(w, r), id)
 	}
 	if errors.Is(err, errAnswerBudget) {
-		var max int64
-		if sr, ok := w.(*statusRecorder); ok && sr.hold != nil {
-			max = sr.hold.b.max
-		}
-		writeAnswerBudget(w, max, "the result of task "+id)
+		writeAnswerBudget(w, "the result of task "+id)
 		return
 	}
 	if err != nil {
@@ -844,7 +844,9 @@ const minHeldResponse = 64 << 10
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	data, err := json.Marshal(v)
 	if err != nil {
-		code, data = http.StatusInternalServerError, []byte(`{"error":"encoding the answer failed; the daemon's log has the request"}`)
+		// A value the API built itself: a bug, said as it is.
+		code = http.StatusInternalServerError
+		data, _ = json.Marshal(Error{Error: "loomd could not encode its answer (a bug; please report it): " + err.Error()})
 	}
 	data = append(data, '\n')
 	// An answer is held whole until the client has read it: a slow reader
@@ -852,7 +854,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	// than the whole budget takes all of it.
 	if rec, ok := w.(*statusRecorder); ok && rec.hold != nil && int64(len(data))-rec.prepaid >= minHeldResponse && rec.prepaid < rec.hold.b.max {
 		if !rec.hold.acquire(min(int64(len(data))-rec.prepaid, rec.hold.b.max-rec.prepaid)) {
-			writeAnswerBudget(w, rec.hold.b.max, "this answer of "+runtime.FormatSize(int64(len(data))))
+			writeAnswerBudget(w, "this answer of "+runtime.FormatSize(int64(len(data))))
 			return
 		}
 	}
