@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +39,9 @@ type Queue interface {
 	Submit(ctx context.Context, task []byte) (queue.Record, bool, error)
 	Get(ctx context.Context, id string) (queue.Record, error)
 	Wait(ctx context.Context, id string) (queue.Record, error)
+	// WaitSubmitted is Wait for a task just submitted, whose record may
+	// not be written yet.
+	WaitSubmitted(ctx context.Context, sub queue.Record) (queue.Record, error)
 	List(ctx context.Context, f queue.Filter) (queue.Page, error)
 	Delete(ctx context.Context, id string) (queue.Record, error)
 	Cancel(ctx context.Context, id string) (queue.Record, error)
@@ -372,6 +376,10 @@ type statusRecorder struct {
 	// prepaid is what the request took from the budget for its answer
 	// before building it (a large result, reserved before it was loaded).
 	prepaid int64
+	// seeOther, when set, is where a change's answer that the budget has
+	// no room for can be read instead (POST /v1/tasks?wait=: the task is
+	// queued, so its answer is not refused as unread).
+	seeOther string
 }
 
 // errAnswerBudget is a large result the in-flight budget has no room for.
@@ -402,6 +410,15 @@ func writeAnswerBudget(w http.ResponseWriter, what string) {
 	var max int64
 	if rec, ok := w.(*statusRecorder); ok && rec.hold != nil {
 		max = rec.hold.b.max
+		if rec.seeOther != "" {
+			// The request had its effect: its answer is sent to GET
+			// there (HTTP clients follow a 303 with a GET).
+			w.Header().Set("Location", rec.seeOther)
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusSeeOther, fmt.Sprintf("the API holds %s of request bodies and answers being sent, its in-flight budget (--api-max-inflight-bytes): %s was not sent here; GET %s for it",
+				runtime.FormatSize(max), what, rec.seeOther))
+			return
+		}
 	}
 	w.Header().Set("Retry-After", "1")
 	w.Header().Set(NotReadHeader, "1")
@@ -461,7 +478,46 @@ type SubmitResponse struct {
 	Warning string `json:"warning,omitempty"`
 }
 
+// SubmitWaitResponse is the answer to POST /v1/tasks?wait= (and
+// /v1/calls?wait=): the task as GET /v1/tasks/{id}?wait= answers after
+// the same wait, with the submit's duplicate, served and warning.
+type SubmitWaitResponse struct {
+	Task
+	// Duplicate is true when the id was already known: nothing was queued.
+	Duplicate bool `json:"duplicate,omitempty"`
+	// Served and Warning are the submit's: whether a daemon served the
+	// task's plugin type when it was queued.
+	Served  bool   `json:"served"`
+	Warning string `json:"warning,omitempty"`
+}
+
+// submitWait is a submit's ?wait= (on/off, and how long).
+type submitWait struct {
+	on bool
+	d  time.Duration
+}
+
+// parseWait reads a request's ?wait=; on a bad one it has answered 400
+// and ok is false.
+func parseWait(w http.ResponseWriter, r *http.Request) (sw submitWait, ok bool) {
+	ws := r.URL.Query().Get("wait")
+	if ws == "" {
+		return submitWait{}, true
+	}
+	d, err := time.ParseDuration(ws)
+	if err != nil || d < 0 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("wait=%q is not a duration: use e.g. wait=30s", ws))
+		return submitWait{}, false
+	}
+	return submitWait{on: true, d: d}, true
+}
+
 func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
+	// A bad ?wait= is refused before anything is read or queued.
+	sw, ok := parseWait(w, r)
+	if !ok {
+		return
+	}
 	body, ok := s.readBody(w, r, "task")
 	if !ok {
 		return
@@ -469,7 +525,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 	if body, ok = s.scopeTask(w, r, body); !ok {
 		return
 	}
-	s.enqueue(w, r, body)
+	s.enqueue(w, r, body, sw)
 }
 
 // readBody reads a request body within MaxBody; on failure it has
@@ -581,8 +637,10 @@ func (h *bodyHold) shrink(n int64) {
 
 func (h *bodyHold) release() { h.shrink(0) }
 
-// enqueue submits a task to the queue and answers with SubmitResponse.
-func (s *Server) enqueue(w http.ResponseWriter, r *http.Request, body []byte) {
+// enqueue submits a task to the queue and answers with SubmitResponse,
+// or with wait on, with SubmitWaitResponse once the task finished or the
+// wait ran out.
+func (s *Server) enqueue(w http.ResponseWriter, r *http.Request, body []byte, wait submitWait) {
 	rec, isNew, err := s.cfg.Queue.Submit(r.Context(), body)
 	if err != nil {
 		if errors.Is(err, runtime.ErrInvalidTask) {
@@ -614,28 +672,76 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request, body []byte) {
 			resp.Warning = unservedWarning(route, all)
 		}
 	}
-	writeJSON(w, code, resp)
+	if !wait.on {
+		writeJSON(w, code, resp)
+		return
+	}
+	s.answerWaited(w, r, rec, code, resp, wait.d)
+}
+
+// answerWaited is the long poll of POST /v1/tasks?wait=: the same wait as
+// GET /v1/tasks/{id}?wait=, on the task the request just submitted
+// (sub), with the request's body out of the in-flight budget.
+func (s *Server) answerWaited(w http.ResponseWriter, r *http.Request, sub queue.Record, code int, resp SubmitResponse, d time.Duration) {
+	// Another tenant's task (a duplicate id) is not waited for, as GET.
+	if !s.tenantOK(w, r, sub) {
+		return
+	}
+	// The body is queued: it leaves the budget before the wait, and the
+	// answer counts as a read's (a large result is reserved before it is
+	// loaded); one that does not fit is sent to GET at Location.
+	hold, _ := r.Context().Value(bodyHoldKey{}).(*bodyHold)
+	if sr, ok := w.(*statusRecorder); ok && hold != nil {
+		hold.release()
+		sr.hold, sr.seeOther = hold, "/v1/tasks/"+url.PathEscape(sub.TaskID)
+	}
+	// WaitSubmitted: the record of a task accepted during a leader
+	// election is written when a worker claims it; this request queued
+	// it, so it is waited for instead of answered 404.
+	rec, err := s.longPoll(w, r, d, func(ctx context.Context) (queue.Record, error) {
+		return s.cfg.Queue.WaitSubmitted(ctx, sub)
+	})
+	if errors.Is(err, errAnswerBudget) {
+		writeAnswerBudget(w, "the result of task "+sub.TaskID)
+		return
+	}
+	if err != nil {
+		s.queueError(w, err, sub.TaskID)
+		return
+	}
+	if !s.tenantOK(w, r, rec) {
+		return
+	}
+	writeJSON(w, code, SubmitWaitResponse{Task: TaskOf(rec), Duplicate: resp.Duplicate, Served: resp.Served, Warning: resp.Warning})
+}
+
+// longPoll waits up to d (at most MaxWait) for a task to finish. When the
+// wait runs out first, it returns the task's current record.
+func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, d time.Duration, wait func(context.Context) (queue.Record, error)) (queue.Record, error) {
+	ctx, cancel := context.WithTimeout(reserveResult(w, r), min(d, s.cfg.MaxWait))
+	defer cancel()
+	rec, err := wait(ctx)
+	if err != nil && rec.TaskID != "" && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		err = nil // answer with the current, unfinished state
+	}
+	return rec, err
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var rec queue.Record
 	var err error
-	if ws := r.URL.Query().Get("wait"); ws != "" {
-		d, perr := time.ParseDuration(ws)
-		if perr != nil || d < 0 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("wait=%q is not a duration: use e.g. wait=30s", ws))
-			return
-		}
+	sw, ok := parseWait(w, r)
+	if !ok {
+		return
+	}
+	if sw.on {
 		if !s.taskOK(w, r, id) {
 			return // another tenant's task: no waiting for it
 		}
-		ctx, cancel := context.WithTimeout(reserveResult(w, r), min(d, s.cfg.MaxWait))
-		rec, err = s.cfg.Queue.Wait(ctx, id)
-		cancel()
-		if err != nil && rec.TaskID != "" && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
-			err = nil // answer with the current, unfinished state
-		}
+		rec, err = s.longPoll(w, r, sw.d, func(ctx context.Context) (queue.Record, error) {
+			return s.cfg.Queue.Wait(ctx, id)
+		})
 	} else {
 		rec, err = s.cfg.Queue.Get(reserveResult(w, r), id)
 	}

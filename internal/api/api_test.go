@@ -45,6 +45,9 @@ func (r *runs) Run(_ context.Context, data []byte) ([]byte, int, error) {
 	r.mu.Lock()
 	r.n[t.TaskID]++
 	r.mu.Unlock()
+	if strings.HasPrefix(t.TaskID, "fail-") {
+		return []byte(`{"status":1,"message":"install failed","result":{"id":"` + t.TaskID + `"}}`), 1, nil
+	}
 	var pad struct {
 		Config struct {
 			Pad int `json:"pad"`

@@ -14,6 +14,10 @@ import (
 // as Coopr tasks. The body is a runtime.CallRequest; "kind" may be left
 // out when this daemon loads the type.
 func (s *Server) submitCall(w http.ResponseWriter, r *http.Request) {
+	sw, ok := parseWait(w, r)
+	if !ok {
+		return
+	}
 	body, ok := s.readBody(w, r, "call")
 	if !ok {
 		return
@@ -63,5 +67,5 @@ func (s *Server) submitCall(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	s.enqueue(w, r, task)
+	s.enqueue(w, r, task, sw)
 }

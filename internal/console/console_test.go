@@ -82,6 +82,10 @@ func (f *fakeQueue) Get(ctx context.Context, id string) (queue.Record, error) {
 
 func (f *fakeQueue) Wait(ctx context.Context, id string) (queue.Record, error) { return f.Get(ctx, id) }
 
+func (f *fakeQueue) WaitSubmitted(ctx context.Context, sub queue.Record) (queue.Record, error) {
+	return f.Get(ctx, sub.TaskID)
+}
+
 func (f *fakeQueue) List(ctx context.Context, fl queue.Filter) (queue.Page, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

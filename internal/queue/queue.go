@@ -695,6 +695,20 @@ func decodeRecord(e jetstream.KeyValueEntry) (Record, error) {
 // record. When ctx ends first it returns the latest record and ctx's
 // error, so a long poll can answer with the current state.
 func (q *Queue) Wait(ctx context.Context, id string) (Record, error) {
+	return q.wait(ctx, id, nil)
+}
+
+// WaitSubmitted is Wait for a task this process has just submitted: sub
+// is the record Submit returned. A record that does not exist yet (one
+// accepted during a leader election is written when a worker claims it)
+// is waited for, with sub as its state meanwhile, instead of
+// ErrNotFound.
+func (q *Queue) WaitSubmitted(ctx context.Context, sub Record) (Record, error) {
+	return q.wait(ctx, sub.TaskID, &sub)
+}
+
+// wait is Wait; sub, when set, stands for a record not written yet.
+func (q *Queue) wait(ctx context.Context, id string, sub *Record) (Record, error) {
 	ch := make(chan Record, 1)
 	q.mu.Lock()
 	if q.closed {
@@ -715,6 +729,14 @@ func (q *Queue) Wait(ctx context.Context, id string) (Record, error) {
 		q.mu.Unlock()
 	}()
 	rec, err := q.get(ctx, id)
+	if sub != nil && errors.Is(err, ErrNotFound) {
+		// The watch hands over the record once it is written.
+		rec, err = *sub, nil
+		rec.Revision = 0
+	}
+	if sub != nil && err != nil && ctx.Err() != nil {
+		return *sub, ctx.Err() // a wait of 0: the submitted state
+	}
 	if err != nil {
 		return Record{}, err
 	}

@@ -585,6 +585,44 @@ func TestWaitTimesOutWithCurrentRecord(t *testing.T) {
 	}
 }
 
+// TestWaitSubmittedBeforeItsRecord: a task whose record is not written
+// yet (accepted during a leader election, recorded when a worker claims
+// it) is waited for by WaitSubmitted: the submitted record while the wait
+// lasts, not ErrNotFound, and the finished one once it is written and run.
+func TestWaitSubmittedBeforeItsRecord(t *testing.T) {
+	q := open(t, testConfig(t))
+	sub := Record{TaskID: "ws-1", State: Queued, Family: "automator", Type: "shell"}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	rec, err := q.WaitSubmitted(ctx, sub)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || rec.TaskID != "ws-1" || rec.State != Queued {
+		t.Fatalf("WaitSubmitted before the record = %+v, %v; want the submitted record and a deadline error", rec, err)
+	}
+	type waited struct {
+		rec Record
+		err error
+	}
+	got := make(chan waited, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		rec, err := q.WaitSubmitted(ctx, sub)
+		got <- waited{rec, err}
+	}()
+	for registered := false; !registered; time.Sleep(time.Millisecond) { // waiting on a record that does not exist
+		q.mu.Lock()
+		registered = len(q.waiters["ws-1"]) > 0
+		q.mu.Unlock()
+	}
+	serve(t, q, RunnerFunc(func(context.Context, []byte) ([]byte, int, error) {
+		return []byte(`{"status":0}`), 0, nil
+	}), 1, shell)
+	submit(t, q, task("ws-1", "shell"))
+	if w := <-got; w.err != nil || w.rec.State != Succeeded || w.rec.Revision == 0 {
+		t.Fatalf("WaitSubmitted = %+v, %v; want the succeeded record", w.rec, w.err)
+	}
+}
+
 func TestShutdownFinishesInFlight(t *testing.T) {
 	q := open(t, testConfig(t))
 	started := make(chan struct{}, 4)
