@@ -359,8 +359,22 @@ func TestServeMalformedDedupeAndClients(t *testing.T) {
 	tok := "--token=t0ps3cret"
 	taskFile := filepath.Join(dir, "task.json")
 	writeFile(t, taskFile, noopTask("cli-1", "noop", 0))
+	// submit --wait is one request (POST /v1/tasks?wait=), no GET.
+	requests := func(route, code string) string {
+		_, b := d.call("GET", "/metrics", "")
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, `loom_http_requests_total{code="`+code+`",route="`+route+`"} `); ok {
+				return v
+			}
+		}
+		return "0"
+	}
+	posts, gets := requests("tasks", "202"), requests("task", "200")
 	if r := loomd(t, "", "submit", taskFile, server, tok, "--wait"); r.code != 0 || gjson(t, []byte(r.stdout), "result", "version") != "v1" {
 		t.Errorf("submit --wait = %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if p, g := requests("tasks", "202"), requests("task", "200"); p == posts || g != gets {
+		t.Errorf("submit --wait: POST /v1/tasks 202s %s -> %s, GET /v1/tasks/{id} 200s %s -> %s; want one POST and no GET", posts, p, gets, g)
 	}
 	if r := loomd(t, "{", "submit", "-", server, tok); r.code != 2 || !strings.Contains(r.stderr, "invalid task") {
 		t.Errorf("submit of a malformed task = %d, want 2\n%s", r.code, r.stderr)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/loomrt/loom/internal/api"
 	"github.com/loomrt/loom/internal/queue"
+	"github.com/loomrt/loom/runtime"
 )
 
 // clientOptions are the flags of the commands that talk to a running
@@ -303,6 +304,15 @@ func (a *App) runSubmit(ctx context.Context, o *submitOptions) error {
 	if err != nil {
 		return err
 	}
+	if o.wait {
+		t, err := c.submitWait(ctx, data, o.timeout, func(warning string) {
+			fmt.Fprintf(a.Err, "loomd: warning: %s\n", warning)
+		})
+		if err != nil {
+			return clientErr(err)
+		}
+		return a.printResult(t)
+	}
 	var sub api.SubmitResponse
 	if err := c.do(ctx, "POST", "/v1/tasks", data, &sub); err != nil {
 		return clientErr(err)
@@ -310,14 +320,51 @@ func (a *App) runSubmit(ctx context.Context, o *submitOptions) error {
 	if sub.Warning != "" {
 		fmt.Fprintf(a.Err, "loomd: warning: %s\n", sub.Warning)
 	}
-	if !o.wait {
-		return a.printJSON(sub)
+	return a.printJSON(sub)
+}
+
+// submitWait queues a task and waits for it in one request (POST
+// /v1/tasks?wait=), then, while it is not finished, long-polls as
+// waitTask until timeout (0: no limit). warn gets the submit's warning.
+func (c *apiClient) submitWait(ctx context.Context, data []byte, timeout time.Duration, warn func(string)) (api.Task, error) {
+	// The task gets its id here, not from the daemon, so that an answer
+	// lost on the way is found (or the task submitted again, safely) by
+	// its id.
+	if t, err := runtime.ParseTask(data); err == nil && t.TaskID == "" {
+		if d, err := runtime.WithID(data, queue.NewID()); err == nil {
+			data = d
+		}
 	}
-	t, err := c.waitTask(ctx, sub.TaskID, o.timeout, true)
+	var deadline time.Time
+	poll := 60 * time.Second
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+		poll = min(poll, timeout)
+	}
+	// The daemon answers when the wait is over; the margin covers a
+	// daemon that does not (a lost connection is an error, not a hang).
+	pctx, cancel := context.WithTimeout(ctx, poll+30*time.Second)
+	var sub api.SubmitWaitResponse
+	err := c.do(pctx, "POST", "/v1/tasks?wait="+poll.String(), data, &sub)
+	cancel()
 	if err != nil {
-		return clientErr(err)
+		return sub.Task, err
 	}
-	return a.printResult(t)
+	if sub.Warning != "" {
+		warn(sub.Warning)
+	}
+	// A daemon older than POST ?wait= answers the submit alone (no
+	// "created"): the finished task's result is then read by the poll.
+	if sub.State.Terminal() && !sub.Created.IsZero() {
+		return sub.Task, nil
+	}
+	var rest time.Duration
+	if timeout > 0 {
+		if rest = time.Until(deadline); rest <= 0 {
+			return sub.Task, &exitError{code: ExitTimeout, err: fmt.Errorf("task %s is still %s after %v; it keeps going: check later with 'loomd task wait %s'", sub.TaskID, sub.State, timeout, sub.TaskID)}
+		}
+	}
+	return c.waitTask(ctx, sub.TaskID, rest, true)
 }
 
 // printResult prints a finished task's Coopr result JSON and returns the
