@@ -328,11 +328,15 @@ func (a *App) runSubmit(ctx context.Context, o *submitOptions) error {
 // waitTask until timeout (0: no limit). warn gets the submit's warning.
 func (c *apiClient) submitWait(ctx context.Context, data []byte, timeout time.Duration, warn func(string)) (api.Task, error) {
 	// The task gets its id here, not from the daemon, so that an answer
-	// lost on the way is found (or the task submitted again, safely) by
-	// its id.
-	if t, err := runtime.ParseTask(data); err == nil && t.TaskID == "" {
-		if d, err := runtime.WithID(data, queue.NewID()); err == nil {
-			data = d
+	// lost on the way (the wait lasts) can be looked up by its id.
+	id := ""
+	if t, err := runtime.ParseTask(data); err == nil {
+		id = t.TaskID
+		if id == "" {
+			nid := queue.NewID()
+			if d, err := runtime.WithID(data, nid); err == nil {
+				data, id = d, nid
+			}
 		}
 	}
 	var deadline time.Time
@@ -347,6 +351,10 @@ func (c *apiClient) submitWait(ctx context.Context, data []byte, timeout time.Du
 	var sub api.SubmitWaitResponse
 	err := c.do(pctx, "POST", "/v1/tasks?wait="+poll.String(), data, &sub)
 	cancel()
+	var ae *apiError
+	if err != nil && !errors.As(err, &ae) && id != "" {
+		return sub.Task, fmt.Errorf("%w (task %s may or may not be queued: 'loomd task wait %s' finds it if it is)", err, id, id)
+	}
 	if err != nil {
 		return sub.Task, err
 	}
