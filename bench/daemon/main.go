@@ -45,6 +45,7 @@ var pluginLog = flag.Int("plugin-log", 0, "log lines (loom.log info) each task's
 // idleWait is -idle-wait: how long the workers sit idle after the last
 // -idle-samples task before their memory is read.
 var startsServing = flag.Bool("starts-serving", false, "with -starts: stop each loomd only once it logged \"loomd serving\" (it serves tasks), not as soon as /healthz answers, so that its startup= is there for every start")
+
 // oneRequest is -one-request: each task is submitted and waited for in
 // one request (POST /v1/tasks?wait=), or, when false, in two (POST, then
 // GET /v1/tasks/{id}?wait=), as before.
