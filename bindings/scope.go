@@ -111,7 +111,7 @@ func (s *Scope) Hold(r Resource, what string, release func()) (func(), error) {
 }
 
 func (s *Scope) limitError(r Resource, what string, n int) error {
-	e := Errorf("limit", "%s: this task already holds %d %s, the limit per task; close what it no longer needs (conn:close())", what, n, r)
+	e := Errorf("limit", "%s: this task already holds %d %s, the limit per task; close what it no longer needs (conn:close()), or raise limits.%s in the plugin definition (loomd --task-%s for every plugin)", what, n, r, r, r)
 	e.Fields = map[string]any{"limit": n}
 	return e
 }

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/loomrt/loom/bindings"
 )
 
 // Definition is a plugin's JSON definition, in Coopr's format plus Loom's
@@ -44,7 +46,20 @@ type LimitsDef struct {
 	// "1GiB" (see ParseSize). loomd serve enforces it in the worker
 	// process running the hook; empty means the daemon's --plugin-memory.
 	Memory string `json:"memory,omitempty"`
+	// Connections caps the private connections one task holds at once
+	// (ssh.connect{reuse=false}); 0 means the runtime's
+	// Limits.MaxTaskConns (loomd --task-connections, default 16).
+	Connections int `json:"connections,omitempty"`
+	// Descriptors caps every descriptor one task holds across calls,
+	// connections included; 0 means the runtime's
+	// Limits.MaxTaskDescriptors (loomd --task-descriptors, default 32).
+	Descriptors int `json:"descriptors,omitempty"`
 }
+
+// MaxTaskHeld bounds limits.connections and limits.descriptors: a task
+// past it is a leak, not a workload (the SSH pool of one worker process
+// holds 256 connections).
+const MaxTaskHeld = 1024
 
 // TypeDef is one declared plugin type of any kind.
 type TypeDef struct {
@@ -273,7 +288,21 @@ func (t *TypeDef) main(d *Definition) string {
 }
 
 func (l *LimitsDef) validate() error {
-	if l == nil || l.Memory == "" {
+	if l == nil {
+		return nil
+	}
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"connections", l.Connections}, {"descriptors", l.Descriptors}} {
+		if c.n < 0 || c.n > MaxTaskHeld {
+			return fmt.Errorf("limits.%s %d: must be between 1 and %d (leave it out for the daemon's --task-%s)", c.name, c.n, MaxTaskHeld, c.name)
+		}
+	}
+	if l.Connections > 0 && l.Descriptors > 0 && l.Connections > l.Descriptors {
+		return fmt.Errorf("limits.connections %d is more than limits.descriptors %d: every connection holds a descriptor; raise descriptors too", l.Connections, l.Descriptors)
+	}
+	if l.Memory == "" {
 		return nil
 	}
 	n, err := ParseSize(l.Memory)
@@ -284,6 +313,29 @@ func (l *LimitsDef) validate() error {
 		return fmt.Errorf("limits.memory %q: below the minimum of %s (a worker process needs that much to start)", l.Memory, FormatSize(MinMemoryLimit))
 	}
 	return nil
+}
+
+// taskLimits are the per-task caps of the type's hooks: each field from
+// the type's limits, else the definition's, else def (the runtime's).
+// Connections raised without descriptors raise descriptors with them,
+// since each connection holds one.
+func (t *TypeDef) taskLimits(d *Definition, def bindings.TaskLimits) bindings.TaskLimits {
+	out, connSet, descSet := def, false, false
+	for _, l := range []*LimitsDef{d.Limits, t.Limits} { // the type's wins
+		if l == nil {
+			continue
+		}
+		if l.Connections > 0 {
+			out.Conns, connSet = l.Connections, true
+		}
+		if l.Descriptors > 0 {
+			out.Descriptors, descSet = l.Descriptors, true
+		}
+	}
+	if connSet && !descSet && out.Descriptors < out.Conns {
+		out.Descriptors = out.Conns
+	}
+	return out
 }
 
 // memoryLimit is the type's limits.memory in bytes, or 0 for the

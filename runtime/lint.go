@@ -22,7 +22,7 @@ var (
 	lintGroupKeys = []string{"fields", "required"}
 	lintFieldKeys = []string{"label", "type", "tip", "default", "override", "sensitive", "options"}
 	lintPermKeys  = []string{"http"}
-	lintLimitKeys = []string{"memory"}
+	lintLimitKeys = []string{"memory", "connections", "descriptors"}
 	lintResKeys   = []string{"format", "permissions"}
 	// Field types a Coopr UI knows; others render as text.
 	lintFieldTypes = []string{"text", "password", "checkbox", "select", "textarea", "number", "list"}

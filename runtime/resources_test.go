@@ -280,3 +280,61 @@ func openFDsTo(path string) int {
 	}
 	return n
 }
+
+// TestTaskCapsFromDefinition: limits.descriptors in a definition (top
+// level, overridden by the type's object) and Options.Limits set the
+// per-task caps; a type without them gets the runtime's.
+func TestTaskCapsFromDefinition(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range []struct {
+		name     string
+		top, typ map[string]any
+	}{
+		{"deftop", map[string]any{"descriptors": 5}, nil},
+		{"typewins", map[string]any{"descriptors": 5}, map[string]any{"descriptors": 3}},
+		{"connsraise", nil, map[string]any{"connections": 12}}, // descriptors follow connections up
+		{"plain", nil, nil}, // the runtime's 8
+	} {
+		pl := luatest.Plugin{Name: p.name, Family: "automator", Classname: "Holder",
+			Files: map[string]string{"holder.lua": holder}, Extra: map[string]any{}, Top: map[string]any{}}
+		if p.top != nil {
+			pl.Top["limits"] = p.top
+		}
+		if p.typ != nil {
+			pl.Extra["limits"] = p.typ
+		}
+		luatest.WritePlugin(t, dir, pl)
+	}
+	luatest.WriteFile(t, filepath.Join(dir, "bad", "bad.json"),
+		`{"name":"bad","automatortypes":["bad"],"bad":{"classname":"B","limits":{"connections":40,"descriptors":20}}}`)
+	luatest.WriteFile(t, filepath.Join(dir, "huge", "huge.json"),
+		`{"name":"huge","automatortypes":["huge"],"limits":{"descriptors":100000},"huge":{"classname":"H"}}`)
+	reg := runtime.DefaultBindings()
+	reg.Register(httpb.New(httpb.Options{}))
+	rt := luatest.NewRuntime(t, runtime.Options{PluginsDir: dir, WorkDir: t.TempDir(), Bindings: reg,
+		Logger: slog.New(slog.DiscardHandler), Limits: runtime.Limits{MaxTaskDescriptors: 8}})
+	for name, want := range map[string]int{"deftop": 6, "typewins": 4, "connsraise": 13, "plain": 9} {
+		task := luatest.Task("INSTALL", name, map[string]any{"service": map[string]any{"name": "svc",
+			"action": map[string]any{"type": name, "fields": map[string]any{"mode": "lock-nested"}}}})
+		res := luatest.Run(t, rt, task)
+		r := res.Result
+		if res.Status != 0 || r["kind"] != "limit" || fmt.Sprint(r["depth"]) != fmt.Sprint(want) ||
+			!strings.Contains(fmt.Sprint(r["message"]), fmt.Sprintf("%d descriptors, the limit per task", want-1)) ||
+			!strings.Contains(fmt.Sprint(r["message"]), "raise limits.descriptors in the plugin definition") {
+			t.Errorf("%s: want the cap hit at depth %d: %d %v %s", name, want, res.Status, r, res.Message)
+		}
+	}
+	var all []string
+	for _, e := range rt.LoadErrors() {
+		all = append(all, e.Error())
+	}
+	msg := strings.Join(all, "\n")
+	for _, want := range []string{
+		`type "bad": limits.connections 40 is more than limits.descriptors 20`,
+		`limits.descriptors 100000: must be between 1 and 1024`,
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("load errors lack %q:\n%s", want, msg)
+		}
+	}
+}

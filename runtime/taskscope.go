@@ -34,10 +34,15 @@ func (c *coroutines) release() int {
 	return alive
 }
 
-// newScope gives the VM a fresh scope for task.
+// newScope gives the VM a fresh scope for task, under its type's caps
+// (limits.connections and limits.descriptors, else the runtime's).
 func (v *vm) newScope(task string) {
 	v.endTask()
-	v.scope = bindings.NewScope(task, bindings.TaskLimits{Conns: v.rt.limits.MaxTaskConns, Descriptors: v.rt.limits.MaxTaskDescriptors})
+	def := bindings.TaskLimits{Conns: v.rt.limits.MaxTaskConns, Descriptors: v.rt.limits.MaxTaskDescriptors}
+	if v.pt != nil && v.pt.def != nil {
+		def = v.pt.def.taskLimits(v.pt.plugin.def, def)
+	}
+	v.scope = bindings.NewScope(task, def)
 }
 
 // TaskScope implements bindings.Scoped.

@@ -136,3 +136,36 @@ while true do end`, "")
 		t.Errorf("after the poison task: %s %s", got.State, got.Error)
 	}
 }
+
+// TestServeWorkerTaskCaps: --task-descriptors reaches the worker
+// processes, and a definition's limits.descriptors wins over it; a cap
+// out of range is refused before anything starts.
+func TestServeWorkerTaskCaps(t *testing.T) {
+	dir := serveDir(t, "noop")
+	plugins := filepath.Join(dir, "plugins")
+	nest := `local depth = 0
+local function nest()
+  depth = depth + 1
+  fs.with_lock("nested-" .. depth .. ".lock", nest)
+end
+fs = require("loom.fs")
+local ok, err = pcall(nest)
+error("depth " .. depth .. ": " .. tostring(err.kind) .. ": " .. tostring(err.message))`
+	writeLuaAutomator(t, plugins, "locks", nest, "")
+	writeLuaAutomator(t, plugins, "locks6", nest, `, "limits": {"descriptors": 6}`)
+	d := startDaemon(t, dir, "d.log", nil, "--task-descriptors", "4")
+	d.submit(noopTask("caps-1", "locks", 0))
+	d.submit(noopTask("caps-2", "locks6", 0))
+	for id, want := range map[string]string{"caps-1": "depth 5: limit:", "caps-2": "depth 7: limit:"} {
+		task := d.wait(id)
+		r := resultOf(t, task.Result)
+		if task.State != queue.Failed || !strings.Contains(r.Message, want) || !strings.Contains(r.Message, "the limit per task") {
+			t.Errorf("%s: %s %q; want failed with %q", id, task.State, r.Message, want)
+		}
+	}
+
+	r := loomd(t, "", "plugins", "list", "--plugins", plugins, "--task-connections", "0")
+	if r.code != 2 || !strings.Contains(r.stderr, "--task-connections 0: must be between 1 and 1024") {
+		t.Errorf("contradictory caps: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
 
+	"github.com/loomrt/loom/bindings"
 	"github.com/loomrt/loom/bindings/listeners"
 )
 
@@ -32,6 +33,9 @@ type globalOptions struct {
 	// provisionerID and workerID go into every result (provisionerId,
 	// workerId, as a Coopr worker's): serve sets them, for its workers too.
 	provisionerID, workerID string
+	// taskConns and taskDescs are the per-task caps of plugins whose
+	// definitions set no limits.connections / limits.descriptors.
+	taskConns, taskDescs int
 }
 
 // Main runs loomd with the process's arguments and returns the exit code.
@@ -110,6 +114,8 @@ environment, which wins over the file.`,
 	pf.StringVar(&g.log.format, "log-format", "text", "log format on stderr: text or json")
 	pf.StringVar(&g.log.level, "log-level", "info", "log level: debug, info, warn or error")
 	g.ssh.addFlags(pf)
+	pf.IntVar(&g.taskConns, "task-connections", bindings.DefaultTaskLimits.Conns, "private connections one task may hold at once (ssh.connect{reuse=false}), unless its plugin's definition sets limits.connections")
+	pf.IntVar(&g.taskDescs, "task-descriptors", bindings.DefaultTaskLimits.Descriptors, "descriptors one task may hold across calls, connections included, unless its plugin's definition sets limits.descriptors")
 
 	root.AddCommand(
 		a.newRunCmd(g),

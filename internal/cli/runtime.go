@@ -192,8 +192,27 @@ type runtimeConfig struct {
 }
 
 // newRuntime builds and loads a runtime from the global options.
+// taskLimits are the runtime's per-task caps from --task-connections
+// and --task-descriptors. Connections count as descriptors, so the lower
+// of the two bounds them.
+func (g *globalOptions) taskLimits() (runtime.Limits, error) {
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"task-connections", g.taskConns}, {"task-descriptors", g.taskDescs}} {
+		if f.n < 1 || f.n > runtime.MaxTaskHeld {
+			return runtime.Limits{}, fmt.Errorf("--%s %d: must be between 1 and %d", f.name, f.n, runtime.MaxTaskHeld)
+		}
+	}
+	return runtime.Limits{MaxTaskConns: g.taskConns, MaxTaskDescriptors: g.taskDescs}, nil
+}
+
 func (a *App) newRuntime(ctx context.Context, g *globalOptions, rc runtimeConfig) (*runtime.Runtime, error) {
 	if err := a.checkHostKeyFiles(g, rc.logger); err != nil {
+		return nil, usageErr(err)
+	}
+	limits, err := g.taskLimits()
+	if err != nil {
 		return nil, usageErr(err)
 	}
 	var permit func() []string
@@ -228,6 +247,7 @@ func (a *App) newRuntime(ctx context.Context, g *globalOptions, rc runtimeConfig
 
 		QuietMissingHooks: rc.quietMissingHooks,
 		LazyTypes:         rc.lazyTypes,
+		Limits:            limits,
 	})
 	if err != nil {
 		return nil, usageErr(err)

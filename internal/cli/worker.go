@@ -119,7 +119,8 @@ func workerArgs(g *globalOptions, o *serveOptions, spec worker.TypeSpec) []strin
 		"--limit-mode", o.limitMode, "--plugins-from-daemon",
 		"--plugins", g.pluginsDir, "--work-dir", g.workDir, "--tenant", g.tenant, "--log-level", g.log.level,
 		"--ssh-allow-tofu=" + strconv.FormatBool(g.ssh.allowTOFU),
-		"--ssh-allow-insecure=" + strconv.FormatBool(g.ssh.allowInsecure)}
+		"--ssh-allow-insecure=" + strconv.FormatBool(g.ssh.allowInsecure),
+		"--task-connections", strconv.Itoa(g.taskConns), "--task-descriptors", strconv.Itoa(g.taskDescs)}
 	if len(g.ssh.knownHosts) > 0 {
 		args = append(args, "--known-hosts", strings.Join(g.ssh.knownHosts, ","))
 	}
