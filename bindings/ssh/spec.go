@@ -21,7 +21,7 @@ var moduleSpec = bindings.ModuleSpec{
 				"passphrase, cert (OpenSSH user certificate line); host_key = {policy = \"strict\"|\"pinned\"|\"tofu\"|\"insecure\", " +
 				"pinned = {\"SHA256:...\" | key line | base64 blob, ...}, known_hosts = path | {paths}}; jump = {same fields, for a bastion}; " +
 				"connect_timeout (10s), handshake_timeout (15s), keepalive (15s), keepalive_max (3); reuse (true; false gives a private " +
-				"connection closed by conn:close() or when the task ends, at most 16 per task). A handle ends with the task that opened it. Durations are seconds or strings like \"30s\". Passwords, keys and passphrases are " +
+				"connection closed by conn:close() or when the task ends, at most 16 per task by default: limits.connections). A handle ends with the task that opened it. Durations are seconds or strings like \"30s\". Passwords, keys and passphrases are " +
 				"registered as secrets. Raises config, permission (tofu/insecure not enabled, path outside the roots), connect, auth, " +
 				"host_key (shows both fingerprints on a mismatch), timeout, or limit (the task's private connections, the pool's maximum, " +
 				"the worker's file descriptors).",
