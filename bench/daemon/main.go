@@ -42,14 +42,15 @@ return Noop
 // pluginLog is -plugin-log: the lines every task's hook logs.
 var pluginLog = flag.Int("plugin-log", 0, "log lines (loom.log info) each task's hook writes; with -log-level info they reach the task's log")
 
-// idleWait is -idle-wait: how long the workers sit idle after the last
-// -idle-samples task before their memory is read.
 var startsServing = flag.Bool("starts-serving", false, "with -starts: stop each loomd only once it logged \"loomd serving\" (it serves tasks), not as soon as /healthz answers, so that its startup= is there for every start")
 
 // oneRequest is -one-request: each task is submitted and waited for in
 // one request (POST /v1/tasks?wait=), or, when false, in two (POST, then
 // GET /v1/tasks/{id}?wait=), as before.
 var oneRequest = flag.Bool("one-request", true, "submit and wait for each task in one request (POST /v1/tasks?wait=30s); false: POST, then GET ?wait=30s (the only way for a loomd older than POST ?wait=)")
+
+// idleWait is -idle-wait: how long the workers sit idle after the last
+// -idle-samples task before their memory is read.
 var idleWait = flag.Duration("idle-wait", 1500*time.Millisecond, "with -idle-samples: time the workers sit idle after the last task before their memory is read")
 
 func main() {
