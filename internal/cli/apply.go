@@ -550,9 +550,9 @@ func (r localRunner) Run(ctx context.Context, id string, task []byte) (*runtime.
 	return r.rt.Run(ctx, task)
 }
 
-// apiRunner runs tasks on a loomd: POST /v1/tasks, then wait. Submitting
-// an id loomd already knows queues nothing, so a resumed apply picks up a
-// task it lost track of.
+// apiRunner runs tasks on a loomd: POST /v1/tasks?wait=, then GET ?wait=
+// while the task is not finished. Submitting an id loomd already knows
+// queues nothing, so a resumed apply picks up a task it lost track of.
 type apiRunner struct {
 	c       *apiClient
 	timeout time.Duration
@@ -560,18 +560,13 @@ type apiRunner struct {
 }
 
 func (r *apiRunner) Run(ctx context.Context, id string, task []byte) (*runtime.Result, error) {
-	var sub api.SubmitResponse
-	if err := r.c.do(ctx, "POST", "/v1/tasks", task, &sub); err != nil {
-		return nil, fmt.Errorf("submitting task %s: %w", id, err)
-	}
-	if !sub.Served && sub.Warning != "" {
+	t, err := r.c.submitWait(ctx, task, r.timeout, func(warning string) {
 		// The apply waits on (bounded by --task-timeout): a daemon that
 		// loads the plugin later runs the task.
-		r.log.Warn("loomd: "+sub.Warning+"; the apply waits for it (bound the wait with --task-timeout)", "task", id)
-	}
-	t, err := r.c.waitTask(ctx, id, r.timeout, true)
+		r.log.Warn("loomd: "+warning+"; the apply waits for it (bound the wait with --task-timeout)", "task", id)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("waiting for task %s: %w", id, err)
+		return nil, fmt.Errorf("task %s: %w", id, err)
 	}
 	var res runtime.Result
 	if len(t.Result) > 0 {

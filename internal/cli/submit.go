@@ -323,6 +323,12 @@ func (a *App) runSubmit(ctx context.Context, o *submitOptions) error {
 	return a.printJSON(sub)
 }
 
+// submitPoll is the wait of submitWait's one request: most tasks finish
+// within it, and the warning that no daemon serves the task's type comes
+// with its answer, so it must not be long; a longer task costs GET long
+// polls after it, which are little next to its run.
+const submitPoll = 2 * time.Second
+
 // submitWait queues a task and waits for it in one request (POST
 // /v1/tasks?wait=), then, while it is not finished, long-polls as
 // waitTask until timeout (0: no limit). warn gets the submit's warning.
@@ -340,7 +346,7 @@ func (c *apiClient) submitWait(ctx context.Context, data []byte, timeout time.Du
 		}
 	}
 	var deadline time.Time
-	poll := 60 * time.Second
+	poll := submitPoll
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 		poll = min(poll, timeout)
