@@ -205,10 +205,11 @@ func renderMarkdown(reg *bindings.Registry) string {
 		s := bd.Spec()
 		fmt.Fprintf(&b, "\n## loom.%s\n\n%s\n\n| Function | Returns | Description |\n|---|---|---|\n", s.Name, s.Doc)
 		for _, f := range s.Funcs {
-			sig := fmt.Sprintf("`%s(%s)`", f.Name, strings.Join(f.Params, ", "))
-			doc := strings.ReplaceAll(strings.TrimSpace(f.Doc), "|", "\\|")
-			doc = strings.ReplaceAll(doc, "\n", "<br>")
-			fmt.Fprintf(&b, "| %s | %s | %s |\n", sig, strings.Join(f.Returns, ", "), doc)
+			// A "|" in a cell (types like number|nil too) ends it unless escaped.
+			cell := func(s string) string { return strings.ReplaceAll(s, "|", "\\|") }
+			sig := cell(fmt.Sprintf("`%s(%s)`", f.Name, strings.Join(f.Params, ", ")))
+			doc := strings.ReplaceAll(cell(strings.TrimSpace(f.Doc)), "\n", "<br>")
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", sig, cell(strings.Join(f.Returns, ", ")), doc)
 		}
 		for _, t := range s.Types {
 			renderClassMarkdown(&b, t)
