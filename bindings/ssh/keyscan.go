@@ -52,34 +52,9 @@ func (m *module) keyscan(L *lua.LState) int {
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	ctx, cancel := context.WithTimeout(m.h.Context(), timeout)
 	defer cancel()
-
-	keys := make([]ssh.PublicKey, len(scanTypes))
-	errs := make([]error, len(scanTypes))
-	var wg sync.WaitGroup
-	for i, st := range scanTypes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			keys[i], errs[i] = m.b.pool.scanOne(ctx, addr, st.algos)
-		}()
-	}
-	wg.Wait()
-	out := L.NewTable()
-	found := 0
-	for i, st := range scanTypes {
-		if keys[i] != nil {
-			out.RawSetString(st.name, lua.LString(base64.StdEncoding.EncodeToString(keys[i].Marshal())))
-			found++
-		}
-	}
-	if found == 0 {
-		kind, msg := "connect", "no host key found"
-		for _, err := range errs {
-			if err != nil {
-				msg = err.Error()
-				break
-			}
-		}
+	keys, err := m.b.pool.scan(ctx, addr)
+	if err != nil {
+		kind, msg := "connect", err.Error()
 		if ctx.Err() != nil {
 			kind, msg = "timeout", "timed out after "+timeout.String()
 		}
@@ -87,8 +62,49 @@ func (m *module) keyscan(L *lua.LState) int {
 		e.Fields = map[string]any{"host": host, "port": port}
 		bindings.Raise(L, e)
 	}
-	L.Push(out)
+	L.Push(hostKeysTable(L, keys))
 	return 1
+}
+
+// scan reads every key type addr presents, one handshake per type in
+// parallel, as {type: base64 blob}. With no key at all it returns the
+// first handshake's error ("no host key found" when none failed).
+func (p *pool) scan(ctx context.Context, addr string) (map[string]string, error) {
+	keys := make([]ssh.PublicKey, len(scanTypes))
+	errs := make([]error, len(scanTypes))
+	var wg sync.WaitGroup
+	for i, st := range scanTypes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			keys[i], errs[i] = p.scanOne(ctx, addr, st.algos)
+		}()
+	}
+	wg.Wait()
+	out := map[string]string{}
+	for i, st := range scanTypes {
+		if keys[i] != nil {
+			out[st.name] = base64.StdEncoding.EncodeToString(keys[i].Marshal())
+		}
+	}
+	if len(out) > 0 {
+		return out, nil
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return nil, errors.New("no host key found")
+}
+
+// hostKeysTable is keys as the Lua table ssh.HostKeys.
+func hostKeysTable(L *lua.LState, keys map[string]string) *lua.LTable {
+	t := L.CreateTable(0, len(keys))
+	for typ, blob := range keys {
+		t.RawSetString(typ, lua.LString(blob))
+	}
+	return t
 }
 
 // scanOne does a handshake offering only algos and stops it as soon as

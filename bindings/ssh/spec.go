@@ -45,6 +45,16 @@ var moduleSpec = bindings.ModuleSpec{
 				"Raises connect or timeout when no key could be read.",
 		},
 		{
+			Name:    "wait_host_keys",
+			Params:  []string{"opts ssh.WaitHostKeysOptions"},
+			Returns: []string{"ssh.HostKeys|nil", "string|nil"},
+			Doc: "Waits for a new machine's sshd and returns its host keys, as ssh.keyscan does: a keyscan every interval until one " +
+				"answers or the budget is spent. opts: host (required), port (22), timeout (300s: the whole budget, cut to the hook's " +
+				"deadline; 0 makes one attempt), interval (5s between attempts), attempt_timeout (10s per keyscan). When sshd never " +
+				"answered it returns nil and a message naming host:port, how long it waited, the number of attempts and the last error, " +
+				"so a CONFIRM can succeed with a warning. Raises config on bad options and cancelled (at once) when the task is cancelled.",
+		},
+		{
 			Name:    "quote",
 			Params:  []string{"...string|number|string[]"},
 			Returns: []string{"string"},

@@ -103,6 +103,10 @@ type Options struct {
 	// ahead: a connection to an address there takes it instead of
 	// dialling (see EarlyDials). The caller closes them.
 	EarlyDials *EarlyDials
+	// Clock times ssh.wait_host_keys' budget and the pauses between its
+	// attempts. Default: the wall clock; loomd test gives its virtual one,
+	// so a plugin waiting for sshd runs at once in tests.
+	Clock bindings.Clock
 }
 
 // dialTCP opens the TCP connection to addr, within timeout when it is
@@ -168,6 +172,7 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	o.Clock = bindings.ClockOrReal(o.Clock)
 	return o
 }
 
@@ -205,10 +210,11 @@ func (b *Binding) Open(L *lua.LState, h bindings.Host) lua.LValue {
 	m := &module{b: b, h: h}
 	t := L.NewTable()
 	L.SetFuncs(t, map[string]lua.LGFunction{
-		"connect":    m.connect,
-		"from_input": m.fromInput,
-		"keyscan":    m.keyscan,
-		"quote":      luaQuote,
+		"connect":        m.connect,
+		"from_input":     m.fromInput,
+		"keyscan":        m.keyscan,
+		"quote":          luaQuote,
+		"wait_host_keys": m.waitHostKeys,
 	})
 	return t
 }

@@ -64,6 +64,18 @@ var types = []bindings.TypeSpec{
 		},
 	},
 	{
+		Name:  "ssh.WaitHostKeysOptions",
+		Doc:   "ssh.wait_host_keys' options.",
+		Exact: true,
+		Fields: []bindings.FieldSpec{
+			{Name: "host", Type: "string", Doc: "host name or address (required)"},
+			{Name: "port", Type: "integer", Optional: true, Doc: "TCP port (22)"},
+			{Name: "timeout", Type: durationType, Optional: true, Doc: "the whole wait, cut to the hook's deadline (300s; 0: one attempt)"},
+			{Name: "interval", Type: durationType, Optional: true, Doc: "pause between attempts (5s)"},
+			{Name: "attempt_timeout", Type: durationType, Optional: true, Doc: "timeout of each keyscan (10s)"},
+		},
+	},
+	{
 		Name: "ssh.HostKeys",
 		Doc:  "Host keys as base64 blobs; the types a server lacks are absent.",
 		Fields: []bindings.FieldSpec{

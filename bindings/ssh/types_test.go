@@ -40,6 +40,7 @@ func TestOptionClassesMatchCode(t *testing.T) {
 		{"ssh.ConnectOverrides", `ssh.connect{__probe = true}`},
 		{"ssh.HostKeyOptions", `ssh.connect{host = "h", user = "u", password = "p", host_key = {__probe = true}}`},
 		{"ssh.KeyscanOptions", `ssh.keyscan{__probe = true}`},
+		{"ssh.WaitHostKeysOptions", `ssh.wait_host_keys{__probe = true}`},
 		{"ssh.ExecOptions", `CONN:exec("true", {__probe = true})`},
 		{"ssh.SudoOptions", `CONN:exec("true", {sudo = {__probe = true}})`},
 		{"ssh.UploadOptions", `CONN:upload("a", "/b", {__probe = true})`},

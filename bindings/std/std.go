@@ -21,8 +21,9 @@ import (
 type Options struct {
 	HTTP httpb.Options
 	SSH  sshb.Options
-	// Clock is loom.time's clock and, unless HTTP.Clock is set, the one
-	// loom.http's retries wait on; nil means the wall clock.
+	// Clock is loom.time's clock and, unless HTTP.Clock or SSH.Clock is
+	// set, the one loom.http's retries and ssh.wait_host_keys wait on; nil
+	// means the wall clock.
 	Clock bindings.Clock
 }
 
@@ -30,6 +31,9 @@ type Options struct {
 func New(o Options) *bindings.Registry {
 	if o.HTTP.Clock == nil {
 		o.HTTP.Clock = o.Clock
+	}
+	if o.SSH.Clock == nil {
+		o.SSH.Clock = o.Clock
 	}
 	return bindings.NewRegistry(logb.New(), jsonb.New(), fsb.New(), timeb.NewWithClock(o.Clock),
 		httpb.New(o.HTTP), sshb.New(o.SSH), cryptob.New(), xmlb.New())
