@@ -49,8 +49,8 @@ var moduleSpec = bindings.ModuleSpec{
 			Params:  []string{"opts ssh.WaitHostKeysOptions"},
 			Returns: []string{"ssh.HostKeys|nil", "string|nil"},
 			Doc: "Waits for a new machine's sshd and returns its host keys, as ssh.keyscan does: a keyscan every interval until one " +
-				"answers or the budget is spent. opts: host (required), port (22), timeout (300s: the whole budget, cut to the hook's " +
-				"deadline; 0 makes one attempt), interval (5s between attempts), attempt_timeout (10s per keyscan). When sshd never " +
+				"answers or the budget is spent. opts: host (required), port (22), timeout (300s: the whole budget, ending at the latest 5s " +
+				"before the hook's deadline so the hook can still return; 0 makes one attempt), interval (5s between attempts), attempt_timeout (10s per keyscan). When sshd never " +
 				"answered it returns nil and a message naming host:port, how long it waited, the number of attempts and the last error, " +
 				"so a CONFIRM can succeed with a warning. Raises config on bad options and cancelled (at once) when the task is cancelled.",
 		},

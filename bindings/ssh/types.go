@@ -70,7 +70,7 @@ var types = []bindings.TypeSpec{
 		Fields: []bindings.FieldSpec{
 			{Name: "host", Type: "string", Doc: "host name or address (required)"},
 			{Name: "port", Type: "integer", Optional: true, Doc: "TCP port (22)"},
-			{Name: "timeout", Type: durationType, Optional: true, Doc: "the whole wait, cut to the hook's deadline (300s; 0: one attempt)"},
+			{Name: "timeout", Type: durationType, Optional: true, Doc: "the whole wait, ending at the latest 5s before the hook's deadline (300s; 0: one attempt)"},
 			{Name: "interval", Type: durationType, Optional: true, Doc: "pause between attempts (5s)"},
 			{Name: "attempt_timeout", Type: durationType, Optional: true, Doc: "timeout of each keyscan (10s)"},
 		},

@@ -16,8 +16,8 @@ import (
 
 // waitHostKeys is ssh.wait_host_keys{host=, port=22, timeout=300,
 // interval=5, attempt_timeout=10}: ssh.keyscan tried again every interval
-// until sshd answers or the budget (timeout, cut to the hook's deadline)
-// is spent. It returns the keys (ssh.HostKeys), or nil and a message
+// until sshd answers or the budget is spent: timeout, cut to end
+// deadlineMargin before the hook's deadline. It returns the keys (ssh.HostKeys), or nil and a message
 // saying what was waited for, how long and the last error: a new machine
 // whose sshd never came up is a warning for the provider, not a failure
 // of its hook. A cancelled task raises kind "cancelled" at once.
@@ -65,6 +65,10 @@ func (m *module) waitHostKeys(L *lua.LState) int {
 	return 2
 }
 
+// deadlineMargin is how long before the hook's deadline wait_host_keys
+// gives up (at most half the time left), so the hook can still return.
+const deadlineMargin = 5 * time.Second
+
 // waitKeys scans addr until it answers with a key or the budget ends. A
 // budget that ends returns a plain error; a cancelled hook a
 // *bindings.Error of kind "cancelled".
@@ -74,9 +78,15 @@ func (m *module) waitKeys(addr string, budget, interval, attemptTimeout time.Dur
 	logger := m.h.Logger()
 	start := clock.Now()
 	end := start.Add(budget)
-	cut := false // the budget ends at the hook's deadline, not at timeout
-	if dl, ok := bindings.HookDeadline(ctx); ok && dl.Before(end) {
-		end, cut = dl, true
+	cut := false // the budget ends before the hook's deadline, not at timeout
+	var hardEnd time.Time
+	if dl, ok := bindings.HookDeadline(ctx); ok {
+		// Stop a margin before the deadline: a hook still running at its
+		// deadline fails, and the caller wants to return with a warning.
+		hardEnd = dl.Add(-max(min(deadlineMargin, dl.Sub(start)/2), 0))
+		if hardEnd.Before(end) {
+			end, cut = hardEnd, true
+		}
 	}
 	var lastErr error
 	attempts := 0
@@ -87,7 +97,10 @@ func (m *module) waitKeys(addr string, budget, interval, attemptTimeout time.Dur
 		}
 		at := attemptTimeout
 		if left > 0 && left < at {
-			at = left // never past the budget, nor the hook's deadline
+			at = left // never past the budget
+		}
+		if h := hardEnd.Sub(clock.Now()); !hardEnd.IsZero() && h > 0 && h < at {
+			at = h // nor into the hook's last moments (timeout=0)
 		}
 		attempts++
 		actx, cancel := context.WithTimeout(ctx, at)
@@ -138,7 +151,7 @@ func (m *module) waitKeys(addr string, budget, interval, attemptTimeout time.Dur
 	}
 	within := budget.String() + " (timeout)"
 	if cut || ctx.Err() != nil {
-		within = fmt.Sprintf("%s, when the hook's deadline came (timeout was %s)", waited, budget)
+		within = fmt.Sprintf("%s, cut short by the hook's deadline (timeout was %s)", waited, budget)
 	}
 	return nil, fmt.Errorf("ssh.wait_host_keys: sshd on %s gave no host key within %s: %s, last error: %s",
 		addr, within, plural(attempts, "attempt"), last)

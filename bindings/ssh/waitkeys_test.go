@@ -203,10 +203,32 @@ func TestWaitHostKeysStopsAtTheHookDeadline(t *testing.T) {
 	if keys != nil {
 		t.Fatalf("keys %v", keys)
 	}
-	for _, want := range []string{"hook's deadline", "timeout was 1m0s", fmt.Sprintf("%s:%d", host, port), "connection refused"} {
+	for _, want := range []string{"cut short by the hook's deadline", "timeout was 1m0s", fmt.Sprintf("%s:%d", host, port), "connection refused"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q does not mention %q", msg, want)
 		}
+	}
+}
+
+// On the clock the hook's deadline is read from (loomd test's virtual
+// one), the wait ends deadlineMargin before it, leaving the hook time to
+// record its warning and return.
+func TestWaitHostKeysLeavesTheHookAMargin(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	ctx := bindings.WithClockDeadline(context.Background(), clock.now.Add(time.Minute))
+	L, _ := bareState(t, ctx, Options{DialRetries: -1, Clock: clock})
+	host, port := deadAddr(t)
+	L.SetGlobal("HOST", lua.LString(host))
+	L.SetGlobal("PORT", lua.LNumber(port))
+	keys, msg := waitResult(t, L, `host=HOST, port=PORT, timeout=300, interval=10`)
+	if keys != nil {
+		t.Fatalf("keys %v", keys)
+	}
+	if want := "within 55s, cut short by the hook's deadline (timeout was 5m0s): 6 attempts"; !strings.Contains(msg, want) {
+		t.Errorf("message %q, want %q", msg, want)
+	}
+	if got := clock.Now().Sub(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)); got != 55*time.Second {
+		t.Errorf("the wait ended %s after it began, want 55s (the deadline less 5s)", got)
 	}
 }
 

@@ -67,7 +67,7 @@ local loom_ssh_conn = {}
 ---@class (exact) ssh.WaitHostKeysOptions
 ---@field host string host name or address (required)
 ---@field port? integer TCP port (22)
----@field timeout? number|string the whole wait, cut to the hook's deadline (300s; 0: one attempt)
+---@field timeout? number|string the whole wait, ending at the latest 5s before the hook's deadline (300s; 0: one attempt)
 ---@field interval? number|string pause between attempts (5s)
 ---@field attempt_timeout? number|string timeout of each keyscan (10s)
 
@@ -183,11 +183,11 @@ function loom_ssh.keyscan(opts) end
 
 --- Waits for a new machine's sshd and returns its host keys, as ssh.keyscan does: a keyscan every
 --- interval until one answers or the budget is spent. opts: host (required), port (22), timeout
---- (300s: the whole budget, cut to the hook's deadline; 0 makes one attempt), interval (5s between
---- attempts), attempt_timeout (10s per keyscan). When sshd never answered it returns nil and a
---- message naming host:port, how long it waited, the number of attempts and the last error, so a
---- CONFIRM can succeed with a warning. Raises config on bad options and cancelled (at once) when
---- the task is cancelled.
+--- (300s: the whole budget, ending at the latest 5s before the hook's deadline so the hook can
+--- still return; 0 makes one attempt), interval (5s between attempts), attempt_timeout (10s per
+--- keyscan). When sshd never answered it returns nil and a message naming host:port, how long it
+--- waited, the number of attempts and the last error, so a CONFIRM can succeed with a warning.
+--- Raises config on bad options and cancelled (at once) when the task is cancelled.
 ---@param opts ssh.WaitHostKeysOptions
 ---@return ssh.HostKeys|nil
 ---@return string|nil
