@@ -10,6 +10,7 @@ package digitalocean_test
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -496,28 +497,33 @@ func TestConfirmRejectsAForeignProviderID(t *testing.T) {
 	}
 }
 
-// fakeSSH stands in for loom.ssh's keyscan: it refuses the first
-// `refusals` scans (sshd still booting), then answers with host keys.
+// fakeSSH stands in for loom.ssh's wait_host_keys: it records each call
+// and answers with host keys, or, when fail is set, with nil and fail (sshd
+// never answered within the budget).
 type fakeSSH struct {
-	refusals int
-	mu       sync.Mutex
-	scans    []map[string]string
+	fail  string
+	mu    sync.Mutex
+	calls []map[string]string
 }
 
 func (f *fakeSSH) Spec() bindings.ModuleSpec { return bindings.ModuleSpec{Name: "ssh"} }
 
 func (f *fakeSSH) Open(L *lua.LState, h bindings.Host) lua.LValue {
-	return L.SetFuncs(L.NewTable(), map[string]lua.LGFunction{"keyscan": func(L *lua.LState) int {
+	return L.SetFuncs(L.NewTable(), map[string]lua.LGFunction{"wait_host_keys": func(L *lua.LState) int {
 		opts := L.CheckTable(1)
-		f.mu.Lock()
-		f.scans = append(f.scans, map[string]string{
-			"host": opts.RawGetString("host").String(), "port": opts.RawGetString("port").String()})
-		refuse := len(f.scans) <= f.refusals
-		f.mu.Unlock()
-		if refuse {
-			bindings.Raise(L, bindings.Errorf("connect", "dial tcp: connection refused"))
+		call := map[string]string{}
+		for _, k := range []string{"host", "port", "timeout", "interval"} {
+			call[k] = opts.RawGetString(k).String()
 		}
-		keys := L.NewTable() // keyscan's documented answer: type -> base64 blob
+		f.mu.Lock()
+		f.calls = append(f.calls, call)
+		f.mu.Unlock()
+		if f.fail != "" {
+			L.Push(lua.LNil)
+			L.Push(lua.LString(f.fail))
+			return 2
+		}
+		keys := L.NewTable() // the documented answer: type -> base64 blob
 		keys.RawSetString("rsa", lua.LString("AAAAB3NzaC1yc2EAAAADAQABAAABAQC7"))
 		keys.RawSetString("ed25519", lua.LString("AAAAC3NzaC1lZDI1NTE5AAAAIHost"))
 		L.Push(keys)
@@ -526,7 +532,7 @@ func (f *fakeSSH) Open(L *lua.LState, h bindings.Host) lua.LValue {
 }
 
 func TestConfirmRecordsSSHHostKeys(t *testing.T) {
-	ssh := &fakeSSH{refusals: 1}
+	ssh := &fakeSSH{}
 	e := newEnv(t, envOptions{ssh: ssh})
 	e.fake.seed(&droplet{ID: 42, Name: hostname, Status: "active", Tags: []string{nodeTag}})
 	res := e.confirm("42", map[string]any{"wait_for_ssh": "true", "ssh_port": "2222"})
@@ -535,8 +541,31 @@ func TestConfirmRecordsSSHHostKeys(t *testing.T) {
 	if got, _ := res.Result["ssh_host_keys"].(map[string]any); !maps.Equal(got, want) {
 		t.Errorf("ssh_host_keys %v, want %v", res.Result["ssh_host_keys"], want)
 	}
-	if len(ssh.scans) != 2 || ssh.scans[1]["host"] != "203.0.113.10" || ssh.scans[1]["port"] != "2222" {
-		t.Errorf("scans %v, want a refused one then one of 203.0.113.10:2222", ssh.scans)
+	// One wait for the droplet's public address and ssh_port, within
+	// ssh_wait's default, trying every poll_interval.
+	wantCall := map[string]string{"host": "203.0.113.10", "port": "2222", "timeout": "300", "interval": "0.01"}
+	if len(ssh.calls) != 1 || !maps.Equal(ssh.calls[0], wantCall) {
+		t.Errorf("wait_host_keys calls %v, want one %v", ssh.calls, wantCall)
+	}
+}
+
+// sshd never answered within ssh_wait: CONFIRM succeeds without
+// ssh_host_keys, and its warning carries the binding's reason.
+func TestConfirmWarnsWhenSSHDNeverAnswers(t *testing.T) {
+	why := "ssh.wait_host_keys: sshd on 203.0.113.10:22 gave no host key within 7s (timeout): 3 attempts, last error: connection refused"
+	ssh := &fakeSSH{fail: why}
+	e := newEnv(t, envOptions{ssh: ssh})
+	e.fake.seed(&droplet{ID: 42, Name: hostname, Status: "active", Tags: []string{nodeTag}})
+	res := e.confirm("42", map[string]any{"wait_for_ssh": "true", "ssh_wait": "7"})
+	mustStatus(t, res, 0)
+	if _, ok := res.Result["ssh_host_keys"]; ok {
+		t.Errorf("ssh_host_keys %v although sshd never answered", res.Result["ssh_host_keys"])
+	}
+	if !e.logged("WARN", why) || !e.logged("WARN", "CONFIRM succeeds without ssh_host_keys") {
+		t.Errorf("no warning with the reason; logs:\n%s", e.logs.String())
+	}
+	if len(ssh.calls) != 1 || ssh.calls[0]["timeout"] != "7" {
+		t.Errorf("wait_host_keys calls %v, want one with timeout 7 (ssh_wait)", ssh.calls)
 	}
 }
 
@@ -560,6 +589,26 @@ func TestConfirmRecordsARealSSHDsHostKeys(t *testing.T) {
 	}
 }
 
+// With the real loom.ssh and nothing listening where the droplet's sshd
+// should be, CONFIRM gives up after ssh_wait and still succeeds.
+func TestConfirmSucceedsWhenARealSSHDNeverAnswers(t *testing.T) {
+	port, err := sshdtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOptions{ssh: sshb.New(sshb.Options{DialRetries: -1})})
+	e.fake.networks = []network{{IPAddress: "127.0.0.1", Type: "public"}}
+	e.fake.seed(&droplet{ID: 42, Name: hostname, Status: "active", Tags: []string{nodeTag}})
+	res := e.confirm("42", map[string]any{"wait_for_ssh": "true", "ssh_port": strconv.Itoa(port), "ssh_wait": "1"})
+	mustStatus(t, res, 0)
+	if _, ok := res.Result["ssh_host_keys"]; ok {
+		t.Errorf("ssh_host_keys %v from a port nothing listens on", res.Result["ssh_host_keys"])
+	}
+	if addr := fmt.Sprintf("127.0.0.1:%d", port); !e.logged("WARN", addr) || !e.logged("WARN", "connection refused") {
+		t.Errorf("no warning naming %s and the refusal; logs:\n%s", addr, e.logs.String())
+	}
+}
+
 func TestConfirmWithoutLoomSSHStillSucceeds(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.fake.seed(&droplet{ID: 42, Name: hostname, Status: "active", Tags: []string{nodeTag}})
@@ -578,8 +627,8 @@ func TestConfirmSkipsSSHWhenAsked(t *testing.T) {
 	e := newEnv(t, envOptions{ssh: ssh})
 	e.fake.seed(&droplet{ID: 42, Name: hostname, Status: "active", Tags: []string{nodeTag}})
 	mustStatus(t, e.confirm("42", map[string]any{"wait_for_ssh": false}), 0)
-	if len(ssh.scans) != 0 {
-		t.Errorf("keyscan ran although wait_for_ssh is false: %v", ssh.scans)
+	if len(ssh.calls) != 0 {
+		t.Errorf("wait_host_keys ran although wait_for_ssh is false: %v", ssh.calls)
 	}
 }
 

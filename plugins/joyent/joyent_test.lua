@@ -100,3 +100,48 @@ describe("the HTTP Signature of an ECDSA key", function()
     assert.equals("\2\1\1", der:sub(-3))
   end)
 end)
+
+describe("CONFIRM and the machine's sshd", function()
+  before_each(function() new_cloud() end)
+
+  local function created()
+    local c = loom.test.run("CREATE", { fields = fields, config = { flavor = "g4-highcpu-1G", image = "img-1" } })
+    assert.equals(0, c.status, c.message)
+    return c.result.providerid
+  end
+
+  local function waiting(extra)
+    local f = {}
+    for k, v in pairs(fields) do f[k] = v end
+    f.wait_for_ssh, f.poll_interval = true, "5"
+    for k, v in pairs(extra or {}) do f[k] = v end
+    return f
+  end
+
+  it("records the host keys sshd presents at the access address", function()
+    local host = loom.test.ssh({ host = "165.225.1.7" })
+    local res = loom.test.run("CONFIRM", { fields = waiting(), providerid = created() })
+    assert.equals(0, res.status, res.message)
+    assert.same({ ed25519 = host.host_key }, res.result.ssh_host_keys)
+  end)
+
+  it("succeeds with a warning when sshd never answers within ssh_wait", function()
+    local id = created()
+    local before = #loom.test.clock.sleeps()
+    local res, logs = loom.test.run("CONFIRM", { fields = waiting({ ssh_wait = 60 }), providerid = id })
+    assert.equals(0, res.status, res.message)
+    assert.is_nil(res.result and res.result.ssh_host_keys)
+    local text = table.concat(logs, "\n")
+    assert.contains("no SSH host keys: ssh.wait_host_keys: sshd on 165.225.1.7:22", text)
+    assert.contains("within 1m0s (timeout): 12 attempts", text)
+    assert.contains("CONFIRM succeeds without ssh_host_keys", text)
+    -- Twelve attempts 5 s apart on the virtual clock (which also moves
+    -- with the real time the attempts take): about 60 s, never more.
+    local waited, sleeps = 0, loom.test.clock.sleeps()
+    for i = before + 1, #sleeps do
+      assert.truthy(sleeps[i] <= 5, "a pause longer than poll_interval: " .. sleeps[i])
+      waited = waited + sleeps[i]
+    end
+    assert.truthy(waited > 55 and waited <= 60, "paused " .. waited .. " s in all")
+  end)
+end)

@@ -512,19 +512,11 @@ local function attach_floating_ip(self, os_api, f, server, bind, node)
   fail(self, ok and os_api:api_error(cresp, what) or cresp)
 end
 
--- host_keys keeps the non-empty blobs of keyscan's answer (Coopr's
--- ssh_host_keys shape: {ed25519=, ecdsa=, rsa=} base64).
-local function host_keys(scanned)
-  local out = {}
-  for typ, blob in pairs(type(scanned) == "table" and scanned or {}) do
-    if type(typ) == "string" and type(blob) == "string" and blob ~= "" then out[typ] = blob end
-  end
-  return out
-end
-
--- record_host_keys waits for sshd on host and records its host keys for
--- the automators to pin. If sshd never answers within ssh_wait, CONFIRM
--- still succeeds, with a warning.
+-- record_host_keys waits for sshd on host (loom.ssh's wait_host_keys,
+-- within ssh_wait and the hook's deadline) and records its host keys for
+-- the automators to pin: Coopr's ssh_host_keys, {ed25519=, ecdsa=, rsa=}
+-- base64. Without loom.ssh, or if sshd never answers, CONFIRM still
+-- succeeds, with a warning, and BOOTSTRAP will meet an unpinned host.
 local function record_host_keys(self, host, f, interval)
   local have_ssh, ssh = pcall(require, "loom.ssh")
   if not have_ssh then
@@ -532,29 +524,14 @@ local function record_host_keys(self, host, f, interval)
     return
   end
   local port = tonumber(f.ssh_port) or 22
-  local budget = math.min(tonumber(f.ssh_wait) or 300, client.remaining())
-  local started, last_err = client.now(), nil
-  repeat
-    local ok, res = pcall(ssh.keyscan, { host = host, port = port, timeout = 10 })
-    if ok then
-      local keys = host_keys(res)
-      if next(keys) ~= nil then
-        self.result.result.ssh_host_keys = keys
-        log.info("recorded the SSH host keys of %s:%d", host, port)
-        return
-      end
-      last_err = "no host keys in the answer"
-    else
-      last_err = type(res) == "table" and res.message or tostring(res)
-    end
-    log.debug("sshd on %s:%d not ready: %s", host, port, tostring(last_err))
-    local left = budget - (client.now() - started)
-    if left <= 0 then break end
-    local sok = pcall(client.sleep, math.min(interval, left), "waiting for sshd")
-    if not sok then break end
-  until false
-  log.warn("no SSH host keys from %s:%d within %ds (%s): CONFIRM succeeds without ssh_host_keys",
-    host, port, math.floor(budget), tostring(last_err))
+  local budget = math.max(tonumber(f.ssh_wait) or 300, 0)
+  local keys, err = ssh.wait_host_keys({ host = host, port = port, timeout = budget, interval = interval })
+  if keys then
+    self.result.result.ssh_host_keys = keys
+    log.info("recorded the SSH host keys of %s:%d", host, port)
+  else
+    log.warn("no SSH host keys: %s; CONFIRM succeeds without ssh_host_keys", tostring(err))
+  end
 end
 
 function OpenStack:confirm(input)

@@ -392,6 +392,29 @@ func TestConfirmRecordsARealSSHDsHostKeys(t *testing.T) {
 	}
 }
 
+// Nothing listens where the server's sshd should be: CONFIRM gives up
+// after ssh_wait and still succeeds, with a warning naming the address.
+func TestConfirmSucceedsWhenSSHDNeverAnswers(t *testing.T) {
+	port, err := sshdtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, envOptions{ssh: true, cloud: openstackfake.Options{Machines: []string{"127.0.0.1"}}})
+	c := e.create(nil, nil)
+	mustStatus(t, c, 0)
+	res := e.confirm(c.Result["providerid"].(string), map[string]any{"wait_for_ssh": "true", "ssh_port": port, "ssh_wait": "1"})
+	mustStatus(t, res, 0)
+	if _, ok := res.Result["ssh_host_keys"]; ok {
+		t.Errorf("ssh_host_keys %v from a port nothing listens on", res.Result["ssh_host_keys"])
+	}
+	logs := e.logs.String()
+	for _, want := range []string{fmt.Sprintf("sshd on 127.0.0.1:%d gave no host key within 1s", port), "connection refused", "CONFIRM succeeds without ssh_host_keys"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the logs do not mention %q:\n%s", want, logs)
+		}
+	}
+}
+
 // raxEnv is an env whose fake cloud is Rackspace's: its identity service
 // takes the API key `password` for user loomrax, in region DFW, and Nova
 // returns a root password.
