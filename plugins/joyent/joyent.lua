@@ -23,9 +23,6 @@
 local loom = require("loom")
 local cloudapi = require("lib.cloudapi")
 
-local have_time, time = pcall(require, "loom.time")
-if not have_time then time = nil end
-
 Joyent = loom.Provider:extend("Joyent")
 
 local str = cloudapi.str
