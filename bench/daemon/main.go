@@ -7,6 +7,7 @@
 //	go run ./bench/daemon -loomd /tmp/loomd
 //	go run ./bench/daemon -ceiling     # the task streams alone, no loomd: 1 stream, then 4 shards
 //	go run ./bench/daemon -starts 10 -loomd /tmp/loomd -baseline /tmp/loomd-before   # starts only
+//	go run ./bench/daemon -idle 5 -loomd /tmp/loomd -baseline /tmp/loomd-before     # idle CPU only
 package main
 
 import (
@@ -68,11 +69,21 @@ func main() {
 	ceiling := flag.Bool("ceiling", false, "measure only the work-queue streams with fsync on every write (no loomd): one stream, then -shards of them, in turn")
 	shards := flag.Int("shards", 4, "with -ceiling: the sharded run's stream count (loomd shards its task stream in 4)")
 	idleSamples := flag.Int("idle-samples", 5, "tasks each submitted after 1.5 s without any (workers give memory back after 1 s idle): their latency, then the idle workers' RSS")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of loomd (--pprof) taken during the throughput run to this file")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of loomd (--pprof) taken during the throughput run to this file (with -idle: during one more idle run of -loomd)")
 	profileSeconds := flag.Int("profile-seconds", 5, "with -cpuprofile: seconds to profile, from the start of the throughput run")
 	starts := flag.Int("starts", 0, "only measure N starts until /healthz answers, each on a new store and then again on that store (no tasks)")
-	baseline := flag.String("baseline", "", "with -starts: a second loomd binary started right before -loomd in every round; ratios per round")
+	baseline := flag.String("baseline", "", "with -starts or -idle: a second loomd binary started right before -loomd in every round; ratios per round")
+	idle := flag.Int("idle", 0, "only measure the CPU of an idle loomd serve (no tasks) N times, each on a new store")
+	idleSettle := flag.Duration("idle-settle", 5*time.Second, "with -idle: time after \"loomd serving\" before the measurement (the other shards' consumers are created meanwhile)")
+	idleWindow := flag.Duration("idle-window", 20*time.Second, "with -idle: how long each measurement lasts")
 	flag.Parse()
+	if *idle > 0 {
+		if err := idleCPU(*bin, *baseline, *plugins, *idle, *idleSettle, *idleWindow, *keep, *fsync, *isolation, *cpuProfile); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *starts > 0 {
 		if err := startTimes(*bin, *baseline, *plugins, *starts, *keep, *fsync, *isolation); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -89,15 +100,15 @@ func main() {
 		}
 		return
 	}
-	prof := profile{file: *cpuProfile, seconds: *profileSeconds}
+	prof := profileSpec{file: *cpuProfile, seconds: *profileSeconds}
 	if err := run(*bin, *plugins, *tasks, *clients, *concurrency, *samples, *reloads, *idleSamples, *keep, *fsync, *isolation, *logLevel, prof); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-// profile asks for a CPU profile of loomd during the throughput run.
-type profile struct {
+// profileSpec asks for a CPU profile of loomd during the throughput run.
+type profileSpec struct {
 	file    string
 	seconds int
 }
@@ -117,7 +128,7 @@ func benchDir(prefix string, n int) (string, error) {
 	return dir, nil
 }
 
-func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads, nIdle int, keep bool, fsync, isolation, logLevel string, prof profile) error {
+func run(bin string, nPlugins, nTasks, nClients, concurrency, nSamples, nReloads, nIdle int, keep bool, fsync, isolation, logLevel string, prof profileSpec) error {
 	dir, err := benchDir("loomd-bench-", nPlugins)
 	if err != nil {
 		return err
@@ -338,7 +349,7 @@ func kibField(path, name string) float64 {
 }
 
 // fetchProfile writes loomd's CPU profile of the next prof.seconds.
-func fetchProfile(hc *http.Client, base string, prof profile) error {
+func fetchProfile(hc *http.Client, base string, prof profileSpec) error {
 	resp, err := hc.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, prof.seconds))
 	if err != nil {
 		return fmt.Errorf("cpu profile: %w", err)
