@@ -84,8 +84,13 @@ type Config struct {
 	// RetryDelay is the delay before the second attempt after a runner
 	// error; it doubles for every later attempt, up to a minute. Default 1s.
 	RetryDelay time.Duration
-	// PollInterval is how often idle workers look for redelivered tasks;
-	// default 1s. New tasks are noticed at once.
+	// PollInterval is how often idle workers look for redelivered tasks
+	// (another daemon's claim that expired after AckWait, a retry whose
+	// delay passed): one stream info per task stream shard, then a fetch
+	// from each served type whose subject holds messages. Such a task
+	// starts within about PollInterval after it can be delivered again.
+	// Default 1s. New tasks are noticed at once (their publish wakes the
+	// type).
 	PollInterval time.Duration
 	// Duplicates is the stream's dedupe window for task ids; default 10m.
 	// Outside it, the task records still dedupe submissions.

@@ -72,6 +72,15 @@ func taskStreamName(shard int) string {
 	return StreamName + "_" + strconv.Itoa(shard)
 }
 
+// taskStreamFilter is the subject filter of every route's tasks in a
+// shard of the task stream.
+func taskStreamFilter(shard int) string {
+	if shard == 0 {
+		return subjectPrefix + ">"
+	}
+	return shardPrefix + strconv.Itoa(shard) + ".>"
+}
+
 // Queue is a connection to the task queue. Its methods are safe for
 // concurrent use.
 type Queue struct {
@@ -113,6 +122,7 @@ type Queue struct {
 	noHeartbeat  bool            // tests: let a running task's delivery expire
 	afterPublish func(id string) // tests: runs between a submit's publish and its record
 	onFetch      func(got int)   // tests: runs after each fetch with the messages it took
+	onPoll       func()          // tests: runs after each look of the poll ticker (lookAgain)
 
 	unlock func() // releases the data directory
 
@@ -903,11 +913,7 @@ func (o *ownWrites) take(id string, value []byte) (Record, bool) {
 func (q *Queue) Depth(ctx context.Context) (map[Route]int, error) {
 	out := map[Route]int{}
 	for i, st := range q.tasks {
-		filter := subjectPrefix + ">"
-		if i > 0 {
-			filter = shardPrefix + strconv.Itoa(i) + ".>"
-		}
-		info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(taskStreamFilter(i)))
 		if err != nil {
 			return nil, fmt.Errorf("reading the depth of stream %s: %w", taskStreamName(i), err)
 		}
