@@ -571,31 +571,14 @@ local function host_keys_from_console(self, c, id, f, interval)
   end
 end
 
--- scan waits for sshd on host:port and returns its keys, or nil and why.
+-- scan waits for sshd on host:port (loom.ssh's wait_host_keys: a keyscan
+-- every interval, within ssh_wait and the hook's deadline) and returns its
+-- keys, or nil and why.
 local function scan(self, host, f, interval)
   local have_ssh, ssh = pcall(require, "loom.ssh")
   if not have_ssh then return nil, "loom.ssh is not available" end
-  local port = number(f.ssh_port, 22)
-  local budget = math.min(number(f.ssh_wait, 300), ec2.remaining())
-  local started, last_err = ec2.now(), nil
-  while true do
-    local ok, res = pcall(ssh.keyscan, { host = host, port = port, timeout = 10 })
-    if ok then
-      local keys = {}
-      for typ, blob in pairs(type(res) == "table" and res or {}) do
-        if type(blob) == "string" and blob ~= "" then keys[typ] = blob end
-      end
-      if next(keys) then return keys end
-      last_err = "no host keys in the answer"
-    else
-      last_err = type(res) == "table" and res.message or tostring(res)
-    end
-    log.debug("sshd on %s:%d not ready: %s", host, port, tostring(last_err))
-    if ec2.now() - started + interval > budget or not time then
-      return nil, ("sshd on %s:%d did not answer within %ds (%s)"):format(host, port, math.floor(budget), tostring(last_err))
-    end
-    time.sleep(interval)
-  end
+  return ssh.wait_host_keys({ host = host, port = number(f.ssh_port, 22), timeout = math.max(number(f.ssh_wait, 300), 0),
+    interval = interval })
 end
 
 function AWS:confirm(input)

@@ -661,6 +661,45 @@ func TestConfirmChecksSSHDAgainstTheConsole(t *testing.T) {
 	}
 }
 
+// Nothing listens where the instance's sshd should be: with keys from the
+// console, CONFIRM cannot check them and fails with the wait's reason;
+// without (host_key_wait 0), it succeeds with a warning and records no keys.
+func TestConfirmWhenSSHDNeverAnswers(t *testing.T) {
+	port, err := sshdtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	why := fmt.Sprintf("sshd on 127.0.0.1:%d gave no host key within 1s", port)
+	key := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshdtest.Start(t, sshdtest.Config{}).HostKeys["ed25519"])))
+	for _, tc := range []struct {
+		name        string
+		hostKeyWait string // 0: the console is not read
+		status      int
+	}{{"the console lists keys", "5", 1}, {"no console keys", "0", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{ssh: true, fake: ec2fake.Options{Machines: []ec2fake.Machine{
+				{PublicIP: "127.0.0.1", PrivateIP: "10.0.1.5", HostKeys: []string{key}}}}})
+			f := cooprFields(map[string]any{"wait_for_ssh": "true", "ssh_port": strconv.Itoa(port), "ssh_wait": "1", "host_key_wait": tc.hostKeyWait})
+			c := e.create(f, nil)
+			mustStatus(t, c, 0)
+			res := e.confirm(c.Result["providerid"].(string), f)
+			mustStatus(t, res, tc.status)
+			if tc.status != 0 {
+				if !strings.Contains(res.Message, why) {
+					t.Errorf("message %q does not say %q", res.Message, why)
+				}
+				return
+			}
+			if _, ok := res.Result["ssh_host_keys"]; ok {
+				t.Errorf("ssh_host_keys %v", res.Result["ssh_host_keys"])
+			}
+			if !strings.Contains(e.logs.String(), why) {
+				t.Errorf("no warning saying %q:\n%s", why, e.logs.String())
+			}
+		})
+	}
+}
+
 func TestConfirmFailures(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	c := e.create(cooprFields(nil), nil)

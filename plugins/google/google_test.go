@@ -523,6 +523,43 @@ func TestConfirmChecksSSHDAgainstTheGuestAttributes(t *testing.T) {
 	}
 }
 
+// Nothing listens where the instance's sshd should be: with keys from the
+// guest attributes, CONFIRM cannot check them and fails with the wait's
+// reason; without (host_key_wait 0), it succeeds with a warning.
+func TestConfirmWhenSSHDNeverAnswers(t *testing.T) {
+	port, err := sshdtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	why := fmt.Sprintf("sshd on 127.0.0.1:%d gave no host key within 1s", port)
+	key := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshdtest.Start(t, sshdtest.Config{}).HostKeys["ed25519"])))
+	for _, tc := range []struct {
+		name        string
+		hostKeyWait string
+		status      int
+	}{{"guest attributes list keys", "5", 1}, {"no guest attribute keys", "0", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{ssh: true, fake: gcefake.Options{Machines: []gcefake.Machine{{NatIP: "127.0.0.1", HostKeys: []string{key}}}}})
+			f := cooprFields(map[string]any{"wait_for_ssh": "true", "ssh_port": strconv.Itoa(port), "ssh_wait": "1", "host_key_wait": tc.hostKeyWait})
+			mustStatus(t, e.create(f, nil), 0)
+			res := e.confirm(instName, f)
+			mustStatus(t, res, tc.status)
+			if tc.status != 0 {
+				if !strings.Contains(res.Message, why) {
+					t.Errorf("message %q does not say %q", res.Message, why)
+				}
+				return
+			}
+			if _, ok := res.Result["ssh_host_keys"]; ok {
+				t.Errorf("ssh_host_keys %v", res.Result["ssh_host_keys"])
+			}
+			if !strings.Contains(e.logs.String(), why) {
+				t.Errorf("no warning saying %q:\n%s", why, e.logs.String())
+			}
+		})
+	}
+}
+
 func TestDelete(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	mustStatus(t, e.create(cooprFields(nil), nil), 0)
