@@ -276,3 +276,33 @@ func TestSubmitWaitAnswerOverBudget(t *testing.T) {
 		t.Errorf("the task behind the 303: %v, want it queued", err)
 	}
 }
+
+// TestSubmitWaitTenants: POST ?wait= follows the tenant rules of POST and
+// GET: a tenant token's task is put in its tenant and waited for; another
+// tenant's task under the same id is 404 (as GET answers it), not waited
+// for; a read-only token cannot submit.
+func TestSubmitWaitTenants(t *testing.T) {
+	s := newScoped(t)
+	task := `{"taskId":"tw-1","taskName":"INSTALL","config":{"service":{"action":{"type":"shell"}}}}`
+	code, body := s.as(acmeTok, "POST", "/v1/tasks?wait=20s", task)
+	if got := decode[SubmitWaitResponse](t, body); code != http.StatusAccepted || got.State != queue.Succeeded || got.TenantID != "acme" {
+		t.Fatalf("acme's POST ?wait = %d %s, want 202 succeeded in tenant acme", code, body)
+	}
+	code, body = s.as(victimTok, "POST", "/v1/tasks?wait=20s", task)
+	if code != http.StatusNotFound || strings.Contains(string(body), `"result"`) {
+		t.Errorf("victim's POST ?wait of acme's id = %d %s, want 404 without the task", code, body)
+	}
+	if code, body := s.as(victimTok, "GET", "/v1/tasks/tw-1?wait=1s", ""); code != http.StatusNotFound {
+		t.Errorf("victim's GET ?wait of acme's task = %d %s, want 404 as the POST", code, body)
+	}
+	if code, body := s.as(roTok, "POST", "/v1/tasks?wait=1s", `{"taskId":"tw-2","taskName":"INSTALL","config":{"service":{"action":{"type":"shell"}}}}`); code != http.StatusForbidden {
+		t.Errorf("a read-only token's POST ?wait = %d %s, want 403", code, body)
+	}
+	code, body = s.as(opsTok, "POST", "/v1/tasks?wait=20s", task)
+	if got := decode[SubmitWaitResponse](t, body); code != http.StatusOK || !got.Duplicate || got.State != queue.Succeeded || got.TenantID != "acme" {
+		t.Errorf("admin's POST ?wait of acme's id = %d %s, want 200 duplicate succeeded", code, body)
+	}
+	if n := s.runs.count("tw-1"); n != 1 {
+		t.Errorf("tw-1 ran %d times, want 1", n)
+	}
+}

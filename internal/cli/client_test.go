@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -71,5 +73,55 @@ func TestWaitTaskAfterSubmit(t *testing.T) {
 	var ae *apiError
 	if _, err := c.waitTask(context.Background(), "t1", 0, false); !errors.As(err, &ae) || ae.code != http.StatusNotFound || calls.Load() != 1 {
 		t.Errorf("an id the user gave: %v after %d calls, want the 404 at once", err, calls.Load())
+	}
+}
+
+// TestSubmitWait: submit --wait's one request. A finished task in the
+// answer is the result (no GET); an answer without "created" (a loomd
+// older than POST ?wait=) is followed by GET ?wait=; a task without id
+// gets one from the client, named when the request gets no answer.
+func TestSubmitWait(t *testing.T) {
+	var posts, gets atomic.Int32
+	var lastBody atomic.Value
+	var old atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == "POST" && r.URL.Path == "/v1/tasks" && r.URL.Query().Get("wait") != "":
+			posts.Add(1)
+			b, _ := io.ReadAll(r.Body)
+			lastBody.Store(string(b))
+			if old.Load() {
+				w.WriteHeader(http.StatusOK)
+				w.Write([]byte(`{"taskId": "t1", "state": "succeeded", "duplicate": true, "served": true}`))
+				return
+			}
+			w.WriteHeader(http.StatusAccepted)
+			w.Write([]byte(`{"taskId": "t1", "state": "succeeded", "created": "2026-11-26T08:00:00Z", "result": {"status": 0}, "served": true}`))
+		case r.Method == "GET" && r.URL.Path == "/v1/tasks/t1":
+			gets.Add(1)
+			w.Write([]byte(`{"taskId": "t1", "state": "succeeded", "created": "2026-11-26T08:00:00Z", "result": {"status": 0, "from": "get"}}`))
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	defer srv.Close()
+	c := &apiClient{base: srv.URL, hc: srv.Client()}
+	task := []byte(`{"taskName": "INSTALL", "config": {"service": {"action": {"type": "shell"}}}}`)
+	got, err := c.submitWait(context.Background(), task, 0, func(string) {})
+	if err != nil || got.State != "succeeded" || posts.Load() != 1 || gets.Load() != 0 {
+		t.Fatalf("new loomd: %+v %v after %d POSTs and %d GETs, want the POST's answer alone", got, err, posts.Load(), gets.Load())
+	}
+	if b := lastBody.Load().(string); !strings.Contains(b, `"taskId"`) {
+		t.Errorf("the task was sent without an id: %s", b)
+	}
+	old.Store(true)
+	got, err = c.submitWait(context.Background(), []byte(`{"taskId": "t1", "taskName": "INSTALL", "config": {}}`), 0, func(string) {})
+	if err != nil || !strings.Contains(string(got.Result), `"get"`) || gets.Load() != 1 {
+		t.Errorf("old loomd: %+v %v after %d GETs, want the GET's result", got, err, gets.Load())
+	}
+	srv.Close()
+	_, err = c.submitWait(context.Background(), []byte(`{"taskId": "t9", "taskName": "INSTALL", "config": {"service": {"action": {"type": "shell"}}}}`), 0, func(string) {})
+	if err == nil || !strings.Contains(err.Error(), "loomd task wait t9") {
+		t.Errorf("no answer: %v, want the error to name the task", err)
 	}
 }

@@ -358,7 +358,7 @@ func (c *apiClient) submitWait(ctx context.Context, data []byte, timeout time.Du
 	err := c.do(pctx, "POST", "/v1/tasks?wait="+poll.String(), data, &sub)
 	cancel()
 	var ae *apiError
-	if err != nil && !errors.As(err, &ae) && id != "" {
+	if err != nil && id != "" && (!errors.As(err, &ae) || ae.code == http.StatusServiceUnavailable) {
 		return sub.Task, fmt.Errorf("%w (task %s may or may not be queued: 'loomd task wait %s' finds it if it is)", err, id, id)
 	}
 	if err != nil {
