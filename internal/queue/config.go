@@ -69,6 +69,11 @@ type Config struct {
 	// type counts (see Served); each daemon renews its own every third of
 	// it. A daemon that died stops counting after this long. Default 15s.
 	ServedTTL time.Duration
+	// Capabilities are announced with the served plugin types: what this
+	// daemon can do that older daemons cannot (Lacking names the daemons
+	// without one). Version is the loomd version announced with them.
+	Capabilities []string
+	Version      string
 	// AckWait is how long a delivered task may go without a heartbeat
 	// before it is redelivered to another worker; default 30s. Heartbeats
 	// are sent every AckWait/3.

@@ -117,7 +117,8 @@ type Queue struct {
 
 	w workers
 
-	served *served // which plugin types the daemons serve (served.go)
+	served  *served       // which plugin types the daemons serve (served.go)
+	lacking chan struct{} // LackingSeen's
 
 	noHeartbeat  bool            // tests: let a running task's delivery expire
 	afterPublish func(id string) // tests: runs between a submit's publish and its record
@@ -140,7 +141,7 @@ func Open(ctx context.Context, cfg Config) (*Queue, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("queue configuration: %w", err)
 	}
-	q := &Queue{cfg: cfg, log: cfg.Logger, waiters: map[string][]chan Record{}}
+	q := &Queue{cfg: cfg, log: cfg.Logger, waiters: map[string][]chan Record{}, lacking: make(chan struct{}, 1)}
 	q.abortCtx, q.abort = context.WithCancel(context.Background())
 	q.w.init()
 	ok := false

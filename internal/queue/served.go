@@ -29,6 +29,11 @@ type servedEntry struct {
 	Type   string    `json:"type"`
 	Owner  string    `json:"owner"`
 	At     time.Time `json:"at"`
+	// Caps are what the daemon can do that older daemons cannot
+	// (Config.Capabilities): an announcement without them, an older
+	// loomd's, can do none of it. Version is the daemon's loomd version.
+	Caps    []string `json:"caps,omitempty"`
+	Version string   `json:"version,omitempty"`
 }
 
 // served tracks which routes any daemon serves, from the announcements
@@ -41,6 +46,13 @@ type served struct {
 	mu        sync.Mutex
 	seen      map[string]seenEntry // key -> latest announcement
 	announced map[string]bool      // keys this daemon wrote
+	// short are the keys of announcements that lack one of caps, this
+	// daemon's own capabilities (older daemons'): Lacking looks only at
+	// them. lacking is sent to when one appears, or comes back after a
+	// silence of over a TTL.
+	caps    []string
+	short   map[string]bool
+	lacking chan struct{}
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -55,9 +67,11 @@ type served struct {
 }
 
 type seenEntry struct {
-	route Route
-	owner string
-	at    time.Time // local time it was seen (or the server's, for the first snapshot)
+	route   Route
+	owner   string
+	caps    []string
+	version string
+	at      time.Time // local time it was seen (or the server's, for the first snapshot)
 }
 
 // servedConfig is the served bucket's configuration. It lives in memory,
@@ -104,7 +118,8 @@ func (q *Queue) startServed(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := &served{kv: kv, ttl: q.cfg.ServedTTL, kick: make(chan struct{}, 1), seen: map[string]seenEntry{}, announced: map[string]bool{}, owner: q.cfg.Owner}
+	s := &served{kv: kv, ttl: q.cfg.ServedTTL, kick: make(chan struct{}, 1), seen: map[string]seenEntry{}, announced: map[string]bool{}, owner: q.cfg.Owner,
+		caps: q.cfg.Capabilities, short: map[string]bool{}, lacking: q.lacking}
 	w, err := kv.WatchAll(context.Background())
 	if err != nil {
 		return fmt.Errorf("watching kv bucket %s: %w", ServedBucket, err)
@@ -155,6 +170,7 @@ func (s *served) observe(e jetstream.KeyValueEntry, initial bool) {
 	defer s.mu.Unlock()
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(s.seen, e.Key())
+		delete(s.short, e.Key())
 		return
 	}
 	var a servedEntry
@@ -170,7 +186,29 @@ func (s *served) observe(e jetstream.KeyValueEntry, initial bool) {
 		}
 		s.lastSelf = at
 	}
-	s.seen[e.Key()] = seenEntry{route: Route{Family: a.Family, Type: a.Type}, owner: a.Owner, at: at}
+	prev, had := s.seen[e.Key()]
+	s.seen[e.Key()] = seenEntry{route: Route{Family: a.Family, Type: a.Type}, owner: a.Owner, caps: a.Caps, version: a.Version, at: at}
+	if hasAll(a.Caps, s.caps) {
+		delete(s.short, e.Key())
+		return
+	}
+	if !s.short[e.Key()] || !had || at.Sub(prev.at) > s.ttl {
+		select {
+		case s.lacking <- struct{}{}:
+		default:
+		}
+	}
+	s.short[e.Key()] = true
+}
+
+// hasAll reports whether caps holds every one of want.
+func hasAll(caps, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(caps, w) {
+			return false
+		}
+	}
+	return true
 }
 
 // announceLoop writes this daemon's routes every third of the TTL, and at
@@ -206,7 +244,8 @@ func (s *served) announce(ctx context.Context, q *Queue) {
 	var failed error
 	for k, r := range want {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := s.kv.Put(wctx, k, mustJSON(servedEntry{Family: r.Family, Type: r.Type, Owner: q.cfg.Owner, At: time.Now().UTC()}))
+		_, err := s.kv.Put(wctx, k, mustJSON(servedEntry{Family: r.Family, Type: r.Type, Owner: q.cfg.Owner, At: time.Now().UTC(),
+			Caps: q.cfg.Capabilities, Version: q.cfg.Version}))
 		cancel()
 		if err != nil {
 			failed = err // the next round tries again; no use waiting on each type now
@@ -278,11 +317,66 @@ func (s *served) ownerLive(owner string) bool {
 			return true
 		}
 	}
-	if len(s.announced) > 0 && !s.lastSelf.IsZero() && (now.Sub(s.lastSelf) > s.ttl*2/3 || now.Sub(s.viewSince) < s.ttl) {
-		return true // our own view is stale, or fresh from a gap
-	}
-	return false
+	return s.stale(now)
 }
+
+// stale reports whether this daemon's view of the announcements cannot
+// be trusted now: its own are not coming back through the watch, or came
+// back after a gap less than a TTL ago (s.mu held).
+func (s *served) stale(now time.Time) bool {
+	return len(s.announced) > 0 && !s.lastSelf.IsZero() && (now.Sub(s.lastSelf) > s.ttl*2/3 || now.Sub(s.viewSince) < s.ttl)
+}
+
+// Lacking names the daemons that announced themselves within
+// Config.ServedTTL without capability (older loomd versions announce
+// none), sorted, each as "<owner>" or "<owner> (loomd <version>)"; sure
+// is false while this daemon's own view of the announcements is stale
+// (after a broker outage, for a TTL: a daemon that joined meanwhile may
+// not be seen yet). It reads the view the watch keeps, without a call to
+// the server: cheap enough for every round of a cluster job's state. A
+// daemon that serves no plugin type announces nothing and is not seen.
+func (q *Queue) Lacking(capability string) (owners []string, sure bool) {
+	s := q.served
+	if s == nil {
+		return nil, true
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := s.short // the others have every capability of this daemon's
+	if !slices.Contains(s.caps, capability) {
+		keys = nil
+		for k := range s.seen {
+			if !slices.Contains(s.seen[k].caps, capability) {
+				if keys == nil {
+					keys = map[string]bool{}
+				}
+				keys[k] = true
+			}
+		}
+	}
+	for k := range keys {
+		e, ok := s.seen[k]
+		if !ok || now.Sub(e.at) > s.ttl || slices.Contains(e.caps, capability) {
+			continue
+		}
+		name := e.owner
+		if e.version != "" {
+			name += " (loomd " + e.version + ")"
+		}
+		if !slices.Contains(owners, name) {
+			owners = append(owners, name)
+		}
+	}
+	slices.Sort(owners)
+	return owners, !s.stale(now)
+}
+
+// LackingSeen receives when a daemon announcing itself without one of
+// Config.Capabilities appears, or announces itself again after a silence
+// of over Config.ServedTTL: whoever relies on a capability looks at
+// Lacking again at once (one value is buffered; nil before Open).
+func (q *Queue) LackingSeen() <-chan struct{} { return q.lacking }
 
 // Served reports whether this daemon or any other one serves route, by
 // their announcements of the last Config.ServedTTL, and lists every route

@@ -180,3 +180,92 @@ func TestClaimFromStaleSubmitCopy(t *testing.T) {
 		t.Errorf("%d submit copies left after every task was claimed", n)
 	}
 }
+
+// Daemons announce their capabilities with their served types. Lacking
+// names the live ones without a capability: an announcement without
+// "caps" (an older loomd's) has none; one with them, a new daemon's, is
+// not named; a daemon stops being named when its announcement goes or
+// lapses; LackingSeen fires when one appears, and again when it comes
+// back after a silence; while this daemon's own view is stale, Lacking
+// is not sure.
+func TestLacking(t *testing.T) {
+	const journal = "cluster-journal"
+	cfg := testConfig(t)
+	cfg.ListenAddr = "127.0.0.1:0"
+	cfg.Token = "lacking-test-token"
+	cfg.ServedTTL = 600 * time.Millisecond
+	cfg.Capabilities, cfg.Version, cfg.Owner = []string{journal}, "v9.9.9", "daemon-a"
+	a := open(t, cfg)
+	b := open(t, Config{URLs: []string{a.ClientURL()}, Token: cfg.Token, ServedTTL: cfg.ServedTTL, Logger: testLogger(), Owner: "daemon-b",
+		Capabilities: []string{journal, "later"}, Version: "v10.0.0"})
+	ctx := context.Background()
+	if err := a.SetTypes(ctx, []Route{shell}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetTypes(ctx, []Route{shell}); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(func() bool { return a.ownerLive(b.Owner()) && b.ownerLive(a.Owner()) }) {
+		t.Fatal("the daemons never saw each other")
+	}
+	if got, sure := a.Lacking(journal); len(got) != 0 || !sure {
+		t.Fatalf("two new daemons: Lacking = %v, %v", got, sure)
+	}
+	// b has a capability a lacks: b names a (with its version), a names nobody.
+	if got, _ := b.Lacking("later"); !slices.Equal(got, []string{a.Owner() + " (loomd v9.9.9)"}) {
+		t.Errorf("b.Lacking(later) = %v", got)
+	}
+	select { // drain what the start may have sent
+	case <-a.LackingSeen():
+	default:
+	}
+	// An older daemon announces itself the way it always did.
+	old := func() {
+		t.Helper()
+		if _, err := a.served.kv.Put(ctx, servedKey(shell, "old-daemon"), []byte(`{"family":"automator","type":"shell","owner":"old-daemon","at":"`+time.Now().UTC().Format(time.RFC3339Nano)+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old()
+	select {
+	case <-a.LackingSeen():
+	case <-time.After(10 * time.Second):
+		t.Fatal("LackingSeen did not fire for an older daemon's announcement")
+	}
+	if got, sure := a.Lacking(journal); !slices.Equal(got, []string{"old-daemon"}) || !sure {
+		t.Fatalf("with an older daemon: Lacking = %v, %v", got, sure)
+	}
+	if !eventually(func() bool { got, _ := b.Lacking(journal); return slices.Equal(got, []string{"old-daemon"}) }) {
+		t.Error("b never named the older daemon")
+	}
+	// Silent, it lapses after the TTL.
+	if !eventually(func() bool { got, _ := a.Lacking(journal); return len(got) == 0 }) {
+		t.Fatal("an older daemon silent for over the TTL is still named")
+	}
+	select { // a renewal seen late may have fired again
+	case <-a.LackingSeen():
+	default:
+	}
+	// Back after the silence: fires again.
+	old()
+	select {
+	case <-a.LackingSeen():
+	case <-time.After(10 * time.Second):
+		t.Fatal("LackingSeen did not fire for an older daemon back after a silence")
+	}
+	// Withdrawn (its graceful stop): gone at once.
+	if err := a.served.kv.Delete(ctx, servedKey(shell, "old-daemon")); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(func() bool { got, _ := a.Lacking(journal); return len(got) == 0 }) {
+		t.Fatal("a withdrawn announcement is still named")
+	}
+	// A stale view of the announcements: not sure.
+	s := a.served
+	s.mu.Lock()
+	s.lastSelf = time.Now().Add(-cfg.ServedTTL)
+	s.mu.Unlock()
+	if _, sure := a.Lacking(journal); sure {
+		t.Error("with its own announcements missing, Lacking was sure")
+	}
+}
