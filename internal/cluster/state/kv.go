@@ -65,6 +65,53 @@ type KVStore struct {
 	// before their removal would (tests).
 	compact    int
 	keepRounds bool
+	// gate, when set, says which live daemons sharing the store cannot
+	// read the journal and whether this daemon can tell (SetJournalGate).
+	gate func() (lacking []string, sure bool)
+	// locks serialize the writes of a cluster through this store: a
+	// round of its job, and a fold of FoldJournal.
+	locks map[string]*sync.Mutex
+}
+
+// JournalCapability is what a loomd that reads the cluster state's
+// journal announces (queue.Config.Capabilities). A daemon whose
+// announcement lacks it, an older loomd, reads the records alone.
+const JournalCapability = "cluster-journal"
+
+// SetJournalGate makes Append ask lacking before each round: the round
+// goes to the journal only while it names no daemon and is sure (it
+// names the live daemons sharing the store that cannot read the journal,
+// older loomd versions, and says whether this daemon can tell right
+// now). Otherwise the round is written to its keys, as before the
+// journal, after folding the rounds this store wrote into the records:
+// such a daemon taking the job over reads complete records. lacking is
+// called for every round: it must answer from memory. Call it before the
+// store is used.
+func (s *KVStore) SetJournalGate(lacking func() (daemons []string, sure bool)) { s.gate = lacking }
+
+// journalOK reports whether a round may go to the journal now.
+func (s *KVStore) journalOK() bool {
+	if s.gate == nil {
+		return true
+	}
+	lacking, sure := s.gate()
+	return sure && len(lacking) == 0
+}
+
+// lock takes cluster name's write lock; it returns its release.
+func (s *KVStore) lock(name string) func() {
+	s.mu.Lock()
+	if s.locks == nil {
+		s.locks = map[string]*sync.Mutex{}
+	}
+	m := s.locks[name]
+	if m == nil {
+		m = &sync.Mutex{}
+		s.locks[name] = m
+	}
+	s.mu.Unlock()
+	m.Lock()
+	return m.Unlock
 }
 
 func (s *KVStore) compactAfter() int {
@@ -406,6 +453,12 @@ func (s *KVStore) Put(c *Cluster) error {
 	if err := checkName(c.Name); err != nil {
 		return err
 	}
+	defer s.lock(c.Name)()
+	return s.put(c)
+}
+
+// put is Put with the cluster's write lock held.
+func (s *KVStore) put(c *Cluster) error {
 	want, err := encode(c)
 	if err != nil {
 		return err
@@ -620,10 +673,22 @@ func (s *KVStore) batch(ctx context.Context, puts []string, vals map[string][]by
 // over the records; a Put writes them into the records and drops them,
 // and so does Append itself every compactRounds rounds. A round too large
 // for one message, or one that removes a node, goes to its keys
-// (AppendChanges).
+// (AppendChanges), and so does every round while the journal gate
+// (SetJournalGate) names a daemon that cannot read the journal: the first
+// such round folds the journal this store wrote into the records.
 func (s *KVStore) Append(c *Cluster, changes []Change) error {
 	if err := checkName(c.Name); err != nil {
 		return err
+	}
+	defer s.lock(c.Name)()
+	if !s.journalOK() {
+		s.mu.Lock()
+		n := s.rounds[c.Name]
+		s.mu.Unlock()
+		if n > 0 {
+			return s.put(c) // c holds this round too
+		}
+		return s.appendChanges(c.Name, changes)
 	}
 	journal := true
 	for _, ch := range changes {
@@ -639,7 +704,7 @@ func (s *KVStore) Append(c *Cluster, changes []Change) error {
 		}
 	}
 	if !journal || len(data) > maxRound {
-		return s.AppendChanges(c.Name, changes)
+		return s.appendChanges(c.Name, changes)
 	}
 	s.mu.Lock()
 	n := s.rounds[c.Name]
@@ -647,7 +712,7 @@ func (s *KVStore) Append(c *Cluster, changes []Change) error {
 	if n >= s.compactAfter() {
 		// The journal is long enough: fold it into the records (Put
 		// writes c, this round included, and drops the rounds).
-		return s.Put(c)
+		return s.put(c)
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
@@ -693,7 +758,45 @@ func (s *KVStore) foldRemoving(name string, changes []Change) error {
 	for _, ch := range changes {
 		c.Apply(ch)
 	}
-	return s.Put(c)
+	return s.put(c)
+}
+
+// FoldJournal writes the rounds of cluster name's journal into its
+// records and drops them, as a Put of its state would; it reports whether
+// there were any. The caller holds the cluster's job: loomd serve's
+// runner folds the journals of its jobs when a daemon that cannot read
+// them starts announcing itself (an older loomd joined the store), so
+// that if it takes a job over it reads complete records; Append then
+// writes the rounds to their keys while it is live.
+func (s *KVStore) FoldJournal(name string) (bool, error) {
+	if err := checkName(name); err != nil {
+		return false, err
+	}
+	defer s.lock(name)()
+	ctx, cancel := s.ctx()
+	have, revs, err := s.read(ctx, name)
+	cancel()
+	if err != nil {
+		return false, err
+	}
+	rounds := false
+	for k := range have {
+		if strings.HasPrefix(k, name+"."+roundKind+".") {
+			rounds = true
+			break
+		}
+	}
+	if !rounds {
+		return false, nil
+	}
+	c, err := decode(name, have, revs)
+	if err != nil {
+		return false, err
+	}
+	if err := s.put(c); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // maxRound is the largest round written as one message (NATS refuses
@@ -711,6 +814,12 @@ func (s *KVStore) AppendChanges(name string, changes []Change) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
+	defer s.lock(name)()
+	return s.appendChanges(name, changes)
+}
+
+// appendChanges is AppendChanges with the cluster's write lock held.
+func (s *KVStore) appendChanges(name string, changes []Change) error {
 	for _, ch := range changes {
 		if ch.DeleteNode != "" {
 			return s.foldRemoving(name, changes)
@@ -856,6 +965,7 @@ func (s *KVStore) Delete(name string) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
+	defer s.lock(name)()
 	ctx, cancel := s.ctx()
 	defer cancel()
 	have, _, err := s.read(ctx, name)

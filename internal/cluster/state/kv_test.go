@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -426,5 +427,148 @@ func TestKVJournalNodeDeleteStays(t *testing.T) {
 	}
 	if got, err := s.Get("shrink"); err != nil || got.Nodes["shrink-a-1"].Hostname != "h1" || got.Nodes["shrink-a-2"] != nil {
 		t.Fatalf("after a later round: %+v %v", got, err)
+	}
+}
+
+// oldView is the cluster as a loomd older than the journal reads it: the
+// records alone (it knows nothing of the <name>.r.* keys).
+func oldView(t *testing.T, s *KVStore, name string) *Cluster {
+	t.Helper()
+	ctx, cancel := s.ctx()
+	defer cancel()
+	vals, revs, err := s.read(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range vals {
+		if strings.HasPrefix(k, name+".r.") {
+			delete(vals, k)
+		}
+	}
+	c, err := decode(name, vals, revs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// sameTasks fails unless got has every task of want with the same status,
+// and want's nodes in the same state.
+func sameTasks(t *testing.T, what string, want, got *Cluster) {
+	t.Helper()
+	for id, n := range want.Nodes {
+		if g := got.Nodes[id]; g == nil || g.State != n.State {
+			t.Errorf("%s: node %s is %+v, want state %s", what, id, g, n.State)
+		}
+	}
+	wj, gj := want.LastJob(), got.LastJob()
+	for i, wt := range wj.Tasks {
+		if untouched(wt) {
+			continue
+		}
+		if g := gj.Tasks[i]; g == nil || g.Status != wt.Status {
+			t.Errorf("%s: task %d is %+v, want %s", what, i, g, wt.Status)
+		}
+	}
+}
+
+// TestKVJournalGate: while the journal gate names a daemon that cannot
+// read the journal (an older loomd announcing itself), or cannot tell,
+// rounds go to their keys and what an older loomd reads (the records
+// alone) is the whole state after every round; when the gate closes
+// mid-job, FoldJournal (or, if it was not called, the next round) folds
+// the rounds written so far into the records; the journal is used again
+// once the gate opens.
+func TestKVJournalGate(t *testing.T) {
+	s := openKV(t)
+	var mu sync.Mutex
+	lacking, sure := []string{"old-daemon"}, true
+	s.SetJournalGate(func() ([]string, bool) { mu.Lock(); defer mu.Unlock(); return lacking, sure })
+	set := func(l []string, su bool) { mu.Lock(); lacking, sure = l, su; mu.Unlock() }
+	c := &Cluster{Name: "mixed", Status: Pending, Nodes: map[string]*Node{}, Jobs: []*Job{{ID: "mixed-001", Action: "create", Status: JobRunning, Tasks: map[int]*Task{}}}}
+	for i := range 4 {
+		id := fmt.Sprintf("mixed-n-%d", i+1)
+		c.Nodes[id] = &Node{ID: id, Num: 1000 + i, State: NodeNew}
+	}
+	if err := s.Put(c); err != nil {
+		t.Fatal(err)
+	}
+	task := 0
+	round := func() {
+		t.Helper()
+		i := task
+		task++
+		n := &Node{ID: fmt.Sprintf("mixed-n-%d", i%4+1), Num: 1000 + i%4, State: NodeCreated}
+		c.Nodes[n.ID] = n
+		rec := &Task{Status: TaskDone, Name: "CREATE", Node: n.ID, Runs: []Run{{ID: fmt.Sprintf("mixed-001-%04d-1", i+1), Status: TaskDone}}}
+		c.Jobs[0].Tasks[i] = rec
+		if err := s.Append(c, []Change{{Node: n}, {Job: "mixed-001", Task: &i, Rec: rec}, {Job: "mixed-001", JobStatus: JobRunning}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(what string, wantRounds bool) {
+		t.Helper()
+		n := roundKeys(t, s, "mixed")
+		if wantRounds != (n > 0) {
+			t.Fatalf("%s: %d journal keys", what, n)
+		}
+		got, err := s.Get("mixed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameTasks(t, what+" (Get)", c, got)
+		if !wantRounds {
+			sameTasks(t, what+" (as an older loomd reads it)", c, oldView(t, s, "mixed"))
+		}
+	}
+	// An older daemon is live from the start: no round is journaled.
+	for range 3 {
+		round()
+		check("with an older daemon live", false)
+	}
+	// It is gone: the journal is used again.
+	set(nil, true)
+	for range 3 {
+		round()
+	}
+	check("once the older daemon is gone", true)
+	// It comes back mid-job: FoldJournal folds what the journal holds.
+	set([]string{"old-daemon"}, true)
+	if folded, err := s.FoldJournal("mixed"); err != nil || !folded {
+		t.Fatalf("FoldJournal: %v %v", folded, err)
+	}
+	check("after the fold", false)
+	if folded, err := s.FoldJournal("mixed"); err != nil || folded {
+		t.Fatalf("FoldJournal with nothing to fold: %v %v", folded, err)
+	}
+	for range 3 {
+		round()
+		check("after the fold, key by key", false)
+	}
+	// Gone, then back without a FoldJournal (its notice came late): the
+	// next round folds.
+	set(nil, true)
+	round()
+	round()
+	check("journal again", true)
+	set([]string{"old-daemon"}, true)
+	round()
+	check("the first round after it came back", false)
+	// This daemon cannot tell (its view of the announcements is stale):
+	// key by key too.
+	set(nil, true)
+	round()
+	set(nil, false)
+	round()
+	check("not sure who is live", false)
+	round()
+	check("not sure who is live, key by key", false)
+	// A node removed while the gate is closed stays removed.
+	delete(c.Nodes, "mixed-n-4")
+	if err := s.Append(c, []Change{{DeleteNode: "mixed-n-4"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get("mixed"); err != nil || got.Nodes["mixed-n-4"] != nil || len(got.Nodes) != 3 {
+		t.Fatalf("after a node removal: %+v %v", got, err)
 	}
 }
