@@ -409,6 +409,11 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		Logger:       logger.With("component", "queue"),
 		OnTransition: metrics.Observe,
 		Listeners:    o.g.listeners,
+		// Announced with the served types: a daemon sharing the queue
+		// uses the cluster state's journal only while every live daemon
+		// announces that it reads it (older ones announce nothing).
+		Capabilities: []string{state.JournalCapability},
+		Version:      a.Version,
 	}
 	if len(o.natsURLs) > 0 {
 		qcfg.DataDir = ""
@@ -870,6 +875,7 @@ func (a *App) startClusterJobs(ctx context.Context, o *serveOptions, q *queue.Qu
 	host, _ := os.Hostname()
 	jobs, err := clusterrunner.New(ctx, clusterrunner.Config{Store: store, JS: q.JetStream(), Replicas: q.Replicas(), Retry: o.retry, Queue: q, Log: jl,
 		Secrets: secrets, Owner: q.Owner(), Host: host, PID: os.Getpid(), Live: q.OwnerLive, Trouble: q.RecentTrouble,
+		Lacking: func() ([]string, bool) { return q.Lacking(state.JournalCapability) }, LackingSeen: q.LackingSeen(),
 		LeaseTTL: o.clusterLease, Logger: base, Registerer: metrics.Registry(),
 		// Jobs are planned with this daemon's plugins and the resource
 		// files of its work dir.

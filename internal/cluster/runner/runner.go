@@ -57,6 +57,17 @@ type Config struct {
 	// when no silence proves anything. Both come from the queue.
 	Live    func(owner string) bool
 	Trouble func() bool
+	// Lacking names the live daemons sharing the store that cannot read
+	// the cluster state's journal (older loomd versions: their
+	// announcements lack state.JournalCapability) and says whether this
+	// daemon can tell now; it must answer from memory (it is asked at
+	// every round of a job). While it names one, or cannot tell, the
+	// jobs' rounds go to their keys (state.KVStore.SetJournalGate).
+	// LackingSeen receives when such a daemon appears: the journals of
+	// this daemon's jobs are folded into their records at once. Both come
+	// from the queue; nil: every daemon reads the journal.
+	Lacking     func() (daemons []string, sure bool)
+	LackingSeen <-chan struct{}
 	// LeaseTTL is a job lease's length (default 15 s); it is renewed
 	// every third of it. A daemon that cannot renew for two thirds of it
 	// stops its jobs before anyone may take them over.
@@ -121,6 +132,9 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	r := &Runner{cfg: cfg, recs: recs, log: cfg.Logger.With("component", "clusterjobs"), who: "loomd " + cfg.Owner,
 		metrics: newMetrics(cfg.Registerer), owned: map[string]*owned{}, known: map[string]known{}}
+	if cfg.Lacking != nil {
+		cfg.Store.SetJournalGate(cfg.Lacking)
+	}
 	return r, nil
 }
 
@@ -140,8 +154,25 @@ func (r *Runner) Start(ctx context.Context) error {
 	sctx, stop := context.WithCancel(context.Background())
 	r.stopScan = stop
 	r.scanDone = make(chan struct{})
+	var loops sync.WaitGroup
+	loops.Add(2)
 	go func() {
-		defer close(r.scanDone)
+		loops.Wait()
+		close(r.scanDone)
+	}()
+	go func() {
+		defer loops.Done()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-r.cfg.LackingSeen:
+				r.foldJournals()
+			}
+		}
+	}()
+	go func() {
+		defer loops.Done()
 		defer func() { _ = w.Stop() }()
 		t := time.NewTicker(r.cfg.LeaseTTL / 3)
 		defer t.Stop()
@@ -175,6 +206,46 @@ func (r *Runner) Start(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("reading kv bucket %s: %w", Bucket, ctx.Err())
+	}
+}
+
+// foldJournals folds the journal of every job this daemon runs into its
+// records, when a daemon that cannot read the journal announces itself:
+// if it takes a job over (this daemon dies), it reads complete records.
+// Until it is gone the jobs' rounds go to their keys (the store's gate).
+func (r *Runner) foldJournals() {
+	if r.cfg.Lacking == nil {
+		return
+	}
+	lacking, sure := r.cfg.Lacking()
+	if len(lacking) == 0 && sure {
+		return
+	}
+	r.mu.Lock()
+	jobs := make([]*owned, 0, len(r.owned))
+	for _, o := range r.owned {
+		jobs = append(jobs, o)
+	}
+	r.mu.Unlock()
+	who := strings.Join(lacking, ", ")
+	if who == "" {
+		who = "(this daemon cannot tell who is live right now)"
+	}
+	r.log.Info("a loomd that cannot read the cluster state's journal announces itself (an older version): cluster jobs write their state key by key while it is live",
+		"daemons", who, "jobs_here", len(jobs))
+	for _, o := range jobs {
+		if !o.holds() {
+			continue // the job's writes are fenced: not ours for sure
+		}
+		folded, err := r.cfg.Store.FoldJournal(o.cluster)
+		switch {
+		case err != nil:
+			// The job's next round folds it (the gate is closed).
+			o.warn("folding the job's state journal into its records failed; its next round does it", "daemons", who, "err", err)
+		case folded:
+			o.warn("a loomd that cannot read the state journal is live: the journal was folded into the records, and the job writes its state key by key while it is",
+				"daemons", who)
+		}
 	}
 }
 
