@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -267,5 +268,40 @@ func TestLacking(t *testing.T) {
 	s.mu.Unlock()
 	if _, sure := a.Lacking(journal); sure {
 		t.Error("with its own announcements missing, Lacking was sure")
+	}
+}
+
+// BenchmarkLacking: what the journal gate asks before every round of a
+// cluster job: this daemon serves 50 plugin types and another daemon
+// (new, with the capability) announces the same 50.
+func BenchmarkLacking(b *testing.B) {
+	const journal = "cluster-journal"
+	cfg := Config{DataDir: b.TempDir(), Logger: testLogger(), Owner: "bench-a", Capabilities: []string{journal}}
+	ctx := context.Background()
+	q, err := Open(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = q.Close() })
+	var routes []Route
+	for i := range 50 {
+		routes = append(routes, Route{Family: "automator", Type: fmt.Sprintf("type%d", i)})
+	}
+	if err := q.SetTypes(ctx, routes); err != nil {
+		b.Fatal(err)
+	}
+	for _, r := range routes {
+		if _, err := q.served.kv.Put(ctx, servedKey(r, "bench-b"), mustJSON(servedEntry{Family: r.Family, Type: r.Type, Owner: "bench-b", At: time.Now(), Caps: []string{journal}})); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if !eventually(func() bool { q.served.mu.Lock(); defer q.served.mu.Unlock(); return len(q.served.seen) == 100 }) {
+		b.Fatal("the announcements were never all seen")
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if l, sure := q.Lacking(journal); len(l) > 0 || !sure {
+			b.Fatalf("Lacking = %v, %v", l, sure)
+		}
 	}
 }

@@ -1,9 +1,13 @@
 package state
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/loomrt/loom/internal/queue"
 )
 
 // BenchmarkKVPutGet1000: a 1,000-node cluster with a 9,000-task job,
@@ -49,14 +53,30 @@ func BenchmarkKVPutGet1000(b *testing.B) {
 
 // BenchmarkKVAppendRound: a round of the executor's journal on a 100-node
 // cluster (16 tasks and their nodes), as one journal message (Append, the
-// default), and written to its keys (AppendChanges) as one atomic batch
-// and key by key.
+// default), the same with the journal gate of loomd serve asking the
+// queue's view of the announcements before each round (journal-gated: a
+// daemon serving 50 plugin types, every daemon reading the journal), and
+// written to its keys (AppendChanges) as one atomic batch and key by key
+// (what a round costs while an older loomd is live).
 func BenchmarkKVAppendRound(b *testing.B) {
-	for _, mode := range []string{"journal", "batch", "keys"} {
+	for _, mode := range []string{"journal", "journal-gated", "batch", "keys"} {
 		b.Run(mode, func(b *testing.B) {
-			s := openKV(b)
+			s, q := openKVQueue(b)
 			if !s.atomic {
 				b.Fatal("the embedded server refused atomic batches")
+			}
+			if mode == "journal-gated" {
+				var routes []queue.Route
+				for i := range 50 {
+					routes = append(routes, queue.Route{Family: "automator", Type: fmt.Sprintf("type%d", i)})
+				}
+				if err := q.SetTypes(context.Background(), routes); err != nil {
+					b.Fatal(err)
+				}
+				s.SetJournalGate(func() ([]string, bool) { return q.Lacking(JournalCapability) })
+				if l, sure := q.Lacking(JournalCapability); len(l) > 0 || !sure {
+					b.Fatalf("the gate is closed: %v %v", l, sure)
+				}
 			}
 			s.atomic = mode != "keys"
 			c := &Cluster{Name: "bench", Status: Pending, Nodes: map[string]*Node{}}
@@ -78,7 +98,7 @@ func BenchmarkKVAppendRound(b *testing.B) {
 						Rec: &Task{Status: TaskDone, Name: "INSTALL", Node: n.ID, Runs: []Run{{ID: fmt.Sprintf("bench-001-%04d-1", idx+1), Status: TaskDone}}}})
 				}
 				var err error
-				if mode == "journal" {
+				if strings.HasPrefix(mode, "journal") {
 					err = s.Append(c, changes)
 				} else {
 					err = s.AppendChanges(c.Name, changes)

@@ -16,9 +16,17 @@ import (
 // openKV opens the cluster bucket beside a real embedded queue.
 func openKV(t testing.TB) *KVStore {
 	t.Helper()
+	s, _ := openKVQueue(t)
+	return s
+}
+
+// openKVQueue is openKV, with the queue (a daemon's: it announces the
+// journal capability).
+func openKVQueue(t testing.TB) (*KVStore, *queue.Queue) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	q, err := queue.Open(ctx, queue.Config{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	q, err := queue.Open(ctx, queue.Config{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), Capabilities: []string{JournalCapability}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +35,7 @@ func openKV(t testing.TB) *KVStore {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return s, q
 }
 
 // TestKVStore: a cluster round-trips through the bucket key by key (tasks
