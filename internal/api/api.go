@@ -735,7 +735,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if sw.on {
+	if sw.on && sw.d > 0 { // wait=0s is a plain read (a wait under a context already over fails its read)
 		if !s.taskOK(w, r, id) {
 			return // another tenant's task: no waiting for it
 		}

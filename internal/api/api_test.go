@@ -197,6 +197,9 @@ func TestLongPollTimesOutWithCurrentState(t *testing.T) {
 	if code != http.StatusOK || decode[Task](t, body).State != queue.Queued {
 		t.Fatalf("GET wait = %d %s, want 200 queued", code, body)
 	}
+	if code, body := f.do("GET", "/v1/tasks/w-1?wait=0s", ""); code != http.StatusOK || decode[Task](t, body).State != queue.Queued {
+		t.Errorf("GET wait=0s = %d %s, want 200 queued at once", code, body)
+	}
 	if code, body := f.do("GET", "/v1/tasks/w-1?wait=soon", ""); code != http.StatusBadRequest {
 		t.Errorf("bad wait = %d %s, want 400", code, body)
 	}
