@@ -306,3 +306,40 @@ func TestSubmitWaitTenants(t *testing.T) {
 		t.Errorf("tw-1 ran %d times, want 1", n)
 	}
 }
+
+// unrecorded accepts every task without writing its record, as a submit
+// during a NATS leader election does (the record is written when a worker
+// claims the task).
+type unrecorded struct{ Queue }
+
+func (u unrecorded) Submit(_ context.Context, task []byte) (queue.Record, bool, error) {
+	var t struct {
+		TaskID string `json:"taskId"`
+	}
+	_ = json.Unmarshal(task, &t)
+	return queue.Record{TaskID: t.TaskID, State: queue.Queued, Family: "automator", Type: "shell", Hook: "install", TaskName: "INSTALL"}, true, nil
+}
+
+// TestSubmitWaitBeforeTheRecord: the task a POST ?wait= just queued is
+// never answered 404 while its record is not written yet: the wait runs
+// out with the task as queued. GET ?wait= of it is 404 then (clients of
+// the two-request form ask again).
+func TestSubmitWaitBeforeTheRecord(t *testing.T) {
+	f := newFixture(t, Config{})
+	s, err := New(Config{Queue: unrecorded{f.q}, Plugins: fakePlugins{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := func(method, path, body string) (int, []byte) {
+		w := httptest.NewRecorder()
+		s.Handler().ServeHTTP(w, httptest.NewRequest(method, path, strings.NewReader(body)))
+		return w.Code, w.Body.Bytes()
+	}
+	code, body := do("POST", "/v1/tasks?wait=200ms", `{"taskId":"late-1","taskName":"INSTALL","config":{"service":{"action":{"type":"shell"}}}}`)
+	if got := decode[SubmitWaitResponse](t, body); code != http.StatusAccepted || got.TaskID != "late-1" || got.State != queue.Queued {
+		t.Errorf("POST ?wait before the record = %d %s, want 202 queued", code, body)
+	}
+	if code, body := do("GET", "/v1/tasks/late-1?wait=200ms", ""); code != http.StatusNotFound {
+		t.Errorf("GET ?wait before the record = %d %s, want 404", code, body)
+	}
+}
