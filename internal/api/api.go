@@ -661,6 +661,13 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request, body []byte, wa
 	code := http.StatusAccepted
 	if !isNew {
 		code = http.StatusOK
+		// Task ids are one namespace for every tenant: another tenant's
+		// task under this id is neither shown (its state, as GET hides
+		// it) nor taken for this submitter's, which was not queued.
+		if !tokenOf(r).SeesTenant(rec.TenantID, s.cfg.DefaultTenant) {
+			writeError(w, http.StatusConflict, fmt.Sprintf("task id %q is taken by a task this token cannot see (another tenant's): nothing was queued; submit the task under another taskId", rec.TaskID))
+			return
+		}
 	}
 	w.Header().Set("Location", "/v1/tasks/"+rec.TaskID)
 	resp := SubmitResponse{TaskID: rec.TaskID, State: rec.State, Duplicate: !isNew, Served: true}

@@ -279,8 +279,9 @@ func TestSubmitWaitAnswerOverBudget(t *testing.T) {
 
 // TestSubmitWaitTenants: POST ?wait= follows the tenant rules of POST and
 // GET: a tenant token's task is put in its tenant and waited for; another
-// tenant's task under the same id is 404 (as GET answers it), not waited
-// for; a read-only token cannot submit.
+// tenant's task under the same id is 409 with or without ?wait= (its
+// state hidden, as GET hides it; the submitter told that nothing was
+// queued), not waited for; a read-only token cannot submit.
 func TestSubmitWaitTenants(t *testing.T) {
 	s := newScoped(t)
 	task := `{"taskId":"tw-1","taskName":"INSTALL","config":{"service":{"action":{"type":"shell"}}}}`
@@ -288,9 +289,11 @@ func TestSubmitWaitTenants(t *testing.T) {
 	if got := decode[SubmitWaitResponse](t, body); code != http.StatusAccepted || got.State != queue.Succeeded || got.TenantID != "acme" {
 		t.Fatalf("acme's POST ?wait = %d %s, want 202 succeeded in tenant acme", code, body)
 	}
-	code, body = s.as(victimTok, "POST", "/v1/tasks?wait=20s", task)
-	if code != http.StatusNotFound || strings.Contains(string(body), `"result"`) {
-		t.Errorf("victim's POST ?wait of acme's id = %d %s, want 404 without the task", code, body)
+	for _, path := range []string{"/v1/tasks?wait=20s", "/v1/tasks"} {
+		code, body = s.as(victimTok, "POST", path, task)
+		if code != http.StatusConflict || strings.Contains(string(body), `"state"`) || !strings.Contains(string(body), "nothing was queued") {
+			t.Errorf("victim's POST %s of acme's id = %d %s, want 409 without the task's state", path, code, body)
+		}
 	}
 	if code, body := s.as(victimTok, "GET", "/v1/tasks/tw-1?wait=1s", ""); code != http.StatusNotFound {
 		t.Errorf("victim's GET ?wait of acme's task = %d %s, want 404 as the POST", code, body)
