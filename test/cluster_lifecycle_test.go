@@ -12,7 +12,11 @@ package test
 // Every LOOM_LIFECYCLE_DAEMON_EVERY-th sequence (default 4th; 0: none)
 // runs through two loomd daemons sharing a 3-node NATS cluster instead of
 // --local, with one more fault: kill -9 of the daemon that runs the job
-// (the other takes it over; the killed one starts again).
+// (the other takes it over; the killed one starts again), and a loomd
+// older than the state journal (an announcement without its capability,
+// see cluster_upgrade_test.go) joining or leaving before a change or, at
+// a daemon's kill, mid-job: the job's journal is folded into the records
+// before the kill, and the jobs write key by key while it is live.
 //
 // It runs with LOOM_LIFECYCLE=1 (make lifecycle): LOOM_LIFECYCLE_SEQUENCES
 // sequences (default 10) of LOOM_LIFECYCLE_STEPS steps (default 6), no new
@@ -153,9 +157,13 @@ type lcSeq struct {
 	runs  map[string]int  // run id → times it ran (effects)
 	flown map[string]bool // run ids in flight when the CLI (or daemon) was killed
 	stats map[string]int
-	// In daemon mode: the two daemons and how to start each again.
-	daemons [2]*daemon
-	dargs   [2][]string
+	// In daemon mode: the two daemons and how to start each again; the
+	// store as another daemon sees it, and the older loomd's withdrawal
+	// while it announces itself.
+	daemons   [2]*daemon
+	dargs     [2][]string
+	view      *storeView
+	stopOlder func()
 }
 
 func lifecycleSequence(t *testing.T, rng *rand.Rand, steps int, daemonMode bool, stats map[string]int) {
@@ -170,6 +178,7 @@ func lifecycleSequence(t *testing.T, rng *rand.Rand, steps int, daemonMode bool,
 			s.daemons[i] = startDaemon(t, e.dir, name+".log", nil, s.dargs[i]...)
 		}
 		e.server = s.daemons[0].url() + "," + s.daemons[1].url()
+		s.view = openStoreView(t, s.daemons[0], connectNATS(t, strings.Join(nc.urls, ",")))
 	}
 	e.writeRegSpec(s.m.spec())
 	s.apply("create", nil)
@@ -362,6 +371,9 @@ func (s *lcSeq) apply(what string, args []string) {
 	}
 	t.Logf("%s (fault: %s)", what, fault)
 	s.stats[fault]++
+	if s.view != nil && s.rng.IntN(4) == 0 {
+		s.toggleOlder()
+	}
 	switch fault {
 	case "kill":
 		p := e.start(append(append([]string(nil), args...), "--log-format", "json")...)
@@ -377,6 +389,14 @@ func (s *lcSeq) apply(what string, args []string) {
 		p := e.start(append(append([]string(nil), args...), "--log-format", "json")...)
 		s.waitActivity(p)
 		if i := s.owner(); i >= 0 {
+			if s.stopOlder == nil && s.rng.IntN(2) == 0 {
+				s.toggleOlder() // mid-job
+			}
+			if s.stopOlder != nil {
+				// What the older daemon would read if it took the job
+				// over: the records alone, complete.
+				s.view.waitFolded(s.daemons[i])
+			}
 			t.Logf("  daemon %c (running the job) killed", 'a'+i)
 			addr := s.daemons[i].addr
 			s.daemons[i].kill9()
@@ -419,6 +439,27 @@ func (s *lcSeq) apply(what string, args []string) {
 	}
 	s.collect()
 	s.check(what)
+}
+
+// toggleOlder makes a loomd older than the state journal announce itself
+// (once both daemons saw it, their jobs write key by key), or leave.
+func (s *lcSeq) toggleOlder() {
+	if s.stopOlder != nil {
+		s.t.Logf("  the older loomd leaves")
+		s.stopOlder()
+		s.stopOlder = nil
+		return
+	}
+	s.t.Logf("  an older loomd (no cluster-journal capability) joins")
+	s.stats["older"]++
+	var seen [2]int
+	for i, d := range s.daemons {
+		seen[i] = d.logCount(seesOlder)
+	}
+	s.stopOlder = s.view.olderDaemon()
+	for i, d := range s.daemons {
+		d.waitFor("the daemon seeing the older loomd", func() bool { return d.logCount(seesOlder) > seen[i] })
+	}
 }
 
 // run runs a loomd command to its end and returns its exit status.

@@ -28,19 +28,22 @@ type storeView struct {
 	served jetstream.KeyValue
 }
 
-// openStoreView connects to d's NATS and opens the buckets once d made
-// them (the cluster state's is made after the API answers).
-func openStoreView(t *testing.T, d *daemon, natsAddr, nkeyFile string) *storeView {
+// connectNATS connects to the NATS at urls (comma-separated) for the
+// test's life.
+func connectNATS(t *testing.T, urls string, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	opt, err := nats.NkeyOptionFromSeed(nkeyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect("nats://"+natsAddr, opt)
+	nc, err := nats.Connect(urls, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
+	return nc
+}
+
+// openStoreView opens the buckets of d's store on nc once d made them
+// (the cluster state's is made after the API answers).
+func openStoreView(t *testing.T, d *daemon, nc *nats.Conn) *storeView {
+	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +96,12 @@ func (r *roundWatch) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.written
+}
+
+// waitFolded waits until cluster shop's state holds no journal round.
+func (v *storeView) waitFolded(d *daemon) {
+	v.t.Helper()
+	d.waitFor("the journal folded into the records", func() bool { n, _ := v.records(""); return n == 0 })
 }
 
 // records reads cluster shop's keys: the journal rounds it holds, and
@@ -206,14 +215,21 @@ func (v *storeView) olderDaemon() (stop func()) {
 	return stop
 }
 
-// waitLogMsg waits until the daemon's log has a line whose message contains
-// msg.
-func (d *daemon) waitLogMsg(msg string) {
-	d.t.Helper()
-	d.waitFor("a log line "+msg, func() bool {
-		return slices.ContainsFunc(d.logLines(), func(l map[string]any) bool { s, _ := l["msg"].(string); return strings.Contains(s, msg) })
-	})
+// logCount is how many lines of the daemon's log have a message that
+// contains msg.
+func (d *daemon) logCount(msg string) int {
+	n := 0
+	for _, l := range d.logLines() {
+		if s, _ := l["msg"].(string); strings.Contains(s, msg) {
+			n++
+		}
+	}
+	return n
 }
+
+// seesOlder is the daemon log's line when a daemon without the
+// cluster-journal capability announces itself.
+const seesOlder = "a loomd that cannot read the cluster state's journal announces itself"
 
 // TestClusterMixedVersions: a daemon announces the cluster-journal
 // capability with its plugin types. A create runs with every daemon new:
@@ -232,7 +248,11 @@ func TestClusterMixedVersions(t *testing.T) {
 	args := []string{"--tenant", clTenant, "--ack-wait", "2s", "--known-hosts", e.known, "--nats-listen", natsAddr}
 	d := startDaemon(t, e.dir, "serve1.log", nil, args...)
 	e.server = d.url()
-	v := openStoreView(t, d, natsAddr, filepath.Join(e.dir, "data", "nats.nk"))
+	opt, err := nats.NkeyOptionFromSeed(filepath.Join(e.dir, "data", "nats.nk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := openStoreView(t, d, connectNATS(t, "nats://"+natsAddr, opt))
 	var own announced
 	d.waitFor("the daemon's announcement", func() bool {
 		for _, a := range v.caps() {
@@ -271,7 +291,7 @@ func TestClusterMixedVersions(t *testing.T) {
 		rounds, records = v.records("shop-001")
 		return rounds == 0
 	})
-	d.waitLogMsg("a loomd that cannot read the cluster state's journal announces itself")
+	d.waitFor("the daemon's log line about the older daemon", func() bool { return d.logCount(seesOlder) > 0 })
 	for _, i := range doneIdx {
 		if !records[i] {
 			t.Errorf("task %s had finished before the older daemon appeared; its record does not say so", i)
