@@ -383,6 +383,69 @@ func TestKVJournal(t *testing.T) {
 	}
 }
 
+// TestKVPutOverRounds: a Put writes every key a round of the journal
+// changed, even where its record already equals what the Put writes, both
+// over rounds its own store wrote (known without reading them again) and
+// over another daemon's (a takeover: read from the bucket), so that the
+// state reads as the Put wrote when the rounds outlive it (a Put cut short
+// before it dropped them). Keys no round changed and equal to their
+// record are not written again.
+func TestKVPutOverRounds(t *testing.T) {
+	s := openKV(t)
+	other, err := OpenKV(context.Background(), s.js, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, by := range []*KVStore{s, other} {
+		name := "own"
+		if by == other {
+			name = "taken"
+		}
+		node := func(id, st string) *Node { return &Node{ID: id, Num: 1000, State: st} }
+		c := &Cluster{Name: name, Status: Pending,
+			Nodes: map[string]*Node{"n-1": node("n-1", NodeNew), "n-2": node("n-2", NodeNew)},
+			Jobs:  []*Job{{ID: name + "-001", Action: "create", Status: JobRunning, Tasks: map[int]*Task{0: {Status: TaskRunning, Name: "CREATE", Node: "n-1"}}}}}
+		if err := s.Put(c); err != nil {
+			t.Fatal(err)
+		}
+		revOf := func(key string) uint64 {
+			t.Helper()
+			e, err := s.kv.Get(context.Background(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e.Revision()
+		}
+		n2 := revOf(name + ".n.n-2")
+		zero := 0
+		if err := s.Append(c, []Change{{Node: node("n-1", NodeCreated)}, {Job: name + "-001", Task: &zero, Rec: &Task{Status: TaskDone, Name: "CREATE", Node: "n-1"}},
+			{Job: name + "-001", JobStatus: JobFailed, Message: "m"}}); err != nil {
+			t.Fatal(err)
+		}
+		// by saves the cluster as it was before the round: every key
+		// equals its record, and the round changed three of them.
+		by.keepRounds = true
+		if err := by.Put(c); err != nil {
+			t.Fatal(err)
+		}
+		by.keepRounds = false
+		if n := roundKeys(t, s, name); n != 1 {
+			t.Fatalf("%s: %d rounds kept", name, n)
+		}
+		got, err := s.Get(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := got.LastJob()
+		if got.Nodes["n-1"].State != NodeNew || j.Tasks[0].Status != TaskRunning || j.Status != JobRunning {
+			t.Errorf("%s: after the Put over the round: node %s, task %s, job %s", name, got.Nodes["n-1"].State, j.Tasks[0].Status, j.Status)
+		}
+		if revOf(name+".n.n-2") != n2 {
+			t.Errorf("%s: a key no round changed, equal to its record, was written again", name)
+		}
+	}
+}
+
 // A node removed from the cluster (a DELETE's purge) stays removed: the
 // journal's earlier rounds that wrote it are not replayed over its
 // deletion. The delete's KV marker is invisible to Get's read, so a
