@@ -137,6 +137,37 @@ func count(log []string, key string) int {
 	return n
 }
 
+// The job's last step ends in the job's own last save: a store that
+// keeps a journal folds it there once, not again for a state no reader
+// needs (the job past its last step, still running).
+func TestRunSavesTheLastStepWithTheJob(t *testing.T) {
+	f := &fakeRunner{}
+	type seen struct {
+		step   int
+		status string
+	}
+	var saves []seen
+	var job *state.Job
+	_, job, _ = run(t, nil, parse(t, testSpec), f, PlanOptions{}, Options{Parallelism: 4,
+		Save: func(cl *state.Cluster) error {
+			j := cl.LastJob()
+			saves = append(saves, seen{j.Step, j.Status})
+			return nil
+		},
+		Journal: func(*state.Cluster, []state.Change) error { return nil }})
+	if job.Status != state.JobComplete || len(job.Steps) != 1 {
+		t.Fatalf("job %s (%s), %d steps", job.Status, job.Message, len(job.Steps))
+	}
+	for i, s := range saves {
+		if s.step == len(job.Steps) && s.status == state.JobRunning {
+			t.Errorf("save %d of %d: the job past its last step and still running: %+v", i+1, len(saves), saves)
+		}
+	}
+	if last := saves[len(saves)-1]; last.step != 1 || last.status != state.JobComplete {
+		t.Errorf("last save %+v, want step 1 complete", last)
+	}
+}
+
 func TestExecuteCreate(t *testing.T) {
 	f := &fakeRunner{delay: 5 * time.Millisecond}
 	saves := 0

@@ -207,6 +207,9 @@ func Run(ctx context.Context, cl *state.Cluster, job *state.Job, o Options) erro
 			rolledBack = true
 		}
 		job.Step++
+		if job.Step == len(job.Steps) {
+			break // the job's end below saves this step's end too
+		}
 		if err := save(); err != nil {
 			return err
 		}
