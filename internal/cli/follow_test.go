@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -109,5 +110,70 @@ func TestFollowLooksAgainWhenTheLogSaysEnded(t *testing.T) {
 	}
 	if jobCalls.Load() < 4 || !strings.Contains(out.String(), "Cluster shop: active") {
 		t.Errorf("watch: %d looks at the job, summary:\n%s", jobCalls.Load(), out.String())
+	}
+}
+
+// After the log says the job ended, the follower looks at the record
+// again after a short wait for the log (the daemon records the end a few
+// milliseconds after the entry), then after waits twice as long each time:
+// it ends soon after its job without polling a record that stays running
+// (a store failing under the daemon's finish) many times a second.
+func TestFollowEndWaitsStartShortAndBackOff(t *testing.T) {
+	var jobCalls atomic.Int32
+	var mu sync.Mutex
+	var waits []time.Duration
+	var ended atomic.Bool
+	rec := runner.Record{ID: "shop-001", Cluster: "shop", State: runner.StateRunning, Owner: "loomd a"}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/clusters/shop/job":
+			jv := api.JobView{Record: rec, LogSeq: 5}
+			// Done from the seventh look on: five looks after the
+			// "ended" entry still find the record running.
+			if jobCalls.Add(1) > 6 {
+				jv.State, jv.Ended = runner.StateComplete, time.Now()
+			}
+			json.NewEncoder(w).Encode(jv)
+		case "/v1/clusters/shop/log":
+			out := api.LogResponse{Cluster: "shop", Entries: []api.LogEntry{}, Next: 6}
+			if r.URL.Query().Get("after") == "5" {
+				out.Entries = append(out.Entries, api.LogEntry{Seq: 6, Entry: joblog.Entry{Time: time.Now(), Kind: joblog.KindJob,
+					Job: "shop-001", Level: "INFO", Msg: "job shop-001 complete", Attrs: []joblog.Attr{{K: "event", V: "ended"}}}})
+				ended.Store(true)
+			} else if ended.Load() && r.URL.Query().Has("wait") { // not the drain at the end
+				d, err := time.ParseDuration(r.URL.Query().Get("wait"))
+				if err != nil {
+					t.Errorf("log request %s: %v", r.URL, err)
+				}
+				mu.Lock()
+				waits = append(waits, d)
+				mu.Unlock()
+			}
+			json.NewEncoder(w).Encode(out)
+		case "/v1/clusters/shop/state":
+			w.Write([]byte(`{"name":"shop","status":"active","nodes":{},"jobs":[{"id":"shop-001","action":"apply","status":"complete"}]}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	var out, errb lockedBuffer
+	code := testApp(nil, &out, &errb).Execute([]string{"cluster", "watch", "shop", "--server", srv.URL, "--log-format", "json"})
+	if code != 0 {
+		t.Fatalf("watch: exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(waits) < 4 {
+		t.Fatalf("waits for the log after the job's end: %v, want one per look at the record still running", waits)
+	}
+	if waits[0] > 10*time.Millisecond {
+		t.Errorf("the first wait after the job's end: %v, want at most 10ms: %v", waits[0], waits)
+	}
+	for i := 1; i < len(waits); i++ {
+		if waits[i] <= waits[i-1] || waits[i] > time.Second {
+			t.Errorf("wait %d after the job's end: %v after %v, want longer each time, at most 1s: %v", i+1, waits[i], waits[i-1], waits)
+		}
 	}
 }
