@@ -177,3 +177,57 @@ func TestFollowEndWaitsStartShortAndBackOff(t *testing.T) {
 		}
 	}
 }
+
+// Without the live view (not a terminal, or --log-format json), the
+// follower asks the daemon for log lines and job events only: the tasks'
+// state changes (two or three per task) are for the view alone.
+func TestFollowWithoutTheViewSkipsTaskEvents(t *testing.T) {
+	var jobCalls atomic.Int32
+	var mu sync.Mutex
+	var kinds []string
+	rec := runner.Record{ID: "shop-001", Cluster: "shop", State: runner.StateRunning, Owner: "loomd a"}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/clusters/shop/job":
+			jv := api.JobView{Record: rec, LogSeq: 5}
+			if jobCalls.Add(1) > 1 {
+				jv.State, jv.Ended = runner.StateComplete, time.Now()
+			}
+			json.NewEncoder(w).Encode(jv)
+		case "/v1/clusters/shop/log":
+			mu.Lock()
+			kinds = append(kinds, r.URL.Query().Get("kind"))
+			mu.Unlock()
+			out := api.LogResponse{Cluster: "shop", Entries: []api.LogEntry{}, Next: 6}
+			if r.URL.Query().Get("after") == "5" {
+				out.Entries = append(out.Entries, api.LogEntry{Seq: 6, Entry: joblog.Entry{Time: time.Now(), Kind: joblog.KindLog,
+					Job: "shop-001", Level: "WARN", Msg: "a plugin's warning"}})
+			}
+			json.NewEncoder(w).Encode(out)
+		case "/v1/clusters/shop/state":
+			w.Write([]byte(`{"name":"shop","status":"active","nodes":{},"jobs":[{"id":"shop-001","action":"apply","status":"complete"}]}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	var out, errb lockedBuffer
+	code := testApp(nil, &out, &errb).Execute([]string{"cluster", "watch", "shop", "--server", srv.URL, "--log-format", "json"})
+	if code != 0 {
+		t.Fatalf("watch: exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+	if !strings.Contains(errb.String(), "a plugin's warning") {
+		t.Errorf("the job's log line is not shown:\n%s", errb.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(kinds) == 0 {
+		t.Fatal("no log request")
+	}
+	for i, k := range kinds {
+		if k != "log,job" {
+			t.Errorf("log request %d of %d asks for kind=%q, want log,job: %q", i+1, len(kinds), k, kinds)
+		}
+	}
+}
