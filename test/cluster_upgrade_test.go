@@ -227,6 +227,12 @@ func (d *daemon) logCount(msg string) int {
 	return n
 }
 
+// metric reports whether the daemon's /metrics has the line.
+func (d *daemon) metric(line string) bool {
+	code, body := d.call("GET", "/metrics", "")
+	return code == 200 && slices.Contains(strings.Split(string(body), "\n"), line)
+}
+
 // seesOlder is the daemon log's line when a daemon without the
 // cluster-journal capability announces itself.
 const seesOlder = "a loomd that cannot read the cluster state's journal announces itself"
@@ -292,6 +298,9 @@ func TestClusterMixedVersions(t *testing.T) {
 		return rounds == 0
 	})
 	d.waitFor("the daemon's log line about the older daemon", func() bool { return d.logCount(seesOlder) > 0 })
+	if !d.metric("loom_cluster_state_journal 0") {
+		t.Error("/metrics does not say loom_cluster_state_journal 0 while an older daemon is live")
+	}
 	for _, i := range doneIdx {
 		if !records[i] {
 			t.Errorf("task %s had finished before the older daemon appeared; its record does not say so", i)
@@ -335,6 +344,9 @@ func TestClusterMixedVersions(t *testing.T) {
 	e.writeSpec(2, "hi")
 	e.loomd(0, "apply", e.spec)
 	d.waitFor("a round of the reconfigure in the journal, the older daemon gone", func() bool { return after.count() > 0 })
+	d.waitFor("the daemon saying the journal is used again", func() bool {
+		return d.logCount("reads the cluster state's journal again") > 0 && d.metric("loom_cluster_state_journal 1")
+	})
 	if rounds, _ := v.records("shop-002"); rounds != 0 {
 		t.Errorf("the reconfigure ended leaving %d rounds", rounds)
 	}

@@ -9,9 +9,12 @@ type metrics struct {
 	takeovers prometheus.Counter
 	lost      prometheus.Counter
 	local     *prometheus.CounterVec
+	journal   prometheus.GaugeFunc
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics makes the metrics and registers them on reg (nil: none);
+// journal says whether jobs' rounds go to the state journal now.
+func newMetrics(reg prometheus.Registerer, journal func() bool) *metrics {
 	m := &metrics{
 		running: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "loom_cluster_jobs_running",
@@ -33,6 +36,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "loom_cluster_local_tasks_total",
 			Help: "Tasks of cluster jobs this daemon ran on its own workers (loomd serve --cluster-tasks local), by outcome: succeeded, failed, interrupted (run again when the job resumes), error (no outcome).",
 		}, []string{"outcome"}),
+		journal: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "loom_cluster_state_journal",
+			Help: "1 while the cluster jobs this daemon runs write each round of changes to the state journal (one message); 0 while a live daemon sharing the queue cannot read the journal (an older loomd) or this daemon cannot tell, when rounds go to their keys.",
+		}, func() float64 {
+			if journal() {
+				return 1
+			}
+			return 0
+		}),
 	}
 	for _, o := range []string{"succeeded", "failed", "interrupted", "error"} {
 		m.local.WithLabelValues(o)
@@ -41,7 +53,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.ended.WithLabelValues(o)
 	}
 	if reg != nil {
-		reg.MustRegister(m.running, m.ended, m.takeovers, m.lost, m.local)
+		reg.MustRegister(m.running, m.ended, m.takeovers, m.lost, m.local, m.journal)
 	}
 	return m
 }

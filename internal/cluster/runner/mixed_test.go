@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/loomrt/loom/internal/cluster/state"
 )
@@ -151,6 +152,15 @@ func (e *env) waitSubmitted(name string, n int) {
 	}
 }
 
+// journalGauge is loom_cluster_state_journal's value.
+func (m *metrics) journalGauge() float64 {
+	var d dto.Metric
+	if err := m.journal.Write(&d); err != nil {
+		return -1
+	}
+	return d.GetGauge().GetValue()
+}
+
 // doneTasks are the indexes of the last job's finished tasks.
 func doneTasks(t *testing.T, st *state.KVStore) map[int]bool {
 	t.Helper()
@@ -193,6 +203,9 @@ func TestOlderDaemonJoinsMidJob(t *testing.T) {
 	if len(before) < 12 {
 		t.Fatalf("only %d tasks done before START", len(before))
 	}
+	if v := a.metrics.journalGauge(); v != 1 {
+		t.Errorf("loom_cluster_state_journal with every daemon new: %v", v)
+	}
 	g.set("old-daemon")
 	end := time.Now().Add(10 * time.Second)
 	for r.held() > 0 {
@@ -200,6 +213,9 @@ func TestOlderDaemonJoinsMidJob(t *testing.T) {
 			t.Fatalf("an older daemon joined: %d rounds still in the journal after 10 s", r.held())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	if v := a.metrics.journalGauge(); v != 0 {
+		t.Errorf("loom_cluster_state_journal with an older daemon live: %v", v)
 	}
 	after := doneTasks(t, e.store) // no rounds: the records alone
 	for i := range before {
@@ -231,6 +247,9 @@ func TestOlderDaemonJoinsMidJob(t *testing.T) {
 
 	// The older daemon is gone: the next job's rounds go to the journal.
 	g.set()
+	if v := b.metrics.journalGauge(); v != 1 {
+		t.Errorf("loom_cluster_state_journal with the older daemon gone: %v", v)
+	}
 	written = r.count()
 	if _, err := b.Submit(context.Background(), "c", Request{Verb: VerbDestroy}); err != nil {
 		t.Fatal(err)

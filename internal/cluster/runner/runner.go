@@ -93,6 +93,7 @@ type Runner struct {
 	metrics *metrics
 
 	mu       sync.Mutex
+	gated    bool              // rounds go to their keys (checkJournal's last look)
 	owned    map[string]*owned // jobs this daemon runs, by cluster
 	known    map[string]known  // every cluster's record, from the watch
 	stopping bool
@@ -131,7 +132,8 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{cfg: cfg, recs: recs, log: cfg.Logger.With("component", "clusterjobs"), who: "loomd " + cfg.Owner,
-		metrics: newMetrics(cfg.Registerer), owned: map[string]*owned{}, known: map[string]known{}}
+		owned: map[string]*owned{}, known: map[string]known{}}
+	r.metrics = newMetrics(cfg.Registerer, func() bool { _, on := r.journal(); return on })
 	if cfg.Lacking != nil {
 		cfg.Store.SetJournalGate(cfg.Lacking)
 	}
@@ -162,12 +164,16 @@ func (r *Runner) Start(ctx context.Context) error {
 	}()
 	go func() {
 		defer loops.Done()
+		t := time.NewTicker(r.cfg.LeaseTTL / 3)
+		defer t.Stop()
 		for {
 			select {
 			case <-sctx.Done():
 				return
 			case <-r.cfg.LackingSeen:
-				r.foldJournals()
+				r.checkJournal(true)
+			case <-t.C:
+				r.checkJournal(false)
 			}
 		}
 	}()
@@ -209,30 +215,48 @@ func (r *Runner) Start(ctx context.Context) error {
 	}
 }
 
-// foldJournals folds the journal of every job this daemon runs into its
-// records, when a daemon that cannot read the journal announces itself:
-// if it takes a job over (this daemon dies), it reads complete records.
-// Until it is gone the jobs' rounds go to their keys (the store's gate).
-func (r *Runner) foldJournals() {
+// journal says whether the jobs' rounds go to the state journal now
+// (Config.Lacking names nobody and is sure), and who cannot read it.
+func (r *Runner) journal() (lacking []string, on bool) {
 	if r.cfg.Lacking == nil {
-		return
+		return nil, true
 	}
 	lacking, sure := r.cfg.Lacking()
-	if len(lacking) == 0 && sure {
-		return
-	}
+	return lacking, sure && len(lacking) == 0
+}
+
+// checkJournal looks whether every live daemon reads the state journal
+// (on an announcement of one that does not, seen, and every third of the
+// lease) and says so when it changed. When one does not, it folds the
+// journal of every job this daemon runs into its records: if that daemon
+// takes a job over (this daemon dies), it reads complete records. Until
+// it is gone the jobs' rounds go to their keys (the store's gate).
+func (r *Runner) checkJournal(seen bool) {
+	lacking, on := r.journal()
 	r.mu.Lock()
+	was := r.gated
+	r.gated = !on
 	jobs := make([]*owned, 0, len(r.owned))
 	for _, o := range r.owned {
 		jobs = append(jobs, o)
 	}
 	r.mu.Unlock()
-	who := strings.Join(lacking, ", ")
-	if who == "" {
-		who = "(this daemon cannot tell who is live right now)"
+	switch {
+	case on && was:
+		r.log.Info("every live loomd sharing the queue reads the cluster state's journal again: cluster jobs write their rounds to it")
+		return
+	case on || (was && !seen):
+		return
 	}
-	r.log.Info("a loomd that cannot read the cluster state's journal announces itself (an older version): cluster jobs write their state key by key while it is live",
-		"daemons", who, "jobs_here", len(jobs))
+	who := strings.Join(lacking, ", ")
+	if len(lacking) == 0 {
+		who = "unknown"
+		r.log.Info("this loomd cannot tell whether every live loomd sharing the queue reads the cluster state's journal (its own announcements came back late): cluster jobs write their state key by key meanwhile",
+			"jobs_here", len(jobs))
+	} else {
+		r.log.Info("a loomd that cannot read the cluster state's journal announces itself (an older version): cluster jobs write their state key by key while it is live",
+			"daemons", who, "jobs_here", len(jobs))
+	}
 	for _, o := range jobs {
 		if !o.holds() {
 			continue // the job's writes are fenced: not ours for sure
