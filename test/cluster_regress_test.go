@@ -582,9 +582,16 @@ func actionsAndDrift(t *testing.T, daemon bool) {
 	if out, _ := e.loomd(0, where("plan", e.spec)...); !strings.Contains(out, "No changes") || !strings.Contains(out, "was stopped by a stop action") {
 		t.Errorf("plan after a stop action:\n%s", out)
 	}
+	// Both stopped: starting one leaves the other stopped.
+	e.loomd(0, where("apply", e.spec, "--action", "stop", "--service", "web", "--node", "shop-web-2")...)
+	e.fxLines()
 	e.loomd(0, where("apply", e.spec, "--action", "start", "--service", "web", "--node", "shop-web-1")...)
 	if fx := e.fxLines(); strings.Join(fx, ", ") != "START web@shop-web-1" {
 		t.Errorf("start web on shop-web-1 ran %v", fx)
+	}
+	e.loomd(0, where("apply", e.spec, "--action", "start", "--service", "web", "--node", "shop-web-2")...)
+	if fx := e.fxLines(); strings.Join(fx, ", ") != "START web@shop-web-2" {
+		t.Errorf("start web on shop-web-2 ran %v", fx)
 	}
 
 	// A process killed behind loomd's back.

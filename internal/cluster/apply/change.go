@@ -1029,7 +1029,8 @@ func (b *builder) serviceAction(o PlanOptions) error {
 	switch o.Action {
 	case plan.Start:
 		// What they depend on at runtime starts too, where it is not
-		// running.
+		// running; the services asked for, only on the nodes asked for
+		// (another node's stopped one stays stopped).
 		all := plan.Closure(b.sp, requested, false)
 		for _, n := range b.live {
 			for _, svc := range all {
@@ -1037,7 +1038,7 @@ func (b *builder) serviceAction(o PlanOptions) error {
 				if ss == nil || !b.defines(svc, "start") || !n.Reachable() {
 					continue
 				}
-				if slices.Contains(requested, svc) && asked(n) || !ss.Started {
+				if slices.Contains(requested, svc) && asked(n) || !slices.Contains(requested, svc) && !ss.Started {
 					w.add("START", svc, n.ID)
 				}
 			}
