@@ -23,6 +23,11 @@ var taskSeeds = []string{
 	`{"taskId":"t8","taskName":"CREATE","config":{"provider":{"providertype":"\xff\xfe"}}}`,
 	`{"taskId":1e999,"taskName":"CREATE","config":{}}`,
 	` {"taskName":"CREATE","config":{"provider":null}} `,
+	// A string's plain run ending at a control byte, an escape, the end.
+	"{\"taskName\":\"CREATE\",\"config\":{\"nodes\":{\"n1\":{\"hostname\":\"plain then \x01\"}}}}",
+	`{"taskName":"CREATE","config":{"nodes":{"n1":{"hostname":"plain then \"quoted\" \u00e9 \\"}}}}`,
+	`{"taskName":"CREATE","config":{"nodes":{"n1":{"hostname":"plain to the end`,
+	`{"taskName":"CREATE","config":{"nodes":{"n1":{"hostname":"plain then a backslash at the end\`,
 }
 
 // FuzzTaskScan: the fast scanner agrees with encoding/json. When it says

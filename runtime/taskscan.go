@@ -272,10 +272,30 @@ func (s *scanner) skipString() bool {
 	return ok
 }
 
+// plainByte marks the bytes a JSON string holds as they are: all but the
+// closing quote, the backslash and control characters. Skipping runs of
+// them with one table lookup a byte made the scan of a 100-node cluster's
+// task (config.nodes: tens of kilobytes of short strings) about a third
+// cheaper than a three-way test of every byte.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 func (s *scanner) skipStringEsc() (escaped, ok bool) {
 	s.pos++ // opening quote
 	for s.pos < len(s.data) {
-		c := s.data[s.pos]
+		p, d := s.pos, s.data
+		for p < len(d) && plainByte[d[p]] {
+			p++
+		}
+		s.pos = p
+		if p == len(d) {
+			break
+		}
+		c := d[p]
 		switch {
 		case c == '"':
 			s.pos++
