@@ -2,12 +2,15 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // manyRoutes is n automator types named idle00, idle01, ...
@@ -49,14 +52,35 @@ type routeShard struct {
 	shard int
 }
 
-// waitLooks waits until the poll ticker looked n more times.
-func waitLooks(t *testing.T, looks *atomic.Int64, n int64) {
+func cmpRouteShard(a, b routeShard) int {
+	if c := cmpRoute(a.route, b.route); c != 0 {
+		return c
+	}
+	return a.shard - b.shard
+}
+
+// looks counts the poll ticker's looks at each shard (Queue.onPoll).
+type looks [StateShards]atomic.Int64
+
+func (l *looks) seen(shard int) { l[shard].Add(1) }
+
+// least is the fewest looks any shard had.
+func (l *looks) least() int64 {
+	n := l[0].Load()
+	for i := 1; i < StateShards; i++ {
+		n = min(n, l[i].Load())
+	}
+	return n
+}
+
+// wait waits until the poll ticker looked at every shard n more times.
+func (l *looks) wait(t *testing.T, n int64) {
 	t.Helper()
-	want := looks.Load() + n
+	want := l.least() + n
 	end := time.Now().Add(30 * time.Second)
-	for looks.Load() < want {
+	for l.least() < want {
 		if time.Now().After(end) {
-			t.Fatalf("the poll ticker looked %d times in 30 s, want %d", looks.Load()-want+n, n)
+			t.Fatalf("the poll ticker looked at every shard %d times in 30 s, want %d", l.least()-want+n, n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -78,60 +102,79 @@ func TestLookAgainMarksRoutesWithMessages(t *testing.T) {
 	submit(t, q, task(idInShard("look-b", 0), "idle07"))
 	submit(t, q, task(idInShard("look-c", 0), "idle07"))
 	submit(t, q, task(idInShard("look-d", 3), "nobody"))
-	q.w.mu.Lock()
-	for _, rs := range q.w.ready {
-		rs.ready = false
-	}
-	q.w.ready = nil
-	q.w.mu.Unlock()
-
-	q.lookAgain(context.Background())
-
-	q.w.mu.Lock()
-	var got []routeShard
-	for _, rs := range q.w.ready {
-		got = append(got, routeShard{rs.route, rs.shard})
-	}
-	q.w.mu.Unlock()
-	want := []routeShard{{routes[5], 2}, {routes[7], 0}}
-	cmp := func(a, b routeShard) int {
-		if c := cmpRoute(a.route, b.route); c != 0 {
-			return c
+	look := func() []routeShard {
+		q.w.mu.Lock()
+		for _, rs := range q.w.ready {
+			rs.ready = false
 		}
-		return a.shard - b.shard
+		q.w.ready = nil
+		q.w.mu.Unlock()
+		q.lookAgain(context.Background())
+		q.w.mu.Lock()
+		defer q.w.mu.Unlock()
+		var got []routeShard
+		for _, rs := range q.w.ready {
+			got = append(got, routeShard{rs.route, rs.shard})
+		}
+		slices.SortFunc(got, cmpRouteShard)
+		return got
 	}
-	slices.SortFunc(got, cmp)
-	if !slices.Equal(got, want) {
+	want := []routeShard{{routes[5], 2}, {routes[7], 0}}
+	if got := look(); !slices.Equal(got, want) {
 		t.Fatalf("ready after a look = %v, want %v", got, want)
+	}
+
+	// A shard whose stream does not answer has each of its routes
+	// fetched, as before the looks.
+	healthy := q.tasks[1]
+	q.tasks[1] = failingInfo{healthy}
+	defer func() { q.tasks[1] = healthy }()
+	want = []routeShard{{routes[5], 2}, {routes[7], 0}}
+	for _, r := range routes {
+		want = append(want, routeShard{r, 1})
+	}
+	slices.SortFunc(want, cmpRouteShard)
+	if got := look(); !slices.Equal(got, want) {
+		t.Fatalf("ready after a look with shard 1's stream not answering = %v, want %v", got, want)
 	}
 }
 
+// failingInfo is a task stream whose Info fails, as when its leader is
+// lost.
+type failingInfo struct{ jetstream.Stream }
+
+func (failingInfo) Info(context.Context, ...jetstream.StreamInfoOpt) (*jetstream.StreamInfo, error) {
+	return nil, errors.New("nats: timeout")
+}
+
 // TestIdleDaemonDoesNotFetch: an idle daemon serving many types fetches
-// nothing while its task streams are empty (before, the poll ticker
-// fetched every type in every shard each tick: 80 fetches here), and
+// nothing in 10 looks at every shard while its task streams are empty
+// (before, the poll ticker fetched every type in every shard each tick:
+// 80 fetches a tick here), and
 // still runs a task that no publish announces as soon as a look sees it.
 func TestIdleDaemonDoesNotFetch(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.PollInterval = 20 * time.Millisecond
 	q := open(t, cfg)
-	var fetches, looks atomic.Int64
+	var fetches atomic.Int64
+	var lk looks
 	q.onFetch = func(int) { fetches.Add(1) }
-	q.onPoll = func() { looks.Add(1) }
+	q.onPoll = lk.seen
 	routes := manyRoutes(20)
 	c := newCounter(nil)
 	serve(t, q, c, 2, routes...)
 	waitFilled(t, q)
 	// The start and the fill fetch every route once; wait until three
-	// looks in a row see no fetch.
+	// looks at every shard see no fetch.
 	waitFor(t, func() bool {
 		f := fetches.Load()
-		waitLooks(t, &looks, 3)
+		lk.wait(t, 3)
 		return fetches.Load() == f
 	})
 	f0 := fetches.Load()
-	waitLooks(t, &looks, 10)
+	lk.wait(t, 10)
 	if n := fetches.Load() - f0; n != 0 {
-		t.Fatalf("%d fetches in 10 looks of an idle daemon with %d types, want none", n, len(routes))
+		t.Fatalf("%d fetches in 10 looks at every shard of an idle daemon with %d types, want none", n, len(routes))
 	}
 
 	// A message no publish announced (as a redelivery is): a look finds

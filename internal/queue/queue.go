@@ -123,7 +123,7 @@ type Queue struct {
 	noHeartbeat  bool            // tests: let a running task's delivery expire
 	afterPublish func(id string) // tests: runs between a submit's publish and its record
 	onFetch      func(got int)   // tests: runs after each fetch with the messages it took
-	onPoll       func()          // tests: runs after each look of the poll ticker (lookAgain)
+	onPoll       func(shard int) // tests: runs after each look of the poll ticker at a shard (lookShard)
 
 	unlock func() // releases the data directory
 

@@ -60,7 +60,7 @@ type workers struct {
 	fillHold chan struct{}  // HoldShardFill's: the fill waits until it is closed
 	expected map[Route]bool // ExpectTypes': served, says Served, until SetTypes settles them
 
-	looking atomic.Bool // lookAgain runs (one look at a time)
+	looking [StateShards]atomic.Bool // a shard's look (lookShard) runs: one at a time per shard
 }
 
 type routeState struct {
@@ -686,70 +686,79 @@ func (q *Queue) Serve(ctx context.Context, runner Runner, concurrency int) error
 // poll looks, in the background, for the tasks no publish announces: a
 // redelivery (another daemon's claim that expired, a retry whose delay
 // passed, a delivery nakked by a daemon that stopped) wakes nobody. It
-// runs on the poll ticker when a slot is free and no route is ready; a
-// tick during a look is dropped.
+// runs on the poll ticker when a slot is free and no route is ready. The
+// shards are looked at apart, so that a stream that does not answer (its
+// leader lost) holds up only its own look; a tick while a shard's look
+// still runs skips that shard.
 func (q *Queue) poll(ctx context.Context, wg *sync.WaitGroup) {
-	if !q.w.looking.CompareAndSwap(false, true) {
-		return
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer q.w.looking.Store(false)
-		q.lookAgain(ctx)
-		if q.onPoll != nil {
-			q.onPoll()
-		}
-	}()
-}
-
-// lookAgain marks ready the served routes whose subjects hold messages in
-// the task streams: one stream info per shard, not a fetch per route (200
-// empty fetches a second with 50 plugin types in 4 shards took 1.1 % of a
-// core in an idle daemon). A task stream is a work queue: a message stays
-// in it until it is acked or terminated, so a task that can be delivered
-// again (its claim expired, its retry delay passed) is on its route's
-// subject, and the fetch that follows takes it. A route whose subject
-// holds messages that others are running is fetched in vain, as every
-// route was before. When a shard's stream does not answer, each of its
-// routes is fetched: a fetch says more, and recreates a consumer that is
-// gone.
-func (q *Queue) lookAgain(ctx context.Context) {
 	q.w.mu.Lock()
 	idle := len(q.w.routes) == 0
 	q.w.mu.Unlock()
 	if idle {
 		return
 	}
-	for shard, st := range q.tasks {
-		info, err := st.Info(ctx, jetstream.WithSubjectFilter(taskStreamFilter(shard)))
-		if ctx.Err() != nil {
-			return
+	for shard := range q.tasks {
+		if !q.w.looking[shard].CompareAndSwap(false, true) {
+			continue
 		}
-		q.w.mu.Lock()
-		if err != nil {
-			q.log.Debug("reading which plugin types have tasks failed; fetching from each", "stream", taskStreamName(shard), "err", err)
-			for _, parts := range q.w.routes {
-				for _, rs := range parts {
-					if rs.shard == shard {
-						q.w.markReadyLocked(rs)
-					}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer q.w.looking[shard].Store(false)
+			q.lookShard(ctx, shard)
+			if q.onPoll != nil {
+				q.onPoll(shard)
+			}
+		}()
+	}
+}
+
+// lookAgain looks at every shard (lookShard), one after the other.
+func (q *Queue) lookAgain(ctx context.Context) {
+	for shard := range q.tasks {
+		q.lookShard(ctx, shard)
+	}
+}
+
+// lookShard marks ready the served routes whose subjects hold messages in
+// a shard's task stream: one stream info, not a fetch per route (200
+// empty fetches a second with 50 plugin types in 4 shards took 1.1 % of a
+// core in an idle daemon). A task stream is a work queue: a message stays
+// in it until it is acked or terminated, so a task that can be delivered
+// again (its claim expired, its retry delay passed) is on its route's
+// subject, and the fetch that follows takes it. A route whose subject
+// holds messages that others are running is fetched in vain, as every
+// route was before. When the stream does not answer, each of the shard's
+// routes is fetched: a fetch says more, and recreates a consumer that is
+// gone.
+func (q *Queue) lookShard(ctx context.Context, shard int) {
+	info, err := q.tasks[shard].Info(ctx, jetstream.WithSubjectFilter(taskStreamFilter(shard)))
+	if ctx.Err() != nil {
+		return
+	}
+	q.w.mu.Lock()
+	defer q.w.mu.Unlock()
+	if err != nil {
+		q.log.Debug("reading which plugin types have tasks failed; fetching from each", "stream", taskStreamName(shard), "err", err)
+		for _, parts := range q.w.routes {
+			for _, rs := range parts {
+				if rs.shard == shard {
+					q.w.markReadyLocked(rs)
 				}
 			}
-		} else {
-			for subj, n := range info.State.Subjects {
-				s, r, ok := routeOfSubject(subj)
-				if n == 0 || !ok || s != shard {
-					continue
-				}
-				for _, rs := range q.w.routes[r] {
-					if rs.shard == shard {
-						q.w.markReadyLocked(rs)
-					}
-				}
+		}
+		return
+	}
+	for subj, n := range info.State.Subjects {
+		s, r, ok := routeOfSubject(subj)
+		if n == 0 || !ok || s != shard {
+			continue
+		}
+		for _, rs := range q.w.routes[r] {
+			if rs.shard == shard {
+				q.w.markReadyLocked(rs)
 			}
 		}
-		q.w.mu.Unlock()
 	}
 }
 
