@@ -641,7 +641,9 @@ func (h *bodyHold) release() { h.shrink(0) }
 // or with wait on, with SubmitWaitResponse once the task finished or the
 // wait ran out.
 func (s *Server) enqueue(w http.ResponseWriter, r *http.Request, body []byte, wait submitWait) {
-	rec, isNew, err := s.cfg.Queue.Submit(r.Context(), body)
+	// The answer is the task's state: a known id's large result is not
+	// loaded (answerWaited loads it, within the budget, for ?wait=).
+	rec, isNew, err := s.cfg.Queue.Submit(queue.WithStateOnly(r.Context()), body)
 	if err != nil {
 		if errors.Is(err, runtime.ErrInvalidTask) {
 			writeError(w, http.StatusBadRequest, err.Error())

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -263,5 +264,45 @@ func TestInflightBudgetReservesLargeResults(t *testing.T) {
 	}
 	if code, b := f.do("GET", "/v1/tasks/big", ""); code != http.StatusOK || len(decode[Task](t, b).Result) < size {
 		t.Errorf("after the slow reader: %d (%d bytes)", code, len(b))
+	}
+}
+
+// submitSpy records how many result bytes Submit handed the API.
+type submitSpy struct {
+	Queue
+	loaded *atomic.Int64
+}
+
+func (s submitSpy) Submit(ctx context.Context, task []byte) (queue.Record, bool, error) {
+	rec, isNew, err := s.Queue.Submit(ctx, task)
+	s.loaded.Store(int64(len(rec.Result)))
+	return rec, isNew, err
+}
+
+// TestDuplicateSubmitLeavesLargeResultUnloaded: submitting a known id
+// again answers its state without reading its large result (kept as an
+// object) into memory, outside the in-flight budget; with ?wait= the
+// answer carries the result, loaded within the budget.
+func TestDuplicateSubmitLeavesLargeResultUnloaded(t *testing.T) {
+	f := newFixture(t, Config{MaxBody: 64 << 10, MaxInflight: 12 << 20})
+	const size = 5 << 20
+	body := fmt.Sprintf(`{"taskId":"big","taskName":"INSTALL","config":{"pad":%d,"service":{"action":{"type":"shell"}}}}`, size)
+	if code, b := f.do("POST", "/v1/tasks?wait=20s", body); code != http.StatusAccepted || len(decode[SubmitWaitResponse](t, b).Result) < size {
+		t.Fatalf("submit and wait: %d %.300s", code, b)
+	}
+	loaded := new(atomic.Int64)
+	s, err := New(Config{Queue: submitSpy{f.q, loaded}, Plugins: fakePlugins{}, MaxBody: 64 << 10, MaxInflight: 12 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, httptest.NewRequest("POST", "/v1/tasks", strings.NewReader(body)))
+	if got := decode[SubmitResponse](t, w.Body.Bytes()); w.Code != http.StatusOK || !got.Duplicate || got.State != queue.Succeeded || loaded.Load() != 0 {
+		t.Errorf("POST of the known id: %d %s, %d result bytes loaded; want 200 duplicate succeeded, none loaded", w.Code, w.Body.Bytes(), loaded.Load())
+	}
+	w = httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, httptest.NewRequest("POST", "/v1/tasks?wait=5s", strings.NewReader(body)))
+	if got := decode[SubmitWaitResponse](t, w.Body.Bytes()); w.Code != http.StatusOK || !got.Duplicate || len(got.Result) < size {
+		t.Errorf("POST ?wait= of the known id: %d, %d result bytes; want 200 with the result", w.Code, len(got.Result))
 	}
 }

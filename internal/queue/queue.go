@@ -627,13 +627,26 @@ func WithResultReserve(ctx context.Context, reserve func(size int64) error) cont
 	return context.WithValue(ctx, resultReserveKey{}, reserve)
 }
 
+// stateOnlyKey marks a context under which results kept as objects are
+// not loaded (WithStateOnly).
+type stateOnlyKey struct{}
+
+// WithStateOnly returns a context under which Get, and Submit's answer
+// for a task already known, leave a result kept as an object unloaded
+// (ResultRef and ResultSize set, Result nil): for callers that answer
+// with the task's state alone, such as the API's submit, so that
+// submitting a known id again does not read a large result into memory.
+func WithStateOnly(ctx context.Context) context.Context {
+	return context.WithValue(ctx, stateOnlyKey{}, true)
+}
+
 // Get returns the record of a task, with its result, or ErrNotFound.
 func (q *Queue) Get(ctx context.Context, id string) (Record, error) {
 	rec, err := q.get(ctx, id)
 	if err != nil {
 		return Record{}, err
 	}
-	if rec.ResultRef != "" {
+	if rec.ResultRef != "" && ctx.Value(stateOnlyKey{}) == nil {
 		if reserve, _ := ctx.Value(resultReserveKey{}).(func(int64) error); reserve != nil {
 			size := rec.ResultSize
 			if size <= 0 {

@@ -705,6 +705,15 @@ func TestLargeResultGoesToObjectStore(t *testing.T) {
 	if got.State != Succeeded || got.ResultRef == "" || len(got.Result) < len(big) {
 		t.Fatalf("record state %s ref %q result %d bytes; want the whole result through the object store", got.State, got.ResultRef, len(got.Result))
 	}
+	// State only: a known id submitted again, and a read, leave it unloaded.
+	ctx := WithStateOnly(context.Background())
+	dup, isNew, err := q.Submit(ctx, task("big-1", "shell"))
+	if err != nil || isNew || dup.State != Succeeded || dup.ResultRef == "" || dup.ResultSize < int64(len(big)) || dup.Result != nil {
+		t.Errorf("Submit again, state only = %v new %v %s ref %q size %d, %d result bytes; want the known record without its result", err, isNew, dup.State, dup.ResultRef, dup.ResultSize, len(dup.Result))
+	}
+	if rec, err := q.Get(ctx, "big-1"); err != nil || rec.Result != nil || rec.ResultRef == "" {
+		t.Errorf("Get, state only = %v, %d result bytes; want none", err, len(rec.Result))
+	}
 }
 
 func TestConfigValidation(t *testing.T) {
