@@ -91,11 +91,11 @@ func startNATSCluster(t *testing.T) *natsCluster {
 			_ = p.Wait()
 		}
 	})
-	end := time.Now().Add(60 * time.Second)
+	end := time.Now().Add(natsReadyWait)
 	for time.Now().Before(end) {
 		if nc, err := nats.Connect(strings.Join(c.urls, ",")); err == nil {
 			js, _ := jetstream.New(nc)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "LOOM_READY", Subjects: []string{"loom.ready"}, Replicas: 3})
 			if err == nil {
 				err = js.DeleteStream(ctx, "LOOM_READY")
@@ -108,8 +108,35 @@ func startNATSCluster(t *testing.T) *natsCluster {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatalf("the nats cluster was not ready within 60s; logs in %s", c.dir)
+	// The directory goes with the test: say here what the servers said.
+	t.Fatalf("the nats cluster was not ready within %s (a 3-replica stream could not be placed)%s", natsReadyWait, c.logTails(30))
 	return nil
+}
+
+// natsReadyWait bounds the wait for a new cluster: three servers forming
+// a cluster and electing a meta leader took over 30 s on a loaded 2-core
+// machine (internal/queue's failover tests wait as long), and the 60 s
+// this waited before ran out in a lifecycle sequence under load.
+const natsReadyWait = 2 * time.Minute
+
+// logTails is the last n lines of each server's log, for a failure
+// message (the logs are in the test's temporary directory, removed when
+// it ends): a server that could not start (its port taken meanwhile by
+// another process) says so there.
+func (c *natsCluster) logTails(n int) string {
+	var b strings.Builder
+	for i := range 3 {
+		name := fmt.Sprintf("n%d", i)
+		data, err := os.ReadFile(filepath.Join(c.dir, name+".log"))
+		if err != nil {
+			fmt.Fprintf(&b, "\n--- %s: %v", name, err)
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		lines = lines[max(0, len(lines)-n):]
+		fmt.Fprintf(&b, "\n--- the last %d lines of %s.log:\n%s", len(lines), name, strings.Join(lines, "\n"))
+	}
+	return b.String()
 }
 
 // start runs server name from its config (again, after a kill: same store).
