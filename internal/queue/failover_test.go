@@ -114,7 +114,28 @@ func (c *natsCluster) waitReady() {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatalf("the cluster was not ready within %s; logs in %s", clusterReadyWait, c.dir)
+	// The directory goes with the test: say here what the servers said.
+	t.Fatalf("the cluster was not ready within %s (a 3-replica stream could not be placed)%s", clusterReadyWait, c.logTails(30))
+}
+
+// logTails is the last n lines of each server's log, for a failure
+// message (the logs are in the test's temporary directory, removed when
+// it ends): a server that could not start (its port taken meanwhile by
+// another process) says so there.
+func (c *natsCluster) logTails(n int) string {
+	var b strings.Builder
+	for i := range 3 {
+		name := fmt.Sprintf("n%d", i)
+		data, err := os.ReadFile(filepath.Join(c.dir, name+".log"))
+		if err != nil {
+			fmt.Fprintf(&b, "\n--- %s: %v", name, err)
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		lines = lines[max(0, len(lines)-n):]
+		fmt.Fprintf(&b, "\n--- the last %d lines of %s.log:\n%s", len(lines), name, strings.Join(lines, "\n"))
+	}
+	return b.String()
 }
 
 // start runs server name from its config (again, after a kill: same store).
