@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/loomrt/loom/internal/logtail"
 )
 
 // natsCluster is three nats-server processes clustered on loopback (the
@@ -120,23 +122,10 @@ func startNATSCluster(t *testing.T) *natsCluster {
 const natsReadyWait = 2 * time.Minute
 
 // logTails is the last n lines of each server's log, for a failure
-// message (the logs are in the test's temporary directory, removed when
-// it ends): a server that could not start (its port taken meanwhile by
+// message: a server that could not start (its port taken meanwhile by
 // another process) says so there.
 func (c *natsCluster) logTails(n int) string {
-	var b strings.Builder
-	for i := range 3 {
-		name := fmt.Sprintf("n%d", i)
-		data, err := os.ReadFile(filepath.Join(c.dir, name+".log"))
-		if err != nil {
-			fmt.Fprintf(&b, "\n--- %s: %v", name, err)
-			continue
-		}
-		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-		lines = lines[max(0, len(lines)-n):]
-		fmt.Fprintf(&b, "\n--- the last %d lines of %s.log:\n%s", len(lines), name, strings.Join(lines, "\n"))
-	}
-	return b.String()
+	return logtail.Files(c.dir, []string{"n0", "n1", "n2"}, n)
 }
 
 // start runs server name from its config (again, after a kill: same store).
