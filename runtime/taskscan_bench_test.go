@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -44,5 +45,28 @@ func BenchmarkParseClusterTask(b *testing.B) {
 		if _, err := ParseTask(data); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkParseClusterTaskNodesChanged: as BenchmarkParseClusterTask, but
+// each task's config.nodes differs from the last 16 tasks' (a node's
+// address changed before every task): the cost when the scan has not
+// seen the nodes before.
+func BenchmarkParseClusterTaskNodesChanged(b *testing.B) {
+	data := clusterTask(b, 100)
+	at := bytes.Index(data, []byte(`"i-0000000000000032"`)) + 17
+	var tasks [17][]byte
+	for i := range tasks {
+		tasks[i] = bytes.Clone(data)
+		tasks[i][at] = "0123456789abcdefg"[i]
+	}
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := ParseTask(tasks[i%len(tasks)]); err != nil {
+			b.Fatal(err)
+		}
+		i++
 	}
 }
