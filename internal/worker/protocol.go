@@ -161,18 +161,18 @@ func (c *Conn) Send(f *Frame) error {
 	if err != nil {
 		return fmt.Errorf("encoding a %s frame: %w", f.Type, err)
 	}
-	if len(task) > 0 {
-		if f.Type != TypeRun {
-			return fmt.Errorf("encoding a %s frame: only a run frame carries a task", f.Type)
-		}
-		b = append(b, task...)
+	if len(task) > 0 && f.Type != TypeRun {
+		return fmt.Errorf("encoding a %s frame: only a run frame carries a task", f.Type)
 	}
-	if len(b) > MaxFrame {
-		return fmt.Errorf("%w: a %s frame of %d bytes (max %d)", ErrFrameTooLarge, f.Type, len(b), MaxFrame)
+	n := len(b) + len(task)
+	if n > MaxFrame {
+		return fmt.Errorf("%w: a %s frame of %d bytes (max %d)", ErrFrameTooLarge, f.Type, n, MaxFrame)
 	}
-	buf := make([]byte, 4, 4+len(b))
-	binary.BigEndian.PutUint32(buf, uint32(len(b)))
-	buf = append(buf, b...)
+	// One buffer, the task copied once: a cluster job's task is tens of
+	// kilobytes (every node of the cluster).
+	buf := make([]byte, 4, 4+n)
+	binary.BigEndian.PutUint32(buf, uint32(n))
+	buf = append(append(buf, b...), task...)
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	_, err = c.rw.Write(buf)

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -372,6 +373,37 @@ func TestConnFrames(t *testing.T) {
 	buf.WriteString(`{"v":9,"type":"x"}`[:16])
 	if _, err := c.Recv(); err == nil {
 		t.Errorf("truncated frame decoded")
+	}
+}
+
+// discard is a stream that drops what is written to it.
+type discard struct{}
+
+func (discard) Read([]byte) (int, error)    { return 0, io.EOF }
+func (discard) Write(b []byte) (int, error) { return len(b), nil }
+
+// TestConnSendCopiesTheTaskOnce: a run frame's task (tens of kilobytes
+// for a cluster job's, every node of the cluster) is copied once into the
+// frame written, not once more into the frame's JSON first.
+func TestConnSendCopiesTheTaskOnce(t *testing.T) {
+	c := worker.NewConn(discard{})
+	task := json.RawMessage(`{"taskId":"t-1","config":{"nodes":"` + strings.Repeat("n", 1<<20) + `"}}`)
+	f := &worker.Frame{Type: worker.TypeRun, ID: 5, Task: task}
+	if err := c.Send(f); err != nil {
+		t.Fatal(err)
+	}
+	var before, after goruntime.MemStats
+	const sends = 20
+	goruntime.GC()
+	goruntime.ReadMemStats(&before)
+	for range sends {
+		if err := c.Send(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	goruntime.ReadMemStats(&after)
+	if per := float64(after.TotalAlloc-before.TotalAlloc) / sends; per > 1.5*float64(len(task)) {
+		t.Errorf("Send allocated %.0f bytes for a task of %d (%.2f times)", per, len(task), per/float64(len(task)))
 	}
 }
 
