@@ -586,7 +586,10 @@ func (q *Queue) Submit(ctx context.Context, task []byte) (rec Record, isNew bool
 	case errors.Is(err, jetstream.ErrKeyExists):
 		cur, gerr := q.Get(ctx, t.TaskID)
 		if gerr != nil {
-			return Record{}, false, fmt.Errorf("reading the record of task %s: %w", t.TaskID, gerr)
+			// The task is in the stream and has its record (a worker
+			// claimed it first): say so, or a client reads the error as
+			// "not queued".
+			return Record{}, false, fmt.Errorf("task %s is queued, but reading its record failed: %w (submitting it again with the same taskId is safe)", t.TaskID, gerr)
 		}
 		return cur, !ack.Duplicate, nil
 	case err != nil && isStorageErr(err) && !ack.Duplicate:
