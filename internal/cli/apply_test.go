@@ -72,9 +72,10 @@ services:
 	if strings.Count(errs, "deleted m-c-n-") != 2 {
 		t.Errorf("the provider did not delete both machines:\n%s", errs)
 	}
-	// Each step's summary; the job log keeps the executor's and the
-	// plugins' lines of both jobs.
-	if !strings.Contains(out, "Step 1/1, create (new cluster): failed") || !strings.Contains(out, "Step 2/2, rollback (--on-failure rollback: roll back failed step 1") {
+	// Each step's summary (the failed step's once its end is saved, with
+	// the rollback step it led to: 1 of 2); the job log keeps the
+	// executor's and the plugins' lines of both jobs.
+	if !strings.Contains(out, "Step 1/2, create (new cluster): failed") || !strings.Contains(out, "Step 2/2, rollback (--on-failure rollback: roll back failed step 1") {
 		t.Errorf("step summaries:\n%s", out)
 	}
 	if code, logs, _ := run("cluster", "logs", "c", "--local"); code != 0 || strings.Count(logs, "deleted m-c-n-") != 2 ||

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loomrt/loom/internal/cluster/plan"
 	"github.com/loomrt/loom/internal/cluster/spec"
 	"github.com/loomrt/loom/internal/cluster/state"
 	"github.com/loomrt/loom/runtime"
@@ -165,6 +166,70 @@ func TestRunSavesTheLastStepWithTheJob(t *testing.T) {
 	}
 	if last := saves[len(saves)-1]; last.step != 1 || last.status != state.JobComplete {
 		t.Errorf("last save %+v, want step 1 complete", last)
+	}
+}
+
+// A step's end is saved with what follows it (the next step, a rollback
+// step, the job's end), not in a save of its own just before: a store
+// that keeps a journal reads the whole cluster at each save. OnStep is
+// told a step ended once its end is saved (the daemon mirrors it into
+// the job record: the record never says more than the state).
+func TestRunSavesAStepsEndWithWhatFollows(t *testing.T) {
+	sp := parse(t, testSpec)
+	created, _, _ := run(t, nil, sp, &fakeRunner{}, PlanOptions{}, Options{})
+	// web down to one node and a new group: a destroy step, then a create.
+	grown := parse(t, strings.Replace(testSpec, "  - {name: web, count: 2, flavor: small, services: [web]}\n",
+		"  - {name: web, count: 1, flavor: small, services: [web]}\n  - {name: api, count: 1, flavor: small, services: [web]}\n", 1))
+	for _, tc := range []struct {
+		name  string
+		cl    *state.Cluster
+		sp    *spec.Spec
+		f     *fakeRunner
+		po    PlanOptions
+		steps int
+	}{
+		{"two steps", created, grown, &fakeRunner{}, PlanOptions{}, 2},
+		{"rollback", nil, sp, &fakeRunner{fail: map[string][]int{"INSTALL@t-db-1": {1, 1, 1}}}, PlanOptions{Rollback: true}, 2},
+		{"failed", nil, sp, &fakeRunner{fail: map[string][]int{"INSTALL@t-db-1": {1, 1, 1}}}, PlanOptions{}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			type saved struct {
+				step     int
+				status   string
+				statuses []string
+			}
+			var saves []saved
+			var told int
+			var job *state.Job
+			_, job, _ = run(t, tc.cl, tc.sp, tc.f, tc.po, Options{Parallelism: 4,
+				Save: func(cl *state.Cluster) error {
+					j := cl.LastJob()
+					s := saved{step: j.Step, status: j.Status}
+					for _, st := range j.Steps {
+						s.statuses = append(s.statuses, st.Status)
+					}
+					saves = append(saves, s)
+					return nil
+				},
+				Journal: func(*state.Cluster, []state.Change) error { return nil },
+				OnStep: func(k int, st *state.Step, _ *plan.Plan, done bool) {
+					if !done {
+						return
+					}
+					told++
+					if last := saves[len(saves)-1]; k >= len(last.statuses) || last.statuses[k] != st.Status {
+						t.Errorf("told step %d ended (%s) before its end was saved: last save %+v", k+1, st.Status, last)
+					}
+				}})
+			if len(job.Steps) != tc.steps || told != tc.steps {
+				t.Fatalf("job %s (%s): %d steps, told of %d ends, want %d", job.Status, job.Message, len(job.Steps), told, tc.steps)
+			}
+			for i, s := range saves {
+				if s.status == state.JobRunning && s.step < len(s.statuses) && (s.statuses[s.step] == state.JobComplete || s.statuses[s.step] == state.JobFailed) {
+					t.Errorf("save %d of %d: step %d ended, the job not past it and running (a save of its own): %+v", i+1, len(saves), s.step+1, saves)
+				}
+			}
+		})
 	}
 }
 

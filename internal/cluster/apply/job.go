@@ -159,6 +159,8 @@ func Run(ctx context.Context, cl *state.Cluster, job *state.Job, o Options) erro
 	o.Logger.Info("job started", "cluster", cl.Name, "job", job.ID, "action", job.Action, "steps", len(job.Steps)-job.Step, "tasks", job.TaskCount)
 	failedStep := -1
 	rolledBack := false
+	// stepEnded tells OnStep of the last step's end, once it is saved.
+	var stepEnded func()
 	for job.Step < len(job.Steps) {
 		k := job.Step
 		st := job.Steps[k]
@@ -174,13 +176,26 @@ func Run(ctx context.Context, cl *state.Cluster, job *state.Job, o Options) erro
 			o.OnStep(k, st, p, false)
 		}
 		ok, err := runStep(ctx, cl, sp, p, job, k, o)
-		if o.OnStep != nil {
-			o.OnStep(k, st, p, true)
+		// The step's end is saved with what follows it (the next step,
+		// a rollback step, the job's end), then told to OnStep: one
+		// whole save per step fewer, and whoever learns from OnStep that
+		// the step ended (the job record's mirror of the steps) finds
+		// its end in the state.
+		stepEnded = func() {
+			if o.OnStep != nil {
+				o.OnStep(k, st, p, true)
+			}
+		}
+		saveStepEnd := func() error {
+			err := save()
+			stepEnded()
+			stepEnded = nil
+			return err
 		}
 		if err != nil {
 			job.Status, job.Ended = state.JobFailed, o.Now()
 			cl.Status = failureStatus(st.Action, cl)
-			_ = save()
+			_ = saveStepEnd()
 			return err
 		}
 		if !ok {
@@ -194,7 +209,7 @@ func Run(ctx context.Context, cl *state.Cluster, job *state.Job, o Options) erro
 				job.Steps = append(job.Steps, rb)
 				job.Step = len(job.Steps) - 1
 				job.Message += "; rolling back"
-				if err := save(); err != nil {
+				if err := saveStepEnd(); err != nil {
 					return err
 				}
 				o.Logger.Warn("rolling back", "cluster", cl.Name, "job", job.ID, "why", rb.Reason)
@@ -210,7 +225,7 @@ func Run(ctx context.Context, cl *state.Cluster, job *state.Job, o Options) erro
 		if job.Step == len(job.Steps) {
 			break // the job's end below saves this step's end too
 		}
-		if err := save(); err != nil {
+		if err := saveStepEnd(); err != nil {
 			return err
 		}
 	}
@@ -237,7 +252,11 @@ func Run(ctx context.Context, cl *state.Cluster, job *state.Job, o Options) erro
 		}
 		recordDefs(cl, sp)
 	}
-	if err := save(); err != nil {
+	err = save()
+	if stepEnded != nil {
+		stepEnded()
+	}
+	if err != nil {
 		return err
 	}
 	level := "job " + job.Status
