@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -95,5 +96,62 @@ func TestClusterEndpoints(t *testing.T) {
 	}
 	if code, _ := f.do("GET", "/v1/clusters/shop", ""); code != http.StatusNotFound {
 		t.Fatalf("after DELETE: %d", code)
+	}
+}
+
+// GET /v1/clusters/{name}/state?job=ID&brief=true: that job alone, the
+// records of its tasks that finished well cut to their status, a failed
+// task's whole (what loomd apply's summary shows); the whole state
+// otherwise.
+func TestClusterStateJobBrief(t *testing.T) {
+	f := newFixture(t, Config{})
+	now := time.Now().UTC()
+	run := func(id, status string) []state.Run {
+		return []state.Run{{ID: id, Name: "INSTALL", Status: status, Started: now, Message: "ran " + id}}
+	}
+	cl := &state.Cluster{Name: "shop", Status: state.Active, Spec: "name: shop", SpecFile: "shop.yaml",
+		Nodes: map[string]*state.Node{"shop-db-1": {ID: "shop-db-1", Hostname: "db1.example", State: state.NodeActive}},
+		Jobs: []*state.Job{
+			{ID: "shop-001", Action: "create", Status: state.JobComplete, Started: now, TaskCount: 1, Tasks: map[int]*state.Task{
+				0: {Status: state.TaskDone, Name: "CREATE", Node: "shop-db-1", Runs: run("shop-001-0000-1", state.TaskDone)}}},
+			{ID: "shop-002", Action: "apply", Status: state.JobFailed, Started: now, TaskCount: 3, Tasks: map[int]*state.Task{
+				0: {Status: state.TaskDone, Name: "INSTALL", Node: "shop-db-1", Service: "db", Runs: run("shop-002-0000-1", state.TaskDone)},
+				1: {Status: state.TaskSkipped, Name: "START", Node: "shop-db-1", Service: "db"},
+				2: {Status: state.TaskFailed, Name: "INSTALL", Node: "shop-db-1", Service: "web", Runs: run("shop-002-0002-1", state.TaskFailed)}}},
+		}}
+	data, _ := json.Marshal(cl)
+	if code, body := f.do("PUT", "/v1/clusters/shop/state", string(data)); code != http.StatusOK {
+		t.Fatalf("PUT state: %d %s", code, body)
+	}
+	code, body := f.do("GET", "/v1/clusters/shop/state?job=shop-002&brief=true", "")
+	got, err := state.Unmarshal("shop", body)
+	if code != http.StatusOK || err != nil {
+		t.Fatalf("GET state?job&brief: %d %v %s", code, err, body)
+	}
+	if len(got.Jobs) != 1 || got.Jobs[0].ID != "shop-002" || got.Nodes["shop-db-1"] == nil || got.Nodes["shop-db-1"].Hostname != "db1.example" || got.Status != state.Active {
+		t.Fatalf("GET state?job&brief: %s", body)
+	}
+	j := got.Jobs[0]
+	if !reflect.DeepEqual(j.Tasks[0], &state.Task{Status: state.TaskDone}) || !reflect.DeepEqual(j.Tasks[1], &state.Task{Status: state.TaskSkipped}) {
+		t.Errorf("finished tasks not cut to their status: %+v, %+v", j.Tasks[0], j.Tasks[1])
+	}
+	if ft := j.Tasks[2]; ft.Name != "INSTALL" || ft.Service != "web" || len(ft.Runs) != 1 || ft.Runs[0].Message != "ran shop-002-0002-1" {
+		t.Errorf("the failed task's record: %+v", ft)
+	}
+	if j.DoneTasks() != 1 || j.TaskCount != 3 || j.Status != state.JobFailed {
+		t.Errorf("the job: %d done of %d, %s", j.DoneTasks(), j.TaskCount, j.Status)
+	}
+	// No such job: the cluster without jobs. Brief alone: every job.
+	if code, body := f.do("GET", "/v1/clusters/shop/state?job=shop-009", ""); code != http.StatusOK || strings.Contains(string(body), "shop-00") || !strings.Contains(string(body), "db1.example") {
+		t.Errorf("GET state?job=shop-009: %d %s", code, body)
+	}
+	if code, body := f.do("GET", "/v1/clusters/shop/state?brief=1", ""); code != http.StatusOK || strings.Contains(string(body), "shop-001-0000-1") || !strings.Contains(string(body), "shop-002-0002-1") {
+		t.Errorf("GET state?brief=1: %d %s", code, body)
+	}
+	if code, body := f.do("GET", "/v1/clusters/shop/state", ""); code != http.StatusOK || !strings.Contains(string(body), "shop-001-0000-1") || !strings.Contains(string(body), "shop-002-0000-1") {
+		t.Errorf("GET state (whole): %d %s", code, body)
+	}
+	if code, body := f.do("GET", "/v1/clusters/shop/state?brief=maybe", ""); code != http.StatusBadRequest || !strings.Contains(string(body), "want true or false") {
+		t.Errorf("GET state?brief=maybe: %d %s", code, body)
 	}
 }

@@ -176,8 +176,20 @@ func (a *App) checkRemoteCluster(ctx context.Context, c *apiClient, name, verb s
 
 // remoteState reads the whole state of a cluster from the daemon.
 func (a *App) remoteState(ctx context.Context, c *apiClient, name string) (*state.Cluster, error) {
+	return a.remoteStateQuery(ctx, c, name, "")
+}
+
+// summaryState reads what a summary of job shows of a cluster's state:
+// that job alone, the records of its tasks that finished well cut to
+// their status (a daemon before ?job and ?brief answers the whole state:
+// the summary is the same).
+func (a *App) summaryState(ctx context.Context, c *apiClient, name, job string) (*state.Cluster, error) {
+	return a.remoteStateQuery(ctx, c, name, "?brief=true&job="+url.QueryEscape(job))
+}
+
+func (a *App) remoteStateQuery(ctx context.Context, c *apiClient, name, query string) (*state.Cluster, error) {
 	var raw json.RawMessage
-	if err := c.doFailover(ctx, "GET", "/v1/clusters/"+url.PathEscape(name)+"/state", nil, &raw); err != nil {
+	if err := c.doFailover(ctx, "GET", "/v1/clusters/"+url.PathEscape(name)+"/state"+query, nil, &raw); err != nil {
 		return nil, fmt.Errorf("cluster %s: reading its state: %w", name, err)
 	}
 	if string(raw) == "null" {
@@ -396,14 +408,18 @@ func (f *follower) entry(ctx context.Context, e joblog.Entry) bool {
 // ended, puts the live view on the step running, and ends the follow when
 // the job ended (done, with its exit status).
 func (f *follower) sync(ctx context.Context) (bool, error) {
-	var cl *state.Cluster
-	getState := func() error {
-		if cl != nil {
-			return nil
+	// The state as a summary of a job shows it, read once per job.
+	states := map[string]*state.Cluster{}
+	getState := func(job string) (*state.Cluster, error) {
+		if cl, ok := states[job]; ok {
+			return cl, nil
 		}
-		var err error
-		cl, err = f.a.remoteState(ctx, f.c, f.name)
-		return err
+		cl, err := f.a.summaryState(ctx, f.c, f.name, job)
+		if err != nil {
+			return nil, err
+		}
+		states[job] = cl
+		return cl, nil
 	}
 	steps := f.rec.Steps
 	for i, st := range steps {
@@ -411,7 +427,8 @@ func (f *follower) sync(ctx context.Context) (bool, error) {
 			continue
 		}
 		if len(steps) > 1 && f.view == nil {
-			if err := getState(); err != nil {
+			cl, err := getState(st.Job)
+			if err != nil {
 				return false, err
 			}
 			if j := findJob(cl, st.Job); j != nil {
@@ -423,7 +440,8 @@ func (f *follower) sync(ctx context.Context) (bool, error) {
 	if f.rec.Done() {
 		closed := f.view != nil
 		f.closeView()
-		if err := getState(); err != nil {
+		cl, err := getState(f.rec.ID)
+		if err != nil {
 			return true, err
 		}
 		last := findJob(cl, f.rec.ID)

@@ -231,3 +231,54 @@ func TestFollowWithoutTheViewSkipsTaskEvents(t *testing.T) {
 		}
 	}
 }
+
+// The summary at a job's end reads the state as a summary shows it: that
+// job alone, its finished tasks' records cut to their status (a 100-node
+// create's whole state is about 314 KB). A daemon that answers the whole
+// state (one before these parameters) gives the same summary.
+func TestFollowSummaryReadsTheJobBrief(t *testing.T) {
+	for _, whole := range []bool{false, true} {
+		var mu sync.Mutex
+		var queries []string
+		rec := runner.Record{ID: "shop-002", Cluster: "shop", State: runner.StateComplete, Owner: "loomd a", Ended: time.Now()}
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			switch r.URL.Path {
+			case "/v1/clusters/shop/job":
+				json.NewEncoder(w).Encode(api.JobView{Record: rec, LogSeq: 5})
+			case "/v1/clusters/shop/log":
+				json.NewEncoder(w).Encode(api.LogResponse{Cluster: "shop", Entries: []api.LogEntry{}, Next: 5})
+			case "/v1/clusters/shop/state":
+				mu.Lock()
+				queries = append(queries, r.URL.RawQuery)
+				mu.Unlock()
+				old := `{"id":"shop-001","action":"apply","status":"complete","tasks":{"0":{"status":"done","taskName":"CREATE","node":"shop-n-1"}}},`
+				tasks := `{"0":{"status":"done"},"1":{"status":"done"},"2":{"status":"skipped"}}`
+				if whole || r.URL.Query().Get("job") != "shop-002" {
+					tasks = `{"0":{"status":"done","taskName":"CREATE","node":"shop-n-1","runs":[{"taskId":"shop-002-0000-1","taskName":"CREATE","status":"done"}]},` +
+						`"1":{"status":"done","taskName":"CONFIRM","node":"shop-n-1"},"2":{"status":"skipped","taskName":"START","node":"shop-n-1"}}`
+				} else {
+					old = ""
+				}
+				w.Write([]byte(`{"name":"shop","status":"active","nodes":{"shop-n-1":{"id":"shop-n-1","hostname":"n1.example","state":"active"}},"jobs":[` + old +
+					`{"id":"shop-002","action":"apply","status":"complete","taskCount":3,"tasks":` + tasks + `}]}`))
+			default:
+				http.NotFound(w, r)
+			}
+		}))
+		var out, errb lockedBuffer
+		code := testApp(nil, &out, &errb).Execute([]string{"cluster", "watch", "shop", "--server", srv.URL, "--log-format", "json"})
+		srv.Close()
+		if code != 0 {
+			t.Fatalf("watch: exit %d\n%s\n%s", code, out.String(), errb.String())
+		}
+		if !strings.Contains(out.String(), "Cluster shop: active (job shop-002, apply: complete, 2/3 tasks done") || !strings.Contains(out.String(), "n1.example") {
+			t.Errorf("whole state %v: summary:\n%s", whole, out.String())
+		}
+		mu.Lock()
+		if len(queries) != 1 || queries[0] != "brief=true&job=shop-002" {
+			t.Errorf("whole state %v: the summary read the state with %q, want once with brief=true&job=shop-002", whole, queries)
+		}
+		mu.Unlock()
+	}
+}
