@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -327,12 +326,17 @@ func (s *Server) listClusters(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) loadCluster(w http.ResponseWriter, r *http.Request) (*state.Cluster, bool) {
+	return s.loadClusterView(w, r, state.View{})
+}
+
+// loadClusterView is loadCluster as v shows the cluster.
+func (s *Server) loadClusterView(w http.ResponseWriter, r *http.Request, v state.View) (*state.Cluster, bool) {
 	st, err := s.clusterStore(r.Context())
 	if err != nil {
 		clusterErr(w, err)
 		return nil, false
 	}
-	c, err := st.Get(r.PathValue("name"))
+	c, err := st.GetView(r.PathValue("name"), v)
 	if err == nil && !tokenOf(r).SeesTenant(c.Tenant, s.cfg.DefaultTenant) {
 		err = fmt.Errorf("cluster %s: %w", c.Name, state.ErrNotFound) // another tenant's
 	}
@@ -404,21 +408,10 @@ func (s *Server) getClusterState(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	c, ok := s.loadCluster(w, r)
+	// Read as the view shows it: what it leaves out is not decoded.
+	c, ok := s.loadClusterView(w, r, state.View{Job: q.Get("job"), Brief: brief})
 	if !ok {
 		return
-	}
-	if id := q.Get("job"); id != "" {
-		c.Jobs = slices.DeleteFunc(c.Jobs, func(j *state.Job) bool { return j.ID != id })
-	}
-	if brief {
-		for _, j := range c.Jobs {
-			for i, t := range j.Tasks {
-				if t != nil && (t.Status == state.TaskDone || t.Status == state.TaskSkipped) {
-					j.Tasks[i] = &state.Task{Status: t.Status}
-				}
-			}
-		}
 	}
 	writeJSON(w, http.StatusOK, c)
 }

@@ -2,9 +2,11 @@ package state
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -641,5 +643,83 @@ func TestKVJournalGate(t *testing.T) {
 	}
 	if got, err := s.Get("mixed"); err != nil || got.Nodes["mixed-n-4"] != nil || len(got.Nodes) != 3 {
 		t.Fatalf("after a node removal: %+v %v", got, err)
+	}
+}
+
+// TestKVGetView: a view of a cluster is the whole cluster with the other
+// jobs left out and, brief, the records of tasks that finished well cut to
+// their status; the journal's rounds (a record a round finished, a node it
+// changed) show in it as in the whole.
+func TestKVGetView(t *testing.T) {
+	s := openKV(t)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	run := func(id, status string) []Run {
+		return []Run{{ID: id, Name: "INSTALL", Status: status, Started: now, Message: "m " + id}}
+	}
+	c := &Cluster{Name: "shop", Status: Active, Spec: "name: shop\n", NextJob: 3,
+		Nodes: map[string]*Node{"shop-a-1": {ID: "shop-a-1", Num: 1000, State: NodeActive, Hostname: "a1"}},
+		Jobs: []*Job{
+			{ID: "shop-001", Action: "create", Status: JobComplete, TaskCount: 1, Tasks: map[int]*Task{
+				0: {Status: TaskDone, Name: "CREATE", Node: "shop-a-1", Runs: run("shop-001-0000-1", TaskDone)}}},
+			{ID: "shop-002", Action: "apply", Status: JobRunning, TaskCount: 5, Tasks: map[int]*Task{
+				0: {Status: TaskDone, Name: "INSTALL", Node: "shop-a-1", Service: "db", Stage: 1, Runs: run("shop-002-0000-1", TaskDone)},
+				1: {Status: TaskSkipped, Name: "START", Node: "shop-a-1", Service: "db", Stage: 2},
+				2: {Status: TaskFailed, Name: "INSTALL", Node: "shop-a-1", Service: "web", Stage: 1, Runs: run("shop-002-0002-1", TaskFailed)},
+				3: {Status: TaskRunning, Name: "CONFIGURE", Node: "shop-a-1", Service: "db", Stage: 2, Runs: run("shop-002-0003-1", TaskRunning)},
+				4: {Status: TaskPending, Name: "START", Node: "shop-a-1", Service: "web", Stage: 3}}},
+		}}
+	if err := s.Put(c); err != nil {
+		t.Fatal(err)
+	}
+	three, four := 3, 4
+	c.Nodes["shop-a-1"].Hostname = "a1.example"
+	if err := s.Append(c, []Change{
+		{Job: "shop-002", Task: &three, Rec: &Task{Status: TaskDone, Name: "CONFIGURE", Node: "shop-a-1", Service: "db", Stage: 2, Runs: run("shop-002-0003-1", TaskDone)}},
+		{Job: "shop-002", Task: &four, Rec: &Task{Status: TaskRunning, Name: "START", Node: "shop-a-1", Service: "web", Stage: 3, Runs: run("shop-002-0004-1", TaskRunning)}},
+		{Node: c.Nodes["shop-a-1"]},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	whole, err := s.Get("shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole.Nodes["shop-a-1"].Hostname != "a1.example" || whole.Jobs[1].Tasks[3].Status != TaskDone {
+		t.Fatalf("the rounds are not in the whole cluster: %+v %+v", whole.Nodes["shop-a-1"], whole.Jobs[1].Tasks[3])
+	}
+	// want is the view made from the whole cluster.
+	want := func(v View) *Cluster {
+		w, err := s.Get("shop")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Job != "" {
+			if w.Jobs = slices.DeleteFunc(w.Jobs, func(j *Job) bool { return j.ID != v.Job }); len(w.Jobs) == 0 {
+				w.Jobs = nil // as a cluster without jobs reads
+			}
+		}
+		for _, j := range w.Jobs {
+			for i, tk := range j.Tasks {
+				if v.Brief && (tk.Status == TaskDone || tk.Status == TaskSkipped) {
+					j.Tasks[i] = &Task{Status: tk.Status}
+				}
+			}
+		}
+		return w
+	}
+	for _, v := range []View{{}, {Brief: true}, {Job: "shop-002"}, {Job: "shop-002", Brief: true}, {Job: "shop-001", Brief: true}, {Job: "shop-009"}} {
+		got, err := s.GetView("shop", v)
+		if err != nil {
+			t.Fatalf("%+v: %v", v, err)
+		}
+		gj, _ := json.Marshal(got)
+		wj, _ := json.Marshal(want(v))
+		if string(gj) != string(wj) {
+			t.Errorf("view %+v:\n got %s\nwant %s", v, gj, wj)
+		}
+	}
+	if got, _ := s.GetView("shop", View{Job: "shop-002", Brief: true}); len(got.Jobs) != 1 || got.Jobs[0].DoneTasks() != 2 ||
+		got.Jobs[0].Tasks[2].Runs[0].Message != "m shop-002-0002-1" || got.Jobs[0].Tasks[4].Status != TaskRunning {
+		t.Errorf("brief view of shop-002: %+v", got.Jobs)
 	}
 }
