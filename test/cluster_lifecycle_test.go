@@ -178,7 +178,7 @@ func lifecycleSequence(t *testing.T, rng *rand.Rand, steps int, daemonMode bool,
 			s.daemons[i] = startDaemon(t, e.dir, name+".log", nil, s.dargs[i]...)
 		}
 		e.server = s.daemons[0].url() + "," + s.daemons[1].url()
-		s.view = openStoreView(t, s.daemons[0], connectNATS(t, strings.Join(nc.urls, ",")))
+		s.view = openStoreView(t, s.daemons[0], connectNATS(t, strings.Join(nc.URLs(), ",")))
 	}
 	e.writeRegSpec(s.m.spec())
 	s.apply("create", nil)

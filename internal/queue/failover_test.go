@@ -5,150 +5,34 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/loomrt/loom/internal/logtail"
+	"github.com/loomrt/loom/internal/natstest"
 )
 
-// natsCluster is three nats-server processes clustered on loopback: the
-// external-cluster deployment, small. The binary is built from the module
-// loomd already depends on.
-type natsCluster struct {
-	t     *testing.T
-	bin   string
-	dir   string
-	procs map[string]*exec.Cmd // by server name
-	urls  []string
-}
-
-func freeLoopbackPort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
+// natsServerBinary builds nats-server, from the module loomd already
+// depends on, for one test.
 func natsServerBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "nats-server")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput()
-	if err != nil {
-		t.Skipf("cannot build nats-server: %v %s", err, out)
+	if err := natstest.Build(bin); err != nil {
+		t.Skipf("cannot build nats-server: %v", err)
 	}
 	return bin
 }
 
-func startCluster(t *testing.T) *natsCluster {
+// startCluster starts three nats-server processes clustered on loopback
+// (the external-cluster deployment, small; see internal/natstest) and
+// waits until they place a 3-replica stream.
+func startCluster(t *testing.T) *natstest.Cluster {
 	t.Helper()
-	bin := natsServerBinary(t)
-	dir := t.TempDir()
-	c := &natsCluster{t: t, bin: bin, dir: dir, procs: map[string]*exec.Cmd{}}
-	cports := []int{freeLoopbackPort(t), freeLoopbackPort(t), freeLoopbackPort(t)}
-	for i := range 3 {
-		var routes []string
-		for j, p := range cports {
-			if j != i {
-				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
-			}
-		}
-		port := freeLoopbackPort(t)
-		name := fmt.Sprintf("n%d", i)
-		conf := fmt.Sprintf(`server_name: %s
-listen: 127.0.0.1:%d
-jetstream { store_dir: %q, sync_interval: always }
-cluster { name: loomtest, listen: 127.0.0.1:%d, routes: [%s] }
-`, name, port, filepath.Join(dir, name), cports[i], strings.Join(routes, ", "))
-		path := filepath.Join(dir, name+".conf")
-		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		c.start(name)
-		c.urls = append(c.urls, fmt.Sprintf("nats://127.0.0.1:%d", port))
-	}
-	t.Cleanup(func() {
-		for _, p := range c.procs {
-			_ = p.Process.Kill()
-			_ = p.Wait()
-		}
-	})
-	c.waitReady()
-	return c
-}
-
-// clusterReadyWait bounds waitReady: three servers forming a cluster and
-// electing a meta leader took over 30 s on a loaded 2-core machine.
-const clusterReadyWait = 2 * time.Minute
-
-// waitReady waits until the cluster places a 3-replica stream: a meta
-// leader is not enough, the three peers must be known online too.
-func (c *natsCluster) waitReady() {
-	t := c.t
-	t.Helper()
-	end := time.Now().Add(clusterReadyWait)
-	for time.Now().Before(end) {
-		if nc, err := nats.Connect(strings.Join(c.urls, ",")); err == nil {
-			js, _ := jetstream.New(nc)
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "LOOM_READY", Subjects: []string{"loom.ready"}, Replicas: 3})
-			if err == nil {
-				err = js.DeleteStream(ctx, "LOOM_READY")
-			}
-			cancel()
-			nc.Close()
-			if err == nil {
-				return
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	// The directory goes with the test: say here what the servers said.
-	t.Fatalf("the cluster was not ready within %s (a 3-replica stream could not be placed)%s", clusterReadyWait, c.logTails(30))
-}
-
-// logTails is the last n lines of each server's log, for a failure
-// message: a server that could not start (its port taken meanwhile by
-// another process) says so there.
-func (c *natsCluster) logTails(n int) string {
-	return logtail.Files(c.dir, []string{"n0", "n1", "n2"}, n)
-}
-
-// start runs server name from its config (again, after a kill: same store).
-func (c *natsCluster) start(name string) {
-	c.t.Helper()
-	cmd := exec.Command(c.bin, "-c", filepath.Join(c.dir, name+".conf"))
-	logf, err := os.OpenFile(filepath.Join(c.dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	c.procs[name] = cmd
-}
-
-// kill9 kills a server process outright: no leadership hand-over.
-func (c *natsCluster) kill9(name string) {
-	if p, ok := c.procs[name]; ok {
-		_ = p.Process.Kill()
-		_ = p.Wait()
-		delete(c.procs, name)
-	}
+	return natstest.Start(t, natstest.Config{Bin: natsServerBinary(t)})
 }
 
 // Two daemons on a 3-node cluster run a stream of tasks; the stream's
@@ -168,9 +52,9 @@ func TestFaultLeaderFailoverNoRerun(t *testing.T) {
 		n = v
 	}
 	t.Run("leader-kill", func(t *testing.T) {
-		failover(t, n, func(c *natsCluster, leader string) {
+		failover(t, n, func(c *natstest.Cluster, leader string) {
 			t.Logf("kill -9 of %s, leader of the task stream", leader)
-			c.kill9(leader)
+			c.Kill9(leader)
 		})
 	})
 	// Worse than a failover: the cluster loses its quorum for 30 s (the
@@ -188,19 +72,21 @@ func TestFaultLeaderFailoverNoRerun(t *testing.T) {
 		if os.Getenv("LOOM_FAULTS_SHORT") == "1" {
 			t.Skip("quorum-loss case skipped (LOOM_FAULTS_SHORT=1)")
 		}
-		failover(t, n, func(c *natsCluster, leader string) {
+		failover(t, n, func(c *natstest.Cluster, leader string) {
 			other := ""
-			for name := range c.procs {
+			for _, name := range c.Running() {
 				if name != leader {
 					other = name
 					break
 				}
 			}
 			t.Logf("kill -9 of %s (the stream leader) and %s: no quorum for 30s", leader, other)
-			c.kill9(leader)
-			c.kill9(other)
+			c.Kill9(leader)
+			c.Kill9(other)
 			time.Sleep(30 * time.Second)
-			c.start(other)
+			if err := c.Start(other); err != nil {
+				t.Error(err)
+			}
 		})
 	})
 }
@@ -209,7 +95,7 @@ func TestFaultLeaderFailoverNoRerun(t *testing.T) {
 // fault a third of the way through the submissions with the server that
 // leads the most of the task stream and the record buckets, and checks
 // that every task succeeded, having run exactly once.
-func failover(t *testing.T, n int, fault func(c *natsCluster, leader string)) {
+func failover(t *testing.T, n int, fault func(c *natstest.Cluster, leader string)) {
 	c := startCluster(t)
 	var runs sync.Map // id -> *atomic.Int32
 	runner := RunnerFunc(func(ctx context.Context, data []byte) ([]byte, int, error) {
@@ -226,7 +112,7 @@ func failover(t *testing.T, n int, fault func(c *natsCluster, leader string)) {
 	var qs []*Queue
 	for _, owner := range []string{"daemon-a", "daemon-b"} {
 		cfg := Config{
-			URLs: c.urls, Replicas: 3, Owner: owner,
+			URLs: c.URLs(), Replicas: 3, Owner: owner,
 			AckWait: 10 * time.Second, MaxAttempts: 5, RetryDelay: 50 * time.Millisecond,
 			PollInterval: 100 * time.Millisecond,
 			// Warnings only: a heartbeat or record write that failed during
@@ -250,7 +136,7 @@ func failover(t *testing.T, n int, fault func(c *natsCluster, leader string)) {
 				if i == n/3 && killed.CompareAndSwap(false, true) {
 					// The server leading the most of the task stream and
 					// the record buckets: the worst server to lose.
-					fault(c, c.worstLeader(qs[0]))
+					fault(c, worstLeader(qs[0]))
 				}
 				// A submit that timed out during the election is retried
 				// with the same id, as the docs tell clients to.
@@ -313,7 +199,7 @@ func failover(t *testing.T, n int, fault func(c *natsCluster, leader string)) {
 
 // worstLeader is the server leading the task stream (and, among servers,
 // the one that also leads the most record buckets).
-func (c *natsCluster) worstLeader(q *Queue) string {
+func worstLeader(q *Queue) string {
 	leads := map[string]int{}
 	for _, name := range []string{StreamName, "KV_" + StateBucket + "_0", "KV_" + StateBucket + "_1", "KV_" + StateBucket + "_2", "KV_" + StateBucket + "_3"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -6,17 +6,17 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/loomrt/loom/internal/natstest"
 )
 
-// delayProxy forwards TCP connections from a loopback port to target,
-// delivering every byte delay after it arrived, in order, both ways.
-func delayProxy(t *testing.T, target string, delay time.Duration) string {
+// delayProxy forwards TCP connections from a loopback port to target()
+// (asked at each connection: "" refuses it), delivering every byte delay
+// after it arrived, in order, both ways.
+func delayProxy(t *testing.T, target func() string, delay time.Duration) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -57,7 +57,12 @@ func delayProxy(t *testing.T, target string, delay time.Duration) string {
 			if err != nil {
 				return
 			}
-			u, err := net.Dial("tcp", target)
+			to := target()
+			if to == "" {
+				_ = c.Close()
+				continue
+			}
+			u, err := net.Dial("tcp", to)
 			if err != nil {
 				_ = c.Close()
 				continue
@@ -72,55 +77,39 @@ func delayProxy(t *testing.T, target string, delay time.Duration) string {
 // startLaggingCluster starts three nats-servers whose third, n2, gets
 // every route message (replication included) delay late: the other two
 // make the quorum, and n2 answers from a copy delay behind the leader.
-func startLaggingCluster(t *testing.T, delay time.Duration) *natsCluster {
+func startLaggingCluster(t *testing.T, delay time.Duration) *natstest.Cluster {
 	t.Helper()
-	c := &natsCluster{t: t, bin: natsServerBinary(t), dir: t.TempDir(), procs: map[string]*exec.Cmd{}}
-	var cports, ports [3]int
-	for i := range 3 {
-		cports[i], ports[i] = freeLoopbackPort(t), freeLoopbackPort(t)
-	}
 	// n2 is reached, and reaches the others, only through delaying
-	// proxies; it advertises its proxy, and the others advertise theirs
-	// to it, so no route of n2's bypasses the delay.
-	slowTo := [3]string{}
+	// proxies, in front of the route ports the servers are given; it
+	// advertises its proxy. The servers start one by one, n2 last: n0 and
+	// n1 already route to each other when n2 joins, so n2 hears of
+	// neither's direct address, and no route of n2's bypasses the delay.
+	var routeAddr [3]atomic.Pointer[string]
+	var slowTo [3]string
 	for i := range 3 {
-		slowTo[i] = delayProxy(t, fmt.Sprintf("127.0.0.1:%d", cports[i]), delay)
-	}
-	for i := range 3 {
-		var routes []string
-		for j := range 3 {
-			switch {
-			case j == i:
-			case i == 2 || j == 2:
-				routes = append(routes, "nats-route://"+slowTo[j])
-			default:
-				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", cports[j]))
+		slowTo[i] = delayProxy(t, func() string {
+			if a := routeAddr[i].Load(); a != nil {
+				return *a
 			}
-		}
-		advertise := ""
-		if i == 2 {
-			advertise = fmt.Sprintf("advertise: %q,", slowTo[2])
-		}
-		name := fmt.Sprintf("n%d", i)
-		conf := fmt.Sprintf(`server_name: %s
-listen: 127.0.0.1:%d
-jetstream { store_dir: %q, sync_interval: always }
-cluster { name: loomlag, listen: 127.0.0.1:%d, %s pool_size: -1, routes: [%s] }
-`, name, ports[i], filepath.Join(c.dir, name), cports[i], advertise, strings.Join(routes, ", "))
-		if err := os.WriteFile(filepath.Join(c.dir, name+".conf"), []byte(conf), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		c.start(name)
-		c.urls = append(c.urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+			return ""
+		}, delay)
 	}
-	t.Cleanup(func() {
-		for _, p := range c.procs {
-			_ = p.Process.Kill()
-			_ = p.Wait()
-		}
+	return natstest.Start(t, natstest.Config{
+		Bin: natsServerBinary(t), Name: "loomlag", OneByOne: true,
+		Route: func(i, j int, addr string) string {
+			if i == 2 || j == 2 {
+				return "nats-route://" + slowTo[j]
+			}
+			return "nats-route://" + addr
+		},
+		ClusterExtra: func(i int) string {
+			if i == 2 {
+				return fmt.Sprintf("advertise: %q, pool_size: -1,", slowTo[2])
+			}
+			return "pool_size: -1,"
+		},
+		Listening: func(i int, _, route string) { routeAddr[i].Store(&route) },
 	})
-	c.waitReady()
-	return c
 }
 
 // TestClusterReadsAfterWrites: two daemons on a 3-node NATS cluster, B
@@ -145,8 +134,8 @@ func TestClusterReadsAfterWrites(t *testing.T) {
 			Logger: testLogger(),
 		}
 	}
-	a := openWithin(t, cfg("daemon-a", c.urls[0]), 2*time.Minute)
-	b := openWithin(t, cfg("daemon-b", c.urls[2]), 2*time.Minute)
+	a := openWithin(t, cfg("daemon-a", c.URLs()[0]), 2*time.Minute)
+	b := openWithin(t, cfg("daemon-b", c.URLs()[2]), 2*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 

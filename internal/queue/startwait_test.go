@@ -30,7 +30,7 @@ func TestOpenWaitsForTheCluster(t *testing.T) {
 	c := startCluster(t)
 	cfg := func(owner string, replicas int, log *logBuffer) Config {
 		return Config{
-			URLs: c.urls, Replicas: replicas, Owner: owner,
+			URLs: c.URLs(), Replicas: replicas, Owner: owner,
 			AckWait: 10 * time.Second, RetryDelay: 50 * time.Millisecond, PollInterval: 100 * time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(log, nil)),
 			Retry: &jsretry.Waiter{Logger: slog.New(slog.NewTextHandler(log, nil)), Hint: "bring them back",
@@ -39,7 +39,7 @@ func TestOpenWaitsForTheCluster(t *testing.T) {
 	}
 
 	t.Run("permanent", func(t *testing.T) {
-		nc, err := nats.Connect(strings.Join(c.urls, ","))
+		nc, err := nats.Connect(strings.Join(c.URLs(), ","))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,8 +69,8 @@ func TestOpenWaitsForTheCluster(t *testing.T) {
 	})
 
 	t.Run("two-servers-down", func(t *testing.T) {
-		c.kill9("n1")
-		c.kill9("n2")
+		c.Kill9("n1")
+		c.Kill9("n2")
 		var log logBuffer
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -93,8 +93,11 @@ func TestOpenWaitsForTheCluster(t *testing.T) {
 		if w := log.String(); !strings.Contains(w, "(3 replicas)") || !strings.Contains(w, "bring them back") {
 			t.Errorf("the warning does not say what is missing and what to do:\n%s", w)
 		}
-		c.start("n1")
-		c.start("n2")
+		for _, name := range []string{"n1", "n2"} {
+			if err := c.Start(name); err != nil {
+				t.Fatal(err)
+			}
+		}
 		o := <-done
 		if o.err != nil {
 			t.Fatalf("Open after the servers came back: %v\n%s", o.err, log.String())
@@ -141,7 +144,7 @@ func TestFaultOpenWithAServerDown(t *testing.T) {
 		t.Skip("fault test: run with make faults (LOOM_FAULTS=1)")
 	}
 	c := startCluster(t)
-	c.kill9("n2")
+	c.Kill9("n2")
 	for round := range 3 {
 		// No deadline, as serve's context had; the test ends it after
 		// three minutes instead of hanging.
@@ -149,7 +152,7 @@ func TestFaultOpenWithAServerDown(t *testing.T) {
 		stop := time.AfterFunc(3*time.Minute, cancel)
 		var log logBuffer
 		owner := fmt.Sprintf("daemon-%d", round)
-		q, err := Open(ctx, Config{URLs: c.urls[:2], Replicas: 3, Owner: owner, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+		q, err := Open(ctx, Config{URLs: c.URLs()[:2], Replicas: 3, Owner: owner, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 		if err != nil {
 			t.Fatalf("%s: Open with one of three servers down: %v\n%s", owner, err, log.String())
 		}
