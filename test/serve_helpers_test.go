@@ -79,6 +79,12 @@ func noopTask(id, typ string, sleep float64) string {
 	return fmt.Sprintf(`{%s"taskName": "INSTALL", "config": {%s"service": {"name": "web", "action": {"type": %q}}}}`, idf, s, typ)
 }
 
+// apiPort picks the API address of a daemon started without --listen;
+// TestDaemonAPIPortTaken hands out a taken one first.
+var apiPort = freePort
+
+// freePort is a loopback address with a port asked of the kernel and
+// released: another process may take it before it is used.
 func freePort(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -102,12 +108,35 @@ type daemon struct {
 
 // startDaemon runs loomd serve in dir (plugins in dir/plugins, data in
 // dir/data unless args say otherwise) and waits until its API answers.
+//
+// Without --listen (or --config) in args, the API listens on a port asked
+// of the kernel and released (freePort): another process (test packages
+// run in parallel) may take it before loomd binds it. loomd then exits
+// at once, saying so; it is started again on another port, twice at
+// most, and the test log says so.
 func startDaemon(t *testing.T, dir, logName string, env []string, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{t: t, addr: freePort(t), log: filepath.Join(dir, logName), done: make(chan struct{})}
+	for try := 1; ; try++ {
+		d, taken := launchDaemon(t, dir, logName, env, try < 3, args...)
+		if !taken {
+			return d
+		}
+		t.Logf("loomd (%s) could not listen on %s, taken since the test chose it: starting it again on another port", logName, d.addr)
+	}
+}
+
+// launchDaemon is one try of startDaemon. When retry is set and the
+// process exits because the API port the test chose was taken, it takes
+// this try's lines out of the log and answers taken instead of failing
+// the test.
+func launchDaemon(t *testing.T, dir, logName string, env []string, retry bool, args ...string) (d *daemon, taken bool) {
+	t.Helper()
+	d = &daemon{t: t, addr: apiPort(t), log: filepath.Join(dir, logName), done: make(chan struct{})}
+	chosen := true
 	for i, a := range args {
 		if a == "--listen" && i+1 < len(args) {
 			d.addr = args[i+1] // a daemon restarted where the last one listened
+			chosen = false
 		}
 	}
 	full := append([]string{"serve", "--listen", d.addr, "--log-format", "json",
@@ -116,8 +145,13 @@ func startDaemon(t *testing.T, dir, logName string, env []string, args ...string
 	if hasFlag(args, "--config") {
 		full = append([]string{"serve", "--log-format", "json"}, args...)
 		d.addr = ""
+		chosen = false
 	}
 	f, err := os.OpenFile(d.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, err := f.Seek(0, io.SeekEnd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,11 +180,17 @@ func startDaemon(t *testing.T, dir, logName string, env []string, args ...string
 	}
 	end := time.Now().Add(deadline)
 	for {
-		if code, _ := d.call("GET", "/healthz", ""); code == http.StatusOK {
-			return d
+		if d.healthy() {
+			return d, false
 		}
 		select {
 		case <-d.done:
+			if out := d.logTail(); retry && chosen && strings.Contains(out, "api: listening on "+d.addr) && strings.Contains(out, "address already in use") {
+				if err := os.Truncate(d.log, off); err != nil {
+					t.Fatal(err)
+				}
+				return d, true
+			}
 			t.Fatalf("loomd exited with %d before answering:\n%s", d.code, d.logTail())
 		case <-time.After(20 * time.Millisecond):
 		}
@@ -180,6 +220,29 @@ func (d *daemon) waitLogAddr() string {
 }
 
 func (d *daemon) url() string { return "http://" + d.addr }
+
+// probe is startDaemon's client: each try is bounded, so that whatever
+// else took the port (a listener that never answers) cannot hold the
+// start past the daemon's exit.
+var probe = &http.Client{Timeout: 2 * time.Second}
+
+// healthy reports whether the daemon's /healthz answers 200.
+func (d *daemon) healthy() bool {
+	req, err := http.NewRequest("GET", d.url()+"/healthz", nil)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if d.token != "" {
+		req.Header.Set("Authorization", "Bearer "+d.token)
+	}
+	resp, err := probe.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode == http.StatusOK
+}
 
 func (d *daemon) call(method, path, body string) (int, []byte) {
 	req, err := http.NewRequest(method, d.url()+path, strings.NewReader(body))
