@@ -270,10 +270,21 @@ func TestDuplicateCopyAfterWindow(t *testing.T) {
 	serve(t, q, c, 2, shell)
 	submit(t, q, task("copy-1", "shell"))
 	first := wait(t, q, "copy-1")
-	time.Sleep(300 * time.Millisecond) // let the dedupe window pass
-	ack, err := q.js.Publish(ctx, shell.subjectIn(shardOf("copy-1")), task("copy-1", "shell"), jetstream.WithMsgID("copy-1"))
-	if err != nil || ack.Duplicate {
-		t.Fatalf("publishing a copy: %v (duplicate=%v); want a new message", err, ack != nil && ack.Duplicate)
+	// The server forgets the id on a timer once the window has passed,
+	// late on a loaded machine: until then a copy is dropped as a
+	// duplicate (and changes nothing), so publish until one is stored.
+	time.Sleep(300 * time.Millisecond)
+	for end := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ack, err := q.js.Publish(ctx, shell.subjectIn(shardOf("copy-1")), task("copy-1", "shell"), jetstream.WithMsgID("copy-1"))
+		if err != nil {
+			t.Fatalf("publishing a copy: %v", err)
+		}
+		if !ack.Duplicate {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("a copy published 20 s after the 100 ms dedupe window is still a duplicate")
+		}
 	}
 	submit(t, q, task("copy-2", "shell"))
 	wait(t, q, "copy-2")
@@ -574,9 +585,21 @@ func TestCommitFencedByRevision(t *testing.T) {
 func TestWaitTimesOutWithCurrentRecord(t *testing.T) {
 	q := open(t, testConfig(t))
 	submit(t, q, task("w-1", "nobody"))
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	rec, err := q.Wait(ctx, "w-1")
+	// The deadline is to end the wait for a change, not Wait's first read
+	// of the record: should that read alone outlast it (under -race on a
+	// loaded machine), there is no record to return, and a longer one is
+	// tried.
+	var rec Record
+	var err error
+	for _, d := range []time.Duration{100 * time.Millisecond, time.Second, 10 * time.Second} {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		rec, err = q.Wait(ctx, "w-1")
+		cancel()
+		if rec.State != "" || !errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+		t.Logf("Wait's first read outlasted a %s deadline: trying a longer one", d)
+	}
 	if !errors.Is(err, context.DeadlineExceeded) || rec.State != Queued {
 		t.Fatalf("Wait = %+v, %v; want the queued record and a deadline error", rec, err)
 	}
