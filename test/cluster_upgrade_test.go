@@ -250,15 +250,18 @@ func TestClusterMixedVersions(t *testing.T) {
 	e := newClusterEnv(t, 3)
 	e.writeSpec(2, "hello")
 	e.hold("START db")
-	natsAddr := freePort(t)
-	args := []string{"--tenant", clTenant, "--ack-wait", "2s", "--known-hosts", e.known, "--nats-listen", natsAddr}
-	d := startDaemon(t, e.dir, "serve1.log", nil, args...)
+	args := []string{"--tenant", clTenant, "--ack-wait", "2s", "--known-hosts", e.known}
+	d := startDaemon(t, e.dir, "serve1.log", nil, append(args, "--nats-listen", "127.0.0.1:0")...)
+	// Its successor listens where it did, so that the test's connection
+	// comes back.
+	natsURL := d.natsURL()
+	args = append(args, "--nats-listen", strings.TrimPrefix(natsURL, "nats://"))
 	e.server = d.url()
 	opt, err := nats.NkeyOptionFromSeed(filepath.Join(e.dir, "data", "nats.nk"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := openStoreView(t, d, connectNATS(t, "nats://"+natsAddr, opt))
+	v := openStoreView(t, d, connectNATS(t, natsURL, opt))
 	var own announced
 	d.waitFor("the daemon's announcement", func() bool {
 		for _, a := range v.caps() {

@@ -17,11 +17,10 @@ import (
 
 func TestTaskCancelDeleteListCLI(t *testing.T) {
 	dir := serveDir(t, "noop")
-	natsAddr := freePort(t)
-	a := startDaemon(t, dir, "a.log", nil, "--nats-listen", natsAddr)
+	a := startDaemon(t, dir, "a.log", nil, "--nats-listen", "127.0.0.1:0")
 	// b serves no plugin type: every task runs on a.
 	bdir := serveDir(t)
-	b := startDaemon(t, bdir, "b.log", nil, "--nats", "nats://"+natsAddr, "--nats-nkey", filepath.Join(dir, "data", "nats.nk"))
+	b := startDaemon(t, bdir, "b.log", nil, "--nats", a.natsURL(), "--nats-nkey", filepath.Join(dir, "data", "nats.nk"))
 	cli := func(args ...string) cliRun {
 		return loomd(t, "", append(append([]string{"task"}, args...), "--server", b.url())...)
 	}

@@ -202,11 +202,32 @@ func launchDaemon(t *testing.T, dir, logName string, env []string, retry bool, a
 
 // waitLogAddr reads the API address from the "loomd serving" log line.
 func (d *daemon) waitLogAddr() string {
+	return strings.TrimPrefix(d.servingAttr("api"), "http://")
+}
+
+// natsURL is the embedded NATS server's client URL, from the "loomd
+// serving" log line: start the daemon with --nats-listen 127.0.0.1:0, a
+// port the kernel assigns as the server binds it, so that no other
+// process (test packages run in parallel) can take it between the
+// test's choice and the bind, as it could take one from freePort.
+func (d *daemon) natsURL() string {
+	d.t.Helper()
+	return d.servingAttr("nats")
+}
+
+// servingAttr is the value of key in the daemon's "loomd serving" log
+// line, once it is logged.
+func (d *daemon) servingAttr(key string) string {
+	d.t.Helper()
 	end := time.Now().Add(deadline)
 	for time.Now().Before(end) {
 		for _, l := range d.logLines() {
 			if l["msg"] == "loomd serving" {
-				return strings.TrimPrefix(fmt.Sprint(l["api"]), "http://")
+				v, ok := l[key].(string)
+				if !ok || v == "" {
+					d.t.Fatalf("the \"loomd serving\" line has no %s:\n%s", key, d.logTail())
+				}
+				return v
 			}
 		}
 		select {

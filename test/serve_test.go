@@ -129,11 +129,10 @@ func TestServePoisonTask(t *testing.T) {
 func TestServeTwoDaemonsShare(t *testing.T) {
 	const n = 120
 	dir := serveDir(t, "noop")
-	natsAddr := freePort(t)
-	a := startDaemon(t, dir, "a.log", nil, "--nats-listen", natsAddr, "--concurrency", "3")
+	a := startDaemon(t, dir, "a.log", nil, "--nats-listen", "127.0.0.1:0", "--concurrency", "3")
 	// The embedded server requires its nkey from every client: B signs in
 	// with A's generated seed, as the join hint in A's log says.
-	b := startDaemon(t, dir, "b.log", nil, "--nats", "nats://"+natsAddr, "--concurrency", "3",
+	b := startDaemon(t, dir, "b.log", nil, "--nats", a.natsURL(), "--concurrency", "3",
 		"--nats-nkey", filepath.Join(dir, "data", "nats.nk"))
 	var bodies []string
 	for i := range n {

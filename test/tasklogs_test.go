@@ -56,10 +56,9 @@ func chattyTask(id, extra string) string {
 func TestTaskLogsAcrossDaemons(t *testing.T) {
 	dir := serveDir(t)
 	writeChatty(t, filepath.Join(dir, "plugins"))
-	natsAddr := freePort(t)
-	a := startDaemon(t, dir, "a.log", nil, "--nats-listen", natsAddr, "--task-log-lines", "40")
+	a := startDaemon(t, dir, "a.log", nil, "--nats-listen", "127.0.0.1:0", "--task-log-lines", "40")
 	bdir := serveDir(t) // b serves no plugin type: every task runs on a
-	b := startDaemon(t, bdir, "b.log", nil, "--nats", "nats://"+natsAddr, "--nats-nkey", filepath.Join(dir, "data", "nats.nk"))
+	b := startDaemon(t, bdir, "b.log", nil, "--nats", a.natsURL(), "--nats-nkey", filepath.Join(dir, "data", "nats.nk"))
 	cli := func(args ...string) cliRun {
 		return loomd(t, "", append(append([]string{"task"}, args...), "--server", b.url())...)
 	}
