@@ -21,6 +21,7 @@ var allowed = map[string]string{
 	"internal/queue/queue.go":                              "the embedded NATS server; registerServer records its sockets",
 	"internal/coopr/coopfake/coopfake.go":                  "a fake Coopr server for tests",
 	"internal/sshdtest/sshdtest.go":                        "a test sshd",
+	"internal/natstest/natstest.go":                        "test NATS clusters: the one route port picked before the first server starts",
 	"internal/plugtest/httpfake.go":                        "loomd test's HTTP fake, which plugins under test are meant to call",
 	"bench/daemon/main.go":                                 "a benchmark's fake server",
 	"bench/daemon/ceiling.go":                              "a benchmark's NATS server without a network listener",
